@@ -1,0 +1,42 @@
+# dtrain: the two commands.
+#   make demo   install what is missing, build, run a small real training job
+#   make test   install what is missing, build, run every test (and the unit tests again under
+#               AddressSanitizer + UndefinedBehaviorSanitizer)
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= 2
+GEN := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
+
+.PHONY: all deps build demo test test-fast test-asan bench format clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@test -f $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) $(GEN) -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	$(BUILD)/dtrain demo
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) test-asan
+
+# Unit tests under ASan + UBSan (the parity and benchmark-sized tests run in the main pass).
+test-asan: deps
+	@test -f $(ASAN_BUILD)/CMakeCache.txt || cmake -S . -B $(ASAN_BUILD) $(GEN) -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=ON
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -j $(JOBS) -L unit
+
+bench: build
+	@for s in bench/*.sh; do echo "== $$s"; bash $$s $(BUILD); done
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

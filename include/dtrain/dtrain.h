@@ -1,0 +1,14 @@
+/* dtrain: the whole public C API. */
+#ifndef DTRAIN_H
+#define DTRAIN_H
+
+#include "dtrain/status.h"
+#include "dtrain/tensor.h"
+#include "dtrain/rng.h"
+#include "dtrain/runtime.h"
+#include "dtrain/graph.h"
+#include "dtrain/ops.h"
+#include "dtrain/optim.h"
+#include "dtrain/safetensors.h"
+
+#endif

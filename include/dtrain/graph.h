@@ -1,0 +1,118 @@
+/* Static computation graphs with reverse-mode autodiff and planned memory.
+ *
+ * Life cycle:
+ *   dt_graph *g = dt_graph_init();
+ *   int x = dt_graph_input(g, "x", DT_F32, 2, (int64_t[]){B, D}, 0);
+ *   int w = dt_graph_param(g, "fc.weight", DT_F32, 2, (int64_t[]){O, D}, 0);
+ *   int y = dt_linear(g, x, w, -1);  ... int loss = dt_cross_entropy(g, y, labels, ...);
+ *   dt_graph_compile(g, loss, &opts);   // derive backward, plan memory, allocate once
+ *   fill dt_graph_value(g, x)->data, params ...
+ *   dt_graph_forward(g, 1); dt_graph_backward(g);  // gradients land in dt_graph_flat_grad()
+ *
+ * Nodes are identified by int ids. Builders return a new id (>= 0) or a negative value on
+ * error, with the message in dt_last_error(); a builder given a negative input id returns
+ * negative at once, so a model can be built without checking every call and checked once.
+ *
+ * Memory: all trainable parameters live in one flat f32 buffer and their gradients in a second
+ * one with the same layout (DESIGN.md "flat buffers"); frozen parameters (f32 or bf16) and
+ * non-trainable state (batchnorm running statistics) live in their own flat buffers. Activations,
+ * activation gradients, saved-for-backward data and scratch are assigned offsets in one arena by
+ * a liveness-based planner at compile time; a step allocates nothing. */
+#ifndef DTRAIN_GRAPH_H
+#define DTRAIN_GRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "dtrain/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_graph dt_graph;
+
+/* Parameter flags. */
+enum {
+    DT_PARAM_FROZEN = 1 << 0,   /* no gradient; stored in the frozen buffer */
+    DT_PARAM_NO_DECAY = 1 << 1, /* optimizer group without weight decay (norms, biases) */
+    DT_PARAM_STATE = 1 << 2,    /* non-trainable state (running stats); saved, never decayed */
+};
+
+dt_graph *dt_graph_init(void);
+void dt_graph_free(dt_graph *g);
+
+/* Leaves. Inputs get persistent buffers (write the batch there); with requires_grad the
+ * gradient w.r.t. the input is kept too (for tests). Params: f32 trainable by default;
+ * DT_PARAM_FROZEN may use DT_BF16. */
+int dt_graph_input(dt_graph *g, const char *name, dt_dtype dtype, int ndim, const int64_t *shape,
+                   int requires_grad);
+int dt_graph_param(dt_graph *g, const char *name, dt_dtype dtype, int ndim, const int64_t *shape,
+                   unsigned flags);
+
+/* Marks the nodes in (first, last] -- i.e. created after node `first` up to and including
+ * `last` -- as one recompute segment: their activations are not kept for backward but
+ * recomputed from the segment's inputs when backward reaches the segment. Typical use:
+ * int s = last node id before a block; build the block; dt_graph_recompute(g, s, block_out). */
+dt_status dt_graph_recompute(dt_graph *g, int first, int last);
+/* Keeps a node's value readable after forward (e.g. logits); the loss is always kept. */
+dt_status dt_graph_keep(dt_graph *g, int id);
+
+typedef struct dt_graph_opts {
+    int no_backward; /* plan forward only (inference) */
+    int no_reuse;    /* give every buffer its own memory (for debugging the planner) */
+} dt_graph_opts;
+
+/* Derives the backward schedule from `loss` (a scalar), plans memory, allocates every buffer
+ * once (and touches it, so first-touch page faults are not paid inside a step). */
+dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts);
+
+/* Runs forward. training=1: batch statistics and dropout; 0: eval mode. */
+dt_status dt_graph_forward(dt_graph *g, int training);
+/* Runs backward from the loss (seed gradient `dt_graph_set_loss_scale`, default 1). Parameter
+ * gradients overwrite the flat gradient buffer, or add to it after
+ * dt_graph_set_accumulate(g, 1) (gradient accumulation over micro-batches). */
+dt_status dt_graph_backward(dt_graph *g);
+void dt_graph_set_accumulate(dt_graph *g, int on);
+void dt_graph_set_loss_scale(dt_graph *g, float s);
+/* RNG key material for dropout etc.: key = seed mixed with rank; counter uses step. */
+void dt_graph_set_rng(dt_graph *g, uint64_t seed, uint64_t step, int rank);
+
+/* Access after compile: the node's value / gradient (NULL data if it has none or its memory
+ * was reused; values of kept nodes, inputs and params are always valid). */
+const dt_tensor *dt_graph_value(dt_graph *g, int id);
+const dt_tensor *dt_graph_grad(dt_graph *g, int id);
+int dt_graph_find(const dt_graph *g, const char *name); /* input/param by name, -1 if none */
+const char *dt_graph_name(const dt_graph *g, int id);
+int dt_graph_node_count(const dt_graph *g);
+/* Shape of a node (valid before compile). */
+const dt_tensor *dt_graph_shape(const dt_graph *g, int id);
+
+/* Flat buffers. */
+float *dt_graph_flat_param(dt_graph *g, size_t *n);
+float *dt_graph_flat_grad(dt_graph *g, size_t *n);
+void *dt_graph_flat_frozen(dt_graph *g, size_t *bytes);
+float *dt_graph_flat_state(dt_graph *g, size_t *n);
+
+/* Parameters in flat-buffer order (trainable ones first, in declaration order). */
+typedef struct dt_param_info {
+    const char *name;
+    int id;
+    unsigned flags;
+    size_t offset; /* in elements into its flat buffer (bytes for the frozen buffer) */
+    size_t numel;
+} dt_param_info;
+int dt_graph_param_count(const dt_graph *g);
+const dt_param_info *dt_graph_param_info(const dt_graph *g, int i);
+
+/* Planner report. */
+typedef struct dt_graph_mem {
+    size_t arena_bytes;    /* planned activations + grads + aux + scratch (with reuse) */
+    size_t unplanned_bytes;/* the same without reuse: sum of all buffer sizes */
+    size_t param_bytes, grad_bytes, frozen_bytes, state_bytes, input_bytes;
+} dt_graph_mem;
+void dt_graph_memory(const dt_graph *g, dt_graph_mem *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

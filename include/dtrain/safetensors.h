@@ -1,0 +1,38 @@
+/* safetensors files (Hugging Face's format): read (memory-mapped, every header field checked)
+ * and write (atomic: temporary file, fsync, rename).
+ *
+ * Layout: u64 little-endian header size N, N bytes of JSON
+ *   {"__metadata__": {...}, "name": {"dtype": "F32", "shape": [..], "data_offsets": [b, e]}, ...}
+ * then the data section; offsets are relative to the data section. */
+#ifndef DTRAIN_SAFETENSORS_H
+#define DTRAIN_SAFETENSORS_H
+
+#include "dtrain/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_st_file dt_st_file;
+
+/* Opens and validates `path`. On a bad file the message names the file, the tensor and the
+ * problem (truncated, offsets outside the data, overlapping tensors, unknown dtype, ...). */
+dt_status dt_st_open(const char *path, dt_st_file **out);
+void dt_st_close(dt_st_file *f);
+int dt_st_count(const dt_st_file *f);
+const char *dt_st_name(const dt_st_file *f, int i);
+/* A read-only view of the named tensor inside the mapping (valid until dt_st_close). */
+dt_status dt_st_get(const dt_st_file *f, const char *name, dt_tensor *out);
+
+typedef struct dt_st_entry {
+    const char *name;
+    const dt_tensor *t; /* any strides; written contiguous */
+} dt_st_entry;
+/* Writes the tensors (and optional "__metadata__" string pairs, keys[i] -> vals[i]). */
+dt_status dt_st_save(const char *path, const dt_st_entry *e, int n, const char *const *meta_keys,
+                     const char *const *meta_vals, int n_meta);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

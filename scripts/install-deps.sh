@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that dtrain's build, tests and demo need; only what is missing.
+# The product depends on Debian packages alone; PyTorch here is Debian's python3-torch, used by
+# the reference tests only.
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake ninja-build pkg-config git
+  libopenblas-dev libdnnl-dev libcjson-dev libxxhash-dev
+  python3 python3-numpy python3-torch
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$st" == "install ok installed" ]] || missing+=("$p")
+done
+((${#missing[@]})) || exit 0
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,34 @@
+/* Thread-local last-error message (see include/dtrain/status.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include "dtrain/status.h"
+
+static _Thread_local char last_error[1024];
+
+const char *dt_last_error(void) { return last_error; }
+
+void dt_error_clear(void) { last_error[0] = '\0'; }
+
+dt_status dt_error_set(dt_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+const char *dt_status_name(dt_status s) {
+    switch (s) {
+    case DT_OK: return "ok";
+    case DT_ERR_INVALID: return "invalid argument";
+    case DT_ERR_SHAPE: return "shape";
+    case DT_ERR_DTYPE: return "dtype";
+    case DT_ERR_RANGE: return "out of range";
+    case DT_ERR_NOMEM: return "out of memory";
+    case DT_ERR_IO: return "i/o";
+    case DT_ERR_FORMAT: return "format";
+    case DT_ERR_STATE: return "state";
+    case DT_ERR_INTERNAL: return "internal";
+    }
+    return "unknown";
+}

@@ -1,0 +1,57 @@
+/* Internal layout of dt_graph, shared by graph.c (building), compile.c (autodiff schedule and
+ * memory planner) and exec.c (executor). */
+#ifndef DTRAIN_GRAPH_IMPL_H
+#define DTRAIN_GRAPH_IMPL_H
+
+#include "graph/op.h"
+
+enum { DT_PH_FWD = 0, DT_PH_BWD = 1, DT_PH_RECOMP = 2 };
+
+typedef struct dt_zero {
+    void *ptr;
+    size_t bytes;
+} dt_zero;
+
+/* One step of the schedule: run node's forward, backward or recomputed forward. */
+typedef struct dt_entry {
+    int node;
+    int phase;
+    dt_op_ctx ctx;
+    /* Per gin slot: 1 if this entry is the first writer of a parameter's gradient (its beta is
+     * then 0, or 1 in accumulate mode). */
+    unsigned char param_first[DT_MAX_IN];
+    int n_zero; /* buffers to zero before an accumulate-only backward */
+    dt_zero zero[DT_MAX_IN];
+} dt_entry;
+
+struct dt_graph {
+    dt_node *nodes;
+    int n_nodes, cap_nodes;
+    dt_param_info *params;
+    int n_params, cap_params;
+    int (*segs)[2];
+    int n_segs;
+    unsigned char *keep; /* per node, sized cap_nodes */
+
+    /* leaf storage sizes, assigned as leaves are declared */
+    size_t n_flat, n_state, frozen_bytes, input_bytes;
+
+    /* after compile */
+    int compiled, loss, no_backward;
+    float *flat_param, *flat_grad, *flat_state;
+    void *flat_frozen, *input_mem, *arena;
+    size_t arena_bytes, unplanned_bytes;
+    dt_tensor *val, *grad; /* per node: user-visible bindings */
+    dt_entry *entries;
+    int n_entries, n_fwd;
+    float *loss_grad; /* seed for backward */
+    int *unused;      /* trainable params no backward writes: zeroed each step */
+    int n_unused;
+    dt_run run;
+    int accumulate;
+    float loss_scale;
+};
+
+dt_node *dt_graph_node_(const dt_graph *g, int id);
+
+#endif

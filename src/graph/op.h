@@ -1,0 +1,99 @@
+/* The op interface (internal): how a family of ops plugs into the graph.
+ *
+ * An op is a dt_op_def with forward and backward kernels. A public builder (e.g. dt_linear in
+ * src/ops/linear.c) checks its inputs' shapes, computes the output shape and calls
+ * dt_node_add(). At compile time the graph calls def->prepare (optional) so the op can size its
+ * saved-for-backward buffer (aux) and scratch (ws) and create library primitives (oneDNN); then
+ * every buffer gets a planned address and the executor calls forward/backward with a fully
+ * bound dt_op_ctx. Kernels never allocate.
+ *
+ * Gradient convention: backward receives gout (dL/dout) and writes dL/din_i into gin[i] as
+ *   gin[i] = gin_beta[i] * gin[i] + (contribution)      (gin_beta is 0 or 1, like BLAS beta)
+ * gin[i].data == NULL means input i needs no gradient (labels, indices, frozen weights): skip.
+ * An op that can only accumulate sets DT_OPF_ACCUM_ONLY and the executor zeroes for it. */
+#ifndef DTRAIN_GRAPH_OP_H
+#define DTRAIN_GRAPH_OP_H
+
+#include <stdint.h>
+#include "dtrain/graph.h"
+
+#define DT_MAX_IN 4
+#define DT_NIP 8 /* integer params per node */
+#define DT_NFP 4 /* float params per node */
+
+typedef struct dt_op_def dt_op_def;
+
+/* Runtime state shared by all kernels during one step. */
+typedef struct dt_run {
+    int training;   /* 1: train mode (batch stats, dropout) */
+    uint64_t key;   /* RNG key: seed mixed with rank */
+    uint64_t step;  /* RNG counter part */
+} dt_run;
+
+typedef struct dt_node {
+    const dt_op_def *op; /* NULL for leaves (inputs, params) */
+    int id;
+    int n_in;
+    int in[DT_MAX_IN];
+    dt_tensor t;             /* dtype and contiguous shape; data bound at compile */
+    int64_t ip[DT_NIP];      /* op's integer parameters */
+    float fp[DT_NFP];        /* op's float parameters */
+    size_t aux_bytes;        /* saved for backward (set by prepare) */
+    size_t ws_fwd, ws_bwd;   /* scratch for one forward / backward call (set by prepare) */
+    void *state;             /* op-private (library primitives); freed by def->destroy */
+    /* set by the graph */
+    int kind;                /* DT_NODE_OP, DT_NODE_INPUT, DT_NODE_PARAM */
+    int requires_grad;
+    int segment;             /* recompute segment index, -1 if none */
+    int param;               /* index into the param table for params, else -1 */
+    char *name;              /* inputs and params */
+} dt_node;
+
+enum { DT_NODE_OP = 0, DT_NODE_INPUT = 1, DT_NODE_PARAM = 2 };
+
+typedef struct dt_op_ctx {
+    const dt_node *node;
+    const dt_run *run;
+    int recompute;             /* 1 when this forward re-runs a recompute segment */
+    dt_tensor in[DT_MAX_IN];   /* input values (contiguous) */
+    dt_tensor out;             /* output value (contiguous) */
+    dt_tensor gin[DT_MAX_IN];  /* input gradients; data NULL if not needed */
+    float gin_beta[DT_MAX_IN]; /* 0: overwrite gin, 1: add to gin */
+    dt_tensor gout;            /* gradient of the output */
+    void *aux;                 /* node->aux_bytes, alive from forward to backward */
+    void *ws;                  /* node->ws_fwd or ws_bwd bytes, this call only */
+} dt_op_ctx;
+
+/* Flags: which values backward reads, so the planner keeps them alive. */
+enum {
+    DT_OPF_BWD_IN0 = 1 << 0, /* backward reads in[0]; (DT_OPF_BWD_IN0 << i) for in[i] */
+    DT_OPF_BWD_OUT = 1 << 4, /* backward reads out */
+    DT_OPF_ACCUM_ONLY = 1 << 5,
+    DT_OPF_ALIAS = 1 << 6,   /* output is a view of in[0]'s memory (reshape); no kernels */
+};
+#define DT_OPF_BWD_IN(i) (DT_OPF_BWD_IN0 << (i))
+
+struct dt_op_def {
+    const char *name;
+    unsigned flags;
+    /* Optional. Sets aux_bytes/ws_fwd/ws_bwd and creates primitives. */
+    dt_status (*prepare)(dt_graph *g, dt_node *n);
+    dt_status (*forward)(const dt_op_ctx *c);
+    dt_status (*backward)(const dt_op_ctx *c);
+    void (*destroy)(dt_node *n); /* optional */
+};
+
+/* Adds an op node. Checks only generic things (ids valid, ndim); returns the id or -1. The
+ * builder must have validated shapes and dtypes with messages that name the op and shapes. */
+int dt_node_add(dt_graph *g, const dt_op_def *op, int n_in, const int *in, dt_dtype dtype,
+                int ndim, const int64_t *shape, const int64_t *ip, int nip, const float *fp,
+                int nfp);
+/* Node by id (NULL if out of range). Builders use it to read input shapes. */
+dt_node *dt_graph_node(dt_graph *g, int id);
+/* Returns 1 (and sets an error naming `op`) if any id is negative or unknown: the builder
+ * should then return -1. Use as: if (dt_ids_bad(g, "linear", 2, (int[]){x, w})) return -1; */
+int dt_ids_bad(dt_graph *g, const char *op, int n, const int *ids);
+/* Sets a shape error "op: what (shapes ...)" and returns -1, for builders. */
+int dt_shape_error(const char *op, const char *what, int n, const dt_tensor *const *ts);
+
+#endif

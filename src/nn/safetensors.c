@@ -1,0 +1,288 @@
+/* safetensors reader/writer (see include/dtrain/safetensors.h). */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "dtrain/safetensors.h"
+
+#define ST_MAX_HEADER (100u << 20) /* the reference implementation's limit */
+
+typedef struct st_tensor {
+    char *name;
+    dt_dtype dtype;
+    int ndim;
+    int64_t shape[DT_MAX_DIMS];
+    uint64_t begin, end;
+} st_tensor;
+
+struct dt_st_file {
+    char *path;
+    void *map;
+    size_t size;
+    const char *data; /* start of the data section */
+    int n;
+    st_tensor *t;
+};
+
+static int dtype_parse(const char *s, dt_dtype *out) {
+    static const struct { const char *n; dt_dtype t; } tab[] = {
+        {"F32", DT_F32}, {"BF16", DT_BF16}, {"I32", DT_I32}, {"I64", DT_I64}};
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
+        if (strcmp(s, tab[i].n) == 0) return *out = tab[i].t, 1;
+    return 0;
+}
+
+static const char *dtype_str(dt_dtype t) {
+    switch (t) {
+    case DT_F32: return "F32";
+    case DT_BF16: return "BF16";
+    case DT_I32: return "I32";
+    case DT_I64: return "I64";
+    default: return "?";
+    }
+}
+
+void dt_st_close(dt_st_file *f) {
+    if (!f) return;
+    if (f->map && f->map != MAP_FAILED) munmap(f->map, f->size);
+    for (int i = 0; i < f->n; i++) free(f->t[i].name);
+    free(f->t), free(f->path), free(f);
+}
+
+static int cmp_begin(const void *a, const void *b) {
+    const st_tensor *x = a, *y = b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
+}
+
+static dt_status parse_entry(dt_st_file *f, cJSON *it, st_tensor *t, uint64_t data_len) {
+    const char *p = f->path, *nm = it->string;
+    cJSON *dt = cJSON_GetObjectItemCaseSensitive(it, "dtype");
+    cJSON *sh = cJSON_GetObjectItemCaseSensitive(it, "shape");
+    cJSON *of = cJSON_GetObjectItemCaseSensitive(it, "data_offsets");
+    if (!cJSON_IsObject(it) || !cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(of) ||
+        cJSON_GetArraySize(of) != 2)
+        return dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s': needs dtype, shape, data_offsets", p,
+                            nm);
+    if (!dtype_parse(dt->valuestring, &t->dtype))
+        return dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s': unsupported dtype '%s'", p, nm,
+                            dt->valuestring);
+    t->ndim = cJSON_GetArraySize(sh);
+    if (t->ndim > DT_MAX_DIMS)
+        return dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s': %d dims (at most %d)", p, nm, t->ndim,
+                            DT_MAX_DIMS);
+    uint64_t numel = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        cJSON *v = cJSON_GetArrayItem(sh, d);
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 9.0e15)
+            return dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s': bad shape", p, nm);
+        t->shape[d] = (int64_t)v->valuedouble;
+        if (t->shape[d] && numel > UINT64_MAX / 16 / (uint64_t)t->shape[d])
+            return dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s': shape too large", p, nm);
+        numel *= (uint64_t)t->shape[d];
+    }
+    cJSON *b = cJSON_GetArrayItem(of, 0), *e = cJSON_GetArrayItem(of, 1);
+    if (!cJSON_IsNumber(b) || !cJSON_IsNumber(e) || b->valuedouble < 0 ||
+        e->valuedouble < b->valuedouble)
+        return dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s': bad data_offsets", p, nm);
+    t->begin = (uint64_t)b->valuedouble, t->end = (uint64_t)e->valuedouble;
+    if (t->end > data_len)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: tensor '%s': data_offsets [%llu, %llu) past the end of the data "
+                            "(%llu bytes; file truncated?)",
+                            p, nm, (unsigned long long)t->begin, (unsigned long long)t->end,
+                            (unsigned long long)data_len);
+    if (t->end - t->begin != numel * dt_dtype_size(t->dtype))
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: tensor '%s': %llu bytes of data for %llu %s elements", p, nm,
+                            (unsigned long long)(t->end - t->begin), (unsigned long long)numel,
+                            dt_dtype_name(t->dtype));
+    t->name = strdup(nm);
+    return t->name ? DT_OK : dt_error_set(DT_ERR_NOMEM, "%s: out of memory", p);
+}
+
+dt_status dt_st_open(const char *path, dt_st_file **out) {
+    *out = NULL;
+    dt_st_file *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(path))) {
+        free(f);
+        return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
+    }
+    dt_status st = DT_OK;
+    cJSON *root = NULL;
+    int fd = open(path, O_RDONLY);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        st = dt_error_set(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        goto done;
+    }
+    f->size = (size_t)sb.st_size;
+    if (f->size < 8) {
+        st = dt_error_set(DT_ERR_FORMAT, "%s: %zu bytes, too short for a safetensors file", path,
+                          f->size);
+        goto done;
+    }
+    f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (f->map == MAP_FAILED) {
+        f->map = NULL;
+        st = dt_error_set(DT_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+        goto done;
+    }
+    uint64_t hlen;
+    memcpy(&hlen, f->map, 8); /* little-endian host assumed (x86-64, arm64) */
+    if (hlen > ST_MAX_HEADER || hlen > f->size - 8) {
+        st = dt_error_set(DT_ERR_FORMAT,
+                          "%s: header size %llu is larger than the file (%zu bytes) or the %u-byte "
+                          "limit",
+                          path, (unsigned long long)hlen, f->size, ST_MAX_HEADER);
+        goto done;
+    }
+    root = cJSON_ParseWithLength((const char *)f->map + 8, (size_t)hlen);
+    if (!cJSON_IsObject(root)) {
+        st = dt_error_set(DT_ERR_FORMAT, "%s: header is not a JSON object", path);
+        goto done;
+    }
+    f->data = (const char *)f->map + 8 + hlen;
+    uint64_t data_len = f->size - 8 - hlen;
+    int cap = cJSON_GetArraySize(root);
+    f->t = calloc((size_t)cap + 1, sizeof *f->t);
+    if (!f->t) {
+        st = dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    cJSON *it;
+    cJSON_ArrayForEach(it, root) {
+        if (strcmp(it->string, "__metadata__") == 0) continue;
+        if ((st = parse_entry(f, it, &f->t[f->n], data_len)) != DT_OK) goto done;
+        f->n++;
+    }
+    /* Overlap check on a sorted copy (order of f->t is the header order). */
+    st_tensor *s = malloc((size_t)f->n * sizeof *s + 1);
+    if (!s) {
+        st = dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    memcpy(s, f->t, (size_t)f->n * sizeof *s);
+    qsort(s, (size_t)f->n, sizeof *s, cmp_begin);
+    for (int i = 1; i < f->n; i++)
+        if (s[i].begin < s[i - 1].end && s[i].end > s[i].begin) {
+            st = dt_error_set(DT_ERR_FORMAT, "%s: tensors '%s' and '%s' overlap", path,
+                              s[i - 1].name, s[i].name);
+            break;
+        }
+    free(s);
+done:
+    if (fd >= 0) close(fd);
+    cJSON_Delete(root);
+    if (st != DT_OK) {
+        dt_st_close(f);
+        return st;
+    }
+    *out = f;
+    return DT_OK;
+}
+
+int dt_st_count(const dt_st_file *f) { return f ? f->n : 0; }
+const char *dt_st_name(const dt_st_file *f, int i) {
+    return (f && i >= 0 && i < f->n) ? f->t[i].name : NULL;
+}
+
+dt_status dt_st_get(const dt_st_file *f, const char *name, dt_tensor *out) {
+    for (int i = 0; f && i < f->n; i++) {
+        if (strcmp(f->t[i].name, name) != 0) continue;
+        return dt_tensor_init(out, (void *)(f->data + f->t[i].begin), f->t[i].dtype, f->t[i].ndim,
+                              f->t[i].shape);
+    }
+    return dt_error_set(DT_ERR_INVALID, "%s: no tensor '%s'", f ? f->path : "?", name);
+}
+
+static int write_all(int fd, const void *p, size_t n) {
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        c += w, n -= (size_t)w;
+    }
+    return 0;
+}
+
+dt_status dt_st_save(const char *path, const dt_st_entry *e, int n, const char *const *meta_keys,
+                     const char *const *meta_vals, int n_meta) {
+    cJSON *root = cJSON_CreateObject();
+    char *json = NULL, tmp[4096];
+    dt_status st = DT_OK;
+    int fd = -1;
+    if (!root) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
+    if (n_meta > 0) {
+        cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
+        for (int i = 0; m && i < n_meta; i++) cJSON_AddStringToObject(m, meta_keys[i], meta_vals[i]);
+    }
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const dt_tensor *t = e[i].t;
+        cJSON *o = cJSON_AddObjectToObject(root, e[i].name);
+        if (!o) {
+            st = dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
+            goto done;
+        }
+        cJSON_AddStringToObject(o, "dtype", dtype_str(t->dtype));
+        cJSON *sh = cJSON_AddArrayToObject(o, "shape");
+        for (int d = 0; d < t->ndim; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[d]));
+        uint64_t nb = dt_tensor_nbytes(t);
+        cJSON *of = cJSON_AddArrayToObject(o, "data_offsets");
+        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)(off + nb)));
+        off += nb;
+    }
+    json = cJSON_PrintUnformatted(root);
+    if (!json) {
+        st = dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    size_t jl = strlen(json), pad = (8 - jl % 8) % 8;
+    uint64_t hlen = jl + pad;
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        st = dt_error_set(DT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        goto done;
+    }
+    int bad = write_all(fd, &hlen, 8) || write_all(fd, json, jl) || write_all(fd, "        ", pad);
+    for (int i = 0; i < n && !bad; i++) {
+        const dt_tensor *t = e[i].t;
+        if (dt_tensor_is_contiguous(t)) {
+            bad = write_all(fd, t->data, dt_tensor_nbytes(t));
+        } else {
+            /* Strided: copy in chunks through a small contiguous buffer, element by element. */
+            char chunk[4096];
+            size_t es = dt_dtype_size(t->dtype), per = sizeof chunk / es, k = 0;
+            int64_t ne = dt_tensor_numel(t);
+            dt_tensor one;
+            for (int64_t j = 0; j < ne && !bad; j++) {
+                dt_tensor_init(&one, chunk + k * es, t->dtype, 0, NULL);
+                dt_tensor_set(&one, 0, dt_tensor_get(t, j));
+                if (++k == per || j + 1 == ne) bad = write_all(fd, chunk, k * es), k = 0;
+            }
+        }
+    }
+    if (bad || fsync(fd) != 0) {
+        st = dt_error_set(DT_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+        goto done;
+    }
+    close(fd);
+    fd = -1;
+    if (rename(tmp, path) != 0) st = dt_error_set(DT_ERR_IO, "%s: rename failed: %s", path, strerror(errno));
+done:
+    if (fd >= 0) close(fd);
+    if (st != DT_OK) unlink(tmp);
+    free(json);
+    cJSON_Delete(root);
+    return st;
+}

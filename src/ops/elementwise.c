@@ -1,0 +1,201 @@
+/* Element-wise add/sub/mul with NumPy broadcasting, scale, sum/mean to a scalar, reshape.
+ *
+ * Broadcasting: operands are aligned at the right; an operand dim of 1 (or a missing leading
+ * dim) has stride 0 in the iteration. out has the broadcast shape [d0, ..., dL-1]; loops run over
+ * the leading dims as "rows" and the last dim as a contiguous-or-stride-0 inner loop. */
+#include <string.h>
+#include "dtrain/ops_basic.h"
+#include "graph/op.h"
+
+enum { EW_ADD = 0, EW_SUB = 1, EW_MUL = 2 };
+
+/* Strides (elements) of x when iterated over out's shape; 0 on broadcast dims. */
+static void bcast_strides(const dt_tensor *x, const dt_tensor *out, int64_t *s) {
+    int off = out->ndim - x->ndim;
+    int64_t st = 1;
+    for (int d = out->ndim - 1; d >= 0; d--) {
+        int xd = d - off;
+        if (xd < 0 || x->shape[xd] == 1) {
+            s[d] = 0;
+        } else {
+            s[d] = st;
+        }
+        if (xd >= 0) st *= x->shape[xd];
+    }
+}
+
+/* Offset of row r (all dims but the last) for strides s. */
+static int64_t row_offset(const dt_tensor *out, const int64_t *s, int64_t r) {
+    int64_t off = 0;
+    for (int d = out->ndim - 2; d >= 0; d--) {
+        off += (r % out->shape[d]) * s[d];
+        r /= out->shape[d];
+    }
+    return off;
+}
+
+static void dims(const dt_tensor *out, int64_t *rows, int64_t *inner) {
+    *inner = out->ndim ? out->shape[out->ndim - 1] : 1;
+    *rows = *inner ? dt_tensor_numel(out) / *inner : 0;
+}
+
+static dt_status ew_forward(const dt_op_ctx *c) {
+    const dt_tensor *a = &c->in[0], *b = &c->in[1], *o = &c->out;
+    int kind = (int)c->node->ip[0];
+    const float *A = a->data, *B = b->data;
+    float *O = o->data;
+    int64_t sa[DT_MAX_DIMS] = {0}, sb[DT_MAX_DIMS] = {0}, rows, inner;
+    bcast_strides(a, o, sa);
+    bcast_strides(b, o, sb);
+    dims(o, &rows, &inner);
+    int64_t ia = o->ndim ? sa[o->ndim - 1] : 1, ib = o->ndim ? sb[o->ndim - 1] : 1;
+#pragma omp parallel for schedule(static) if (rows * inner > 32768)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *pa = A + row_offset(o, sa, r), *pb = B + row_offset(o, sb, r);
+        float *po = O + r * inner;
+        if (kind == EW_ADD)
+            for (int64_t k = 0; k < inner; k++) po[k] = pa[k * ia] + pb[k * ib];
+        else if (kind == EW_SUB)
+            for (int64_t k = 0; k < inner; k++) po[k] = pa[k * ia] - pb[k * ib];
+        else
+            for (int64_t k = 0; k < inner; k++) po[k] = pa[k * ia] * pb[k * ib];
+    }
+    return DT_OK;
+}
+
+/* gx += sign * gout (* other) reduced over x's broadcast dims. */
+static void ew_grad(const dt_op_ctx *c, int which) {
+    const dt_tensor *o = &c->out, *x = &c->in[which], *y = &c->in[1 - which];
+    const dt_tensor *gx = &c->gin[which];
+    int kind = (int)c->node->ip[0];
+    float sign = (kind == EW_SUB && which == 1) ? -1.0f : 1.0f;
+    const float *G = c->gout.data, *Y = y->data;
+    float *GX = gx->data;
+    int64_t sx[DT_MAX_DIMS] = {0}, sy[DT_MAX_DIMS] = {0}, rows, inner;
+    bcast_strides(x, o, sx);
+    bcast_strides(y, o, sy);
+    dims(o, &rows, &inner);
+    int64_t ix = o->ndim ? sx[o->ndim - 1] : 1, iy = o->ndim ? sy[o->ndim - 1] : 1;
+    int same = dt_tensor_numel(x) == dt_tensor_numel(o);
+    if (!same && c->gin_beta[which] == 0.0f) memset(GX, 0, dt_tensor_nbytes(x));
+    float beta = same ? c->gin_beta[which] : 1.0f;
+    /* Rows write disjoint parts of gx only when x is not broadcast: parallelise just then. */
+#pragma omp parallel for schedule(static) if (same && rows * inner > 32768)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *pg = G + r * inner, *py = Y + row_offset(o, sy, r);
+        float *px = GX + row_offset(o, sx, r);
+        if (kind == EW_MUL) {
+            if (beta == 0.0f && ix == 1)
+                for (int64_t k = 0; k < inner; k++) px[k] = pg[k] * py[k * iy];
+            else
+                for (int64_t k = 0; k < inner; k++) px[k * ix] += pg[k] * py[k * iy];
+        } else {
+            if (beta == 0.0f && ix == 1)
+                for (int64_t k = 0; k < inner; k++) px[k] = sign * pg[k];
+            else
+                for (int64_t k = 0; k < inner; k++) px[k * ix] += sign * pg[k];
+        }
+    }
+}
+
+static dt_status ew_backward(const dt_op_ctx *c) {
+    if (c->gin[0].data) ew_grad(c, 0);
+    if (c->gin[1].data) ew_grad(c, 1);
+    return DT_OK;
+}
+
+static const dt_op_def add_def = {"add", 0, NULL, ew_forward, ew_backward, NULL};
+static const dt_op_def sub_def = {"sub", 0, NULL, ew_forward, ew_backward, NULL};
+static const dt_op_def mul_def = {"mul", DT_OPF_BWD_IN(0) | DT_OPF_BWD_IN(1), NULL, ew_forward,
+                                  ew_backward, NULL};
+
+static int binary(dt_graph *g, const dt_op_def *def, int kind, int a, int b) {
+    if (dt_ids_bad(g, def->name, 2, (int[]){a, b})) return -1;
+    const dt_tensor *ta = &dt_graph_node(g, a)->t, *tb = &dt_graph_node(g, b)->t;
+    const dt_tensor *ts[2] = {ta, tb};
+    if (ta->dtype != DT_F32 || tb->dtype != DT_F32)
+        return dt_shape_error(def->name, "operands must be f32", 2, ts);
+    int nd = ta->ndim > tb->ndim ? ta->ndim : tb->ndim;
+    int64_t shape[DT_MAX_DIMS];
+    for (int d = 0; d < nd; d++) {
+        int da = d - (nd - ta->ndim), db = d - (nd - tb->ndim);
+        int64_t x = da >= 0 ? ta->shape[da] : 1, y = db >= 0 ? tb->shape[db] : 1;
+        if (x != y && x != 1 && y != 1)
+            return dt_shape_error(def->name, "shapes do not broadcast", 2, ts);
+        shape[d] = x == 1 ? y : x;
+    }
+    int64_t ip = kind;
+    return dt_node_add(g, def, 2, (int[]){a, b}, DT_F32, nd, shape, &ip, 1, NULL, 0);
+}
+
+int dt_add(dt_graph *g, int a, int b) { return binary(g, &add_def, EW_ADD, a, b); }
+int dt_sub(dt_graph *g, int a, int b) { return binary(g, &sub_def, EW_SUB, a, b); }
+int dt_mul(dt_graph *g, int a, int b) { return binary(g, &mul_def, EW_MUL, a, b); }
+
+/* ---- scale: out = s * a ---- */
+static dt_status scale_forward(const dt_op_ctx *c) {
+    const float *A = c->in[0].data;
+    float *O = c->out.data, s = c->node->fp[0];
+    int64_t n = dt_tensor_numel(&c->out);
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++) O[i] = s * A[i];
+    return DT_OK;
+}
+static dt_status scale_backward(const dt_op_ctx *c) {
+    if (!c->gin[0].data) return DT_OK;
+    const float *G = c->gout.data;
+    float *GA = c->gin[0].data, s = c->node->fp[0], beta = c->gin_beta[0];
+    int64_t n = dt_tensor_numel(&c->out);
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++) GA[i] = beta * GA[i] + s * G[i];
+    return DT_OK;
+}
+static const dt_op_def scale_def = {"scale", 0, NULL, scale_forward, scale_backward, NULL};
+
+int dt_scale(dt_graph *g, int a, float s) {
+    if (dt_ids_bad(g, "scale", 1, &a)) return -1;
+    const dt_tensor *t = &dt_graph_node(g, a)->t;
+    if (t->dtype != DT_F32) return dt_shape_error("scale", "operand must be f32", 1, &t);
+    return dt_node_add(g, &scale_def, 1, &a, DT_F32, t->ndim, t->shape, NULL, 0, &s, 1);
+}
+
+/* ---- sum / mean of all elements: out [] = k * sum(a), k = 1 or 1/n ---- */
+static dt_status sum_forward(const dt_op_ctx *c) {
+    const float *A = c->in[0].data;
+    int64_t n = dt_tensor_numel(&c->in[0]);
+    double acc = 0; /* double: the loss of a large batch should not depend on summation order */
+#pragma omp parallel for reduction(+ : acc) schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++) acc += A[i];
+    ((float *)c->out.data)[0] = (float)(acc * c->node->fp[0]);
+    return DT_OK;
+}
+static dt_status sum_backward(const dt_op_ctx *c) {
+    if (!c->gin[0].data) return DT_OK;
+    float g = ((const float *)c->gout.data)[0] * c->node->fp[0], beta = c->gin_beta[0];
+    float *GA = c->gin[0].data;
+    int64_t n = dt_tensor_numel(&c->in[0]);
+    for (int64_t i = 0; i < n; i++) GA[i] = beta * GA[i] + g;
+    return DT_OK;
+}
+static const dt_op_def sum_def = {"sum", 0, NULL, sum_forward, sum_backward, NULL};
+
+static int reduce(dt_graph *g, int a, const char *name, int mean) {
+    if (dt_ids_bad(g, name, 1, &a)) return -1;
+    const dt_tensor *t = &dt_graph_node(g, a)->t;
+    if (t->dtype != DT_F32) return dt_shape_error(name, "operand must be f32", 1, &t);
+    int64_t n = dt_tensor_numel(t);
+    float k = mean ? (n ? 1.0f / (float)n : 0.0f) : 1.0f;
+    return dt_node_add(g, &sum_def, 1, &a, DT_F32, 0, NULL, NULL, 0, &k, 1);
+}
+int dt_sum(dt_graph *g, int a) { return reduce(g, a, "sum", 0); }
+int dt_mean(dt_graph *g, int a) { return reduce(g, a, "mean", 1); }
+
+/* ---- reshape: an alias of a's memory; no kernels ---- */
+static const dt_op_def reshape_def = {"reshape", DT_OPF_ALIAS, NULL, NULL, NULL, NULL};
+
+int dt_reshape(dt_graph *g, int a, int ndim, const int64_t *shape) {
+    if (dt_ids_bad(g, "reshape", 1, &a)) return -1;
+    dt_tensor t = dt_graph_node(g, a)->t, r;
+    if (dt_tensor_reshape(&r, &t, ndim, shape) != DT_OK) return -1;
+    return dt_node_add(g, &reshape_def, 1, &a, t.dtype, r.ndim, r.shape, NULL, 0, NULL, 0);
+}

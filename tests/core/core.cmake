@@ -1,0 +1,1 @@
+dt_test(NAME test_tensor SOURCES core/test_tensor.c LABELS unit)

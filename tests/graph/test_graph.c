@@ -1,0 +1,183 @@
+/* Graph core: autodiff of broadcasting element-wise ops (finite differences), gradient
+ * accumulation, planner reuse, recomputation (bit-identical gradients, lower peak), no
+ * allocation in a step, and error messages of bad calls. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include "dtrain/dtrain.h"
+#include "harness.h"
+
+static void test_broadcast_fd(void) {
+    dt_graph *g = dt_graph_init();
+    int a = dt_graph_input(g, "a", DT_F32, 3, (int64_t[]){2, 3, 4}, 1);
+    int b = dt_graph_param(g, "b", DT_F32, 2, (int64_t[]){3, 1}, 0);
+    int c = dt_graph_param(g, "c", DT_F32, 1, (int64_t[]){4}, 0);
+    int d = dt_graph_input(g, "d", DT_F32, 3, (int64_t[]){2, 1, 4}, 1);
+    int x = dt_mul(g, dt_add(g, a, b), c);             /* [2,3,4] */
+    int y = dt_sub(g, dt_scale(g, x, 0.5f), d);         /* [2,3,4] */
+    int z = dt_mul(g, y, y);                            /* same input twice */
+    int r = dt_reshape(g, z, 2, (int64_t[]){6, 4});
+    int m = dt_mul(g, r, dt_reshape(g, a, 2, (int64_t[]){6, 4}));
+    int loss = dt_add(g, dt_mean(g, m), dt_sum(g, x));
+    CHECK(loss >= 0, "build: %s", dt_last_error());
+    CHECK_OK(dt_graph_compile(g, loss, NULL));
+    dt_test_randn(g, a, 1, 1.0f), dt_test_randn(g, b, 2, 1.0f);
+    dt_test_randn(g, c, 3, 1.0f), dt_test_randn(g, d, 4, 1.0f);
+    dt_gradcheck_opts o = {.eps = 1e-2, .atol = 2e-3, .rtol = 1e-2};
+    CHECK(dt_gradcheck(g, loss, &o) == 0, "broadcast element-wise gradients");
+    dt_graph_free(g);
+}
+
+/* Parity with PyTorch for the broadcasting ops (tests/ref/ref_basic.py). */
+static void test_basic_parity(void) {
+    dt_ref *ref = dt_ref_load("basic.safetensors");
+    if (!ref) return;
+    dt_graph *g = dt_graph_init();
+    int a = dt_graph_input(g, "a", DT_F32, 3, (int64_t[]){4, 3, 5}, 1);
+    int b = dt_graph_input(g, "b", DT_F32, 2, (int64_t[]){3, 1}, 1);
+    int c = dt_graph_input(g, "c", DT_F32, 3, (int64_t[]){4, 1, 5}, 1);
+    int out = dt_scale(g, dt_sub(g, dt_mul(g, dt_add(g, a, b), c), b), 1.5f);
+    int rid, loss = dt_test_dotloss(g, out, &rid);
+    dt_graph_keep(g, out);
+    CHECK_OK(dt_graph_compile(g, loss, NULL));
+    dt_test_set(g, a, dt_ref_get(ref, "a"));
+    dt_test_set(g, b, dt_ref_get(ref, "b"));
+    dt_test_set(g, c, dt_ref_get(ref, "c"));
+    dt_test_set(g, rid, dt_ref_get(ref, "R"));
+    CHECK_OK(dt_graph_forward(g, 1));
+    CHECK_OK(dt_graph_backward(g));
+    /* f32 element-wise: only rounding differs; 1e-6 absolute + 1e-5 relative. */
+    dt_check_tensor("basic out", dt_graph_value(g, out), dt_ref_get(ref, "out"), 1e-6, 1e-5);
+    dt_check_tensor("basic grad a", dt_graph_grad(g, a), dt_ref_get(ref, "grad_a"), 1e-6, 1e-5);
+    dt_check_tensor("basic grad b", dt_graph_grad(g, b), dt_ref_get(ref, "grad_b"), 1e-5, 1e-5);
+    dt_check_tensor("basic grad c", dt_graph_grad(g, c), dt_ref_get(ref, "grad_c"), 1e-5, 1e-5);
+    dt_graph_free(g);
+    dt_ref_free(ref);
+}
+
+/* A deep chain of blocks h = h * w_i + s * h; with `recompute` every block is a segment. */
+static dt_graph *chain(int recompute, int no_reuse, int *loss_out, int *w0) {
+    dt_graph *g = dt_graph_init();
+    int h = dt_graph_input(g, "x", DT_F32, 2, (int64_t[]){64, 256}, 0);
+    for (int i = 0; i < 8; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "w%d", i);
+        int w = dt_graph_param(g, nm, DT_F32, 1, (int64_t[]){256}, 0);
+        if (i == 0) *w0 = w;
+        int before = dt_graph_node_count(g) - 1;
+        int t = dt_mul(g, h, w);
+        t = dt_mul(g, t, t);
+        h = dt_add(g, dt_scale(g, t, 0.25f), dt_scale(g, h, 0.5f));
+        if (recompute) CHECK_OK(dt_graph_recompute(g, before, h));
+    }
+    *loss_out = dt_mean(g, h);
+    dt_graph_opts o = {.no_reuse = no_reuse};
+    CHECK_OK(dt_graph_compile(g, *loss_out, &o));
+    dt_test_randn(g, dt_graph_find(g, "x"), 11, 0.5f); /* small: 8 squarings stay finite */
+    size_t n;
+    float *p = dt_graph_flat_param(g, &n);
+    for (size_t i = 0; i < n; i++) p[i] = 1.0f + 0.001f * (float)(i % 97);
+    return g;
+}
+
+static void test_recompute_and_planner(void) {
+    int l0, l1, l2, w;
+    dt_graph *g0 = chain(0, 0, &l0, &w), *g1 = chain(1, 0, &l1, &w), *g2 = chain(0, 1, &l2, &w);
+    dt_graph *gs[3] = {g0, g1, g2};
+    int ls[3] = {l0, l1, l2};
+    for (int k = 0; k < 3; k++) {
+        CHECK_OK(dt_graph_forward(gs[k], 1));
+        CHECK_OK(dt_graph_backward(gs[k]));
+    }
+    size_t n;
+    float *gr0 = dt_graph_flat_grad(g0, &n), *gr1 = dt_graph_flat_grad(g1, NULL),
+          *gr2 = dt_graph_flat_grad(g2, NULL);
+    CHECK(memcmp(gr0, gr1, n * 4) == 0, "recompute gives bit-identical gradients");
+    CHECK(memcmp(gr0, gr2, n * 4) == 0, "planned and unplanned memory give identical gradients");
+    float nz = 0;
+    for (size_t i = 0; i < n; i++) nz += fabsf(gr0[i]);
+    CHECK(nz > 0, "gradients are not all zero");
+    CHECK(*(float *)dt_graph_value(g0, l0)->data == *(float *)dt_graph_value(g1, ls[1])->data,
+          "same loss");
+    dt_graph_mem m0, m1, m2;
+    dt_graph_memory(g0, &m0), dt_graph_memory(g1, &m1), dt_graph_memory(g2, &m2);
+    printf("  arena: plain %zu, recompute %zu, no reuse %zu (sum of buffers %zu)\n",
+           m0.arena_bytes, m1.arena_bytes, m2.arena_bytes, m0.unplanned_bytes);
+    CHECK(m0.arena_bytes < m0.unplanned_bytes / 2, "planner reuses memory (%zu vs %zu)",
+          m0.arena_bytes, m0.unplanned_bytes);
+    CHECK(m2.arena_bytes == m2.unplanned_bytes, "no_reuse gives every buffer its own memory");
+    CHECK(m1.arena_bytes < m0.arena_bytes * 2 / 3, "recompute lowers peak (%zu vs %zu)",
+          m1.arena_bytes, m0.arena_bytes);
+    /* Accumulation: a second backward with accumulate on doubles the gradient. */
+    float *copy = malloc(n * 4);
+    memcpy(copy, gr0, n * 4);
+    dt_graph_set_accumulate(g0, 1);
+    CHECK_OK(dt_graph_forward(g0, 1));
+    CHECK_OK(dt_graph_backward(g0));
+    float *twice = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) twice[i] = 2 * copy[i];
+    /* Not bit-exact: a broadcast reduction adds its terms onto the old value one by one. */
+    dt_check_close("accumulate adds to the flat gradient", gr0, twice, (int64_t)n, 1e-6, 1e-5);
+    free(twice);
+    dt_graph_set_accumulate(g0, 0);
+    CHECK_OK(dt_graph_forward(g0, 1));
+    CHECK_OK(dt_graph_backward(g0));
+    CHECK(memcmp(gr0, copy, n * 4) == 0, "without accumulate gradients are overwritten");
+    /* Loss scale 1/2 halves every gradient exactly. */
+    dt_graph_set_loss_scale(g0, 0.5f);
+    CHECK_OK(dt_graph_forward(g0, 1));
+    CHECK_OK(dt_graph_backward(g0));
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= gr0[i] == 0.5f * copy[i];
+    CHECK(ok, "loss scale scales gradients");
+    /* No allocation in a step: after a warm-up step, further steps take no page faults. */
+    struct rusage r0, r1;
+    CHECK_OK(dt_graph_forward(g1, 1));
+    CHECK_OK(dt_graph_backward(g1));
+    getrusage(RUSAGE_SELF, &r0);
+    for (int s = 0; s < 10; s++) {
+        dt_graph_forward(g1, 1);
+        dt_graph_backward(g1);
+    }
+    getrusage(RUSAGE_SELF, &r1);
+#ifndef __SANITIZE_ADDRESS__ /* ASan's shadow memory and quarantine fault pages of their own */
+    CHECK(r1.ru_minflt - r0.ru_minflt == 0 && r1.ru_majflt == r0.ru_majflt,
+          "steps after the first take no page faults (%ld)", r1.ru_minflt - r0.ru_minflt);
+#endif
+    free(copy);
+    for (int k = 0; k < 3; k++) dt_graph_free(gs[k]);
+}
+
+static void test_errors(void) {
+    dt_graph *g = dt_graph_init();
+    int a = dt_graph_input(g, "a", DT_F32, 2, (int64_t[]){2, 3}, 0);
+    int b = dt_graph_input(g, "b", DT_F32, 2, (int64_t[]){4, 3}, 0);
+    int c = dt_add(g, a, b);
+    CHECK(c < 0, "mismatched broadcast fails");
+    CHECK(strstr(dt_last_error(), "add") && strstr(dt_last_error(), "[2, 3]") &&
+              strstr(dt_last_error(), "[4, 3]"),
+          "message names op and shapes: %s", dt_last_error());
+    int d = dt_mul(g, dt_scale(g, c, 2.0f), a); /* errors propagate through builders */
+    CHECK(d < 0 && strstr(dt_last_error(), "add"), "first error kept: %s", dt_last_error());
+    int i = dt_graph_input(g, "i", DT_I64, 1, (int64_t[]){3}, 0);
+    CHECK(dt_add(g, i, i) < 0 && strstr(dt_last_error(), "i64"), "int operands rejected: %s",
+          dt_last_error());
+    CHECK(dt_graph_param(g, "p", DT_BF16, 1, (int64_t[]){3}, 0) < 0, "trainable bf16 rejected");
+    CHECK(dt_graph_param(g, "a", DT_F32, 1, (int64_t[]){3}, 0) < 0, "duplicate name rejected");
+    CHECK(dt_graph_input(g, "bad", DT_F32, 6, (int64_t[]){1, 1, 1, 1, 1, 1}, 0) < 0, "6 dims");
+    CHECK(dt_graph_compile(g, a, NULL) == DT_ERR_SHAPE, "non-scalar loss rejected");
+    CHECK(strstr(dt_last_error(), "'a'"), "names the loss: %s", dt_last_error());
+    CHECK(dt_graph_compile(g, 99, NULL) == DT_ERR_INVALID, "unknown loss id");
+    CHECK(dt_graph_forward(g, 1) == DT_ERR_STATE, "forward before compile");
+    dt_graph_free(g);
+}
+
+int main(void) {
+    dt_threads_set(2);
+    test_broadcast_fd();
+    test_basic_parity();
+    test_recompute_and_planner();
+    test_errors();
+    return dt_test_finish("test_graph");
+}

@@ -1,0 +1,62 @@
+/* Test helpers: checks with a closing "N passed, N failed" line, PyTorch reference files,
+ * comparisons with stated tolerances, and finite-difference gradient checks on graphs. */
+#ifndef DT_TEST_HARNESS_H
+#define DT_TEST_HARNESS_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include "dtrain/graph.h"
+#include "dtrain/ops.h"
+
+/* Records one check; on failure prints file:line and the formatted message. */
+int dt_check_(int ok, const char *file, int line, const char *expr, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+#define CHECK(cond, ...) dt_check_(!!(cond), __FILE__, __LINE__, #cond, __VA_ARGS__)
+/* Checks that a dt_status call returned DT_OK; prints dt_last_error() otherwise. */
+#define CHECK_OK(expr)                                                                             \
+    do {                                                                                           \
+        dt_status s_ = (expr);                                                                     \
+        dt_check_(s_ == DT_OK, __FILE__, __LINE__, #expr, "status %d: %s", (int)s_,              \
+                  dt_last_error());                                                                \
+    } while (0)
+/* Prints "<name>: N passed, N failed" and returns the process exit code. */
+int dt_test_finish(const char *name);
+
+/* Reference files written by the tests/ref scripts (safetensors) in $DT_REF_DIR. */
+typedef struct dt_ref dt_ref;
+dt_ref *dt_ref_load(const char *file); /* NULL (and a failed check) if missing or malformed */
+/* Tensor by name, converted to f32 (ints are converted too); NULL + failed check if absent. */
+const dt_tensor *dt_ref_get(dt_ref *r, const char *name);
+/* Raw tensor (original dtype), NULL if absent (no check recorded). */
+const dt_tensor *dt_ref_raw(dt_ref *r, const char *name);
+void dt_ref_free(dt_ref *r);
+
+/* |a - b| <= atol + rtol * |b| elementwise; records one check, prints the worst element. */
+int dt_check_close(const char *what, const float *a, const float *b, int64_t n, double atol,
+                   double rtol);
+/* Same for tensors (shape must match too; `a` may be any dtype, converted). */
+int dt_check_tensor(const char *what, const dt_tensor *a, const dt_tensor *b, double atol,
+                    double rtol);
+
+/* Copies `src` (any dtype) into the node's value buffer (converting to the node's dtype). */
+void dt_test_set(dt_graph *g, int id, const dt_tensor *src);
+/* Fills a node's value buffer with N(0, std^2) (floats) from a deterministic seed. */
+void dt_test_randn(dt_graph *g, int id, uint64_t seed, float std);
+void dt_randn(float *x, int64_t n, uint64_t seed, float std);
+
+/* loss = sum(out * R) with R a new input named "R" of out's shape, filled with randn: every
+ * element of out gets a different, non-trivial gradient. *r_id receives R's id. */
+int dt_test_dotloss(dt_graph *g, int out, int *r_id);
+
+typedef struct dt_gradcheck_opts {
+    double eps;          /* central-difference step (default 1e-2) */
+    double atol, rtol;   /* tolerance on |analytic - numeric| (defaults 1e-2, 5e-2) */
+    int max_per_tensor;  /* elements probed per tensor (default 24) */
+    int training;        /* forward mode used for both */
+} dt_gradcheck_opts;
+/* Compiles nothing: `g` must be compiled with `loss`. Checks d loss / d x for every trainable
+ * param and every input created with requires_grad, against central differences (computed in
+ * f32 forward passes). Records one check per tensor; returns the number that failed. */
+int dt_gradcheck(dt_graph *g, int loss, const dt_gradcheck_opts *o);
+
+#endif
