@@ -7,12 +7,17 @@ ASAN_BUILD ?= build-asan
 JOBS ?= 2
 GEN := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all deps build demo test test-fast test-asan bench format clean
+
+.PHONY: all deps venv build demo test test-fast test-asan bench format clean
 
 all: build
 
 deps:
 	@scripts/install-deps.sh
+
+# The reference libraries for parity tests (PyPI, in a venv outside the checkout).
+venv: deps
+	@scripts/setup-venv.sh
 
 build: deps
 	@test -f $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) $(GEN) -DCMAKE_BUILD_TYPE=Release
@@ -21,7 +26,7 @@ build: deps
 demo: build
 	$(BUILD)/dtrain demo
 
-test: build
+test: build venv
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	$(MAKE) test-asan
 

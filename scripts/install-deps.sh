@@ -6,8 +6,9 @@ set -euo pipefail
 
 pkgs=(
   build-essential cmake ninja-build pkg-config git
-  libopenblas-dev libdnnl-dev libcjson-dev libxxhash-dev
-  python3 python3-numpy python3-torch
+  libopenblas-dev libopenblas-openmp-dev libdnnl-dev libcjson-dev libxxhash-dev
+  python3 python3-venv python3-numpy python3-torch
+  libpcre2-dev zlib1g-dev dataset-fashion-mnist fortunes
 )
 
 missing=()

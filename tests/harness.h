@@ -44,8 +44,9 @@ void dt_test_set(dt_graph *g, int id, const dt_tensor *src);
 void dt_test_randn(dt_graph *g, int id, uint64_t seed, float std);
 void dt_randn(float *x, int64_t n, uint64_t seed, float std);
 
-/* loss = sum(out * R) with R a new input named "R" of out's shape, filled with randn: every
- * element of out gets a different, non-trivial gradient. *r_id receives R's id. */
+/* loss = sum(out * R) with R a new input named "R" of out's shape: fill R after compiling
+ * (dt_test_randn or a reference's "R") so that every element of out gets a different,
+ * non-trivial gradient. *r_id receives R's id. */
 int dt_test_dotloss(dt_graph *g, int out, int *r_id);
 
 typedef struct dt_gradcheck_opts {

@@ -16,7 +16,16 @@ extern "C" {
 
 #define DT_MAX_DIMS 5
 
-typedef enum dt_dtype { DT_F32 = 0, DT_BF16 = 1, DT_I32 = 2, DT_I64 = 3, DT_DTYPE_COUNT } dt_dtype;
+/* DT_F16 is for reading files (Hugging Face checkpoints in float16): storage and conversion
+ * only; no op computes on it. */
+typedef enum dt_dtype {
+    DT_F32 = 0,
+    DT_BF16 = 1,
+    DT_I32 = 2,
+    DT_I64 = 3,
+    DT_F16 = 4,
+    DT_DTYPE_COUNT
+} dt_dtype;
 
 typedef struct dt_tensor {
     void *data;
@@ -40,6 +49,9 @@ static inline float dt_bf16_to_f32(uint16_t h) {
     union { uint32_t u; float f; } v = {(uint32_t)h << 16};
     return v.f;
 }
+/* IEEE half <-> f32 (round to nearest even; subnormals, inf and NaN handled). */
+float dt_f16_to_f32(uint16_t h);
+uint16_t dt_f16_from_f32(float f);
 void dt_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n);
 void dt_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
 

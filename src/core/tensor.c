@@ -3,12 +3,52 @@
 #include <string.h>
 #include "dtrain/tensor.h"
 
-static const size_t dtype_size[DT_DTYPE_COUNT] = {4, 2, 4, 8};
-static const char *const dtype_name[DT_DTYPE_COUNT] = {"f32", "bf16", "i32", "i64"};
+static const size_t dtype_size[DT_DTYPE_COUNT] = {4, 2, 4, 8, 2};
+static const char *const dtype_name[DT_DTYPE_COUNT] = {"f32", "bf16", "i32", "i64", "f16"};
 
 size_t dt_dtype_size(dt_dtype t) { return (unsigned)t < DT_DTYPE_COUNT ? dtype_size[t] : 0; }
 const char *dt_dtype_name(dt_dtype t) {
     return (unsigned)t < DT_DTYPE_COUNT ? dtype_name[t] : "unknown";
+}
+
+float dt_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu, u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | (man << 13); /* inf / NaN */
+    } else if (exp == 0) {
+        if (man == 0) {
+            u = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do {
+                man <<= 1, e++;
+            } while (!(man & 0x400u));
+            u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+        }
+    } else {
+        u = sign | ((exp + 112) << 23) | (man << 13);
+    }
+    union { uint32_t u; float f; } v = {u};
+    return v.f;
+}
+
+uint16_t dt_f16_from_f32(float f) {
+    union { float f; uint32_t u; } v = {f};
+    uint32_t sign = (v.u >> 16) & 0x8000u, a = v.u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);          /* NaN */
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);         /* overflow -> inf */
+    if (a < 0x38800000u) {                                           /* subnormal or zero */
+        if (a < 0x33000000u) return (uint16_t)sign;
+        uint32_t man = (a & 0x7fffffu) | 0x800000u;
+        int shift = 126 - (int)(a >> 23);                            /* 14..24 */
+        uint32_t r = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = a - 0x38000000u; /* rebias exponent 127 -> 15 */
+    uint32_t res = r >> 13, rem = r & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (res & 1))) res++;
+    return (uint16_t)(sign | res);
 }
 
 void dt_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n) {
@@ -164,24 +204,36 @@ static size_t elem_offset(const dt_tensor *t, int64_t i) {
     return (size_t)off * dt_dtype_size(t->dtype);
 }
 
+/* Element access goes through memcpy: file-backed tensors (safetensors) carry no alignment
+ * guarantee, so an i64 may sit at any address. */
 double dt_tensor_get(const dt_tensor *t, int64_t i) {
     const char *p = (const char *)t->data + elem_offset(t, i);
+    float f;
+    uint16_t h;
+    int32_t i32;
+    int64_t i64;
     switch (t->dtype) {
-    case DT_F32: return *(const float *)p;
-    case DT_BF16: return dt_bf16_to_f32(*(const uint16_t *)p);
-    case DT_I32: return *(const int32_t *)p;
-    case DT_I64: return (double)*(const int64_t *)p;
+    case DT_F32: return memcpy(&f, p, 4), f;
+    case DT_BF16: return memcpy(&h, p, 2), dt_bf16_to_f32(h);
+    case DT_I32: return memcpy(&i32, p, 4), i32;
+    case DT_I64: return memcpy(&i64, p, 8), (double)i64;
+    case DT_F16: return memcpy(&h, p, 2), dt_f16_to_f32(h);
     default: return 0;
     }
 }
 
 void dt_tensor_set(dt_tensor *t, int64_t i, double v) {
     char *p = (char *)t->data + elem_offset(t, i);
+    float f = (float)v;
+    uint16_t h;
+    int32_t i32 = (int32_t)v;
+    int64_t i64 = (int64_t)v;
     switch (t->dtype) {
-    case DT_F32: *(float *)p = (float)v; break;
-    case DT_BF16: *(uint16_t *)p = dt_bf16_from_f32((float)v); break;
-    case DT_I32: *(int32_t *)p = (int32_t)v; break;
-    case DT_I64: *(int64_t *)p = (int64_t)v; break;
+    case DT_F32: memcpy(p, &f, 4); break;
+    case DT_BF16: h = dt_bf16_from_f32(f), memcpy(p, &h, 2); break;
+    case DT_I32: memcpy(p, &i32, 4); break;
+    case DT_I64: memcpy(p, &i64, 8); break;
+    case DT_F16: h = dt_f16_from_f32(f), memcpy(p, &h, 2); break;
     default: break;
     }
 }
@@ -192,8 +244,8 @@ dt_status dt_tensor_copy(dt_tensor *dst, const dt_tensor *src) {
         return dt_error_set(DT_ERR_SHAPE, "copy: destination %s, source %s",
                             dt_shape_str(a, sizeof a, dst->ndim, dst->shape),
                             dt_shape_str(b, sizeof b, src->ndim, src->shape));
-    int fd = dst->dtype == DT_F32 || dst->dtype == DT_BF16;
-    int fs = src->dtype == DT_F32 || src->dtype == DT_BF16;
+    int fd = dst->dtype == DT_F32 || dst->dtype == DT_BF16 || dst->dtype == DT_F16;
+    int fs = src->dtype == DT_F32 || src->dtype == DT_BF16 || src->dtype == DT_F16;
     if (fd != fs)
         return dt_error_set(DT_ERR_DTYPE, "copy: %s into %s", dt_dtype_name(src->dtype),
                             dt_dtype_name(dst->dtype));
@@ -214,9 +266,9 @@ dt_status dt_tensor_copy(dt_tensor *dst, const dt_tensor *src) {
     }
     /* General strided path (views, int widening); not on any hot path. */
     for (int64_t i = 0; i < n; i++) {
-        if (src->dtype == DT_I64 && dst->dtype == DT_I64) {
-            *(int64_t *)((char *)dst->data + elem_offset(dst, i)) =
-                *(const int64_t *)((const char *)src->data + elem_offset(src, i));
+        if (src->dtype == DT_I64 && dst->dtype == DT_I64) { /* exact beyond 2^53 */
+            memcpy((char *)dst->data + elem_offset(dst, i),
+                   (const char *)src->data + elem_offset(src, i), 8);
         } else {
             dt_tensor_set(dst, i, dt_tensor_get(src, i));
         }

@@ -383,6 +383,7 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
                             dt_graph_name(g, loss), (long long)dt_tensor_numel(&ln->t),
                             dt_dtype_name(ln->t.dtype));
     dt_graph_opts o = opts ? *opts : (dt_graph_opts){0};
+    if (getenv("DT_PLAN_NO_REUSE")) o.no_reuse = 1; /* debugging aid: rule the planner out */
     g->loss = loss;
     g->no_backward = o.no_backward;
     int n = g->n_nodes;

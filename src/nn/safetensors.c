@@ -31,7 +31,7 @@ struct dt_st_file {
 
 static int dtype_parse(const char *s, dt_dtype *out) {
     static const struct { const char *n; dt_dtype t; } tab[] = {
-        {"F32", DT_F32}, {"BF16", DT_BF16}, {"I32", DT_I32}, {"I64", DT_I64}};
+        {"F32", DT_F32}, {"BF16", DT_BF16}, {"I32", DT_I32}, {"I64", DT_I64}, {"F16", DT_F16}};
     for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
         if (strcmp(s, tab[i].n) == 0) return *out = tab[i].t, 1;
     return 0;
@@ -43,6 +43,7 @@ static const char *dtype_str(dt_dtype t) {
     case DT_BF16: return "BF16";
     case DT_I32: return "I32";
     case DT_I64: return "I64";
+    case DT_F16: return "F16";
     default: return "?";
     }
 }

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Creates (once per machine) the Python virtual environment with the reference libraries that
+# the parity tests and peer benchmarks compare against: the newest PyTorch, torchvision,
+# transformers, peft, safetensors, tokenizers and tiktoken from PyPI. The product never uses it.
+# Location: $DT_VENV, default ~/.cache/dtrain/venv (outside the checkout, so every clone and CI
+# run reuses it; the PyPI torch wheel and its CUDA libraries are several GB).
+set -euo pipefail
+venv=${DT_VENV:-$HOME/.cache/dtrain/venv}
+pkgs=(torch torchvision transformers safetensors peft tokenizers tiktoken numpy)
+stamp="$venv/.dtrain-ok-v1"
+[[ -f "$stamp" ]] && exit 0
+echo "setup-venv: creating $venv (PyTorch and friends from PyPI; a one-time download)"
+mkdir -p "$(dirname "$venv")"
+[[ -x "$venv/bin/python" ]] || /usr/bin/python3 -m venv "$venv"
+"$venv/bin/pip" install -q --disable-pip-version-check --upgrade pip
+"$venv/bin/pip" install -q --disable-pip-version-check "${pkgs[@]}"
+"$venv/bin/python" -c "import torch, torchvision, transformers, peft, safetensors, tokenizers, tiktoken"
+touch "$stamp"

@@ -1,0 +1,8 @@
+/* Subcommands of the dtrain CLI. Each returns the process exit code (0 done, 1 failed at run
+ * time, 2 usage or config error). */
+#ifndef DTRAIN_CLI_H
+#define DTRAIN_CLI_H
+
+int dt_cli_demo(int argc, char **argv);
+
+#endif

@@ -1,0 +1,236 @@
+/* Batch normalization over channel 1 (PyTorch BatchNorm1d/2d/3d semantics; built for 2d).
+ *
+ * x [N, C, *] is viewed as [N, C, P] with P the product of the trailing dims; statistics are per
+ * channel over M = N * P values. Training mode normalises with the batch mean and biased
+ * variance, and updates the running statistics in place (they are DT_PARAM_STATE params living
+ * in the graph's state buffer) with PyTorch's rule
+ *   running_mean = (1 - momentum) * running_mean + momentum * mean
+ *   running_var  = (1 - momentum) * running_var  + momentum * var * M / (M - 1)   (unbiased)
+ * except in a recomputed forward, which must not count the batch twice. Eval mode normalises with
+ * the running statistics. aux keeps the mean and 1/sqrt(var + eps) actually used (and the mode),
+ * so backward is exact for both modes.
+ *
+ * Own OpenMP kernels rather than oneDNN: in NCHW this is a per-channel streaming reduction that
+ * is memory-bound either way, and oneDNN would need blocked layouts (two reorders) plus its own
+ * running-statistics handling. Sums are per-row float SIMD partials accumulated in double. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dtrain/ops_cnn.h"
+#include "graph/op.h"
+
+static const char *OP = "batchnorm2d";
+
+enum { BN_MOMENTUM, BN_EPS }; /* node->fp[] */
+enum { BN_RM, BN_RV };        /* node->ip[]: node ids of the running statistics */
+enum { BN_X, BN_W, BN_B };    /* inputs */
+
+/* The running statistics are not node inputs: a node has at most DT_MAX_IN (4) inputs and
+ * batchnorm has five. They are DT_PARAM_STATE params, whose values stay at fixed addresses in
+ * the graph's state buffer, so prepare keeps the graph in node->state and the kernel looks
+ * them up with dt_graph_value(). */
+static float *bn_running(const dt_op_ctx *c, int which) {
+    return dt_graph_value(c->node->state, (int)c->node->ip[which])->data;
+}
+
+/* Sum of p[0..n) (float SIMD partials; the caller accumulates rows in double). */
+static inline float row_sum(const float *p, int64_t n) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; i++) s += p[i];
+    return s;
+}
+
+/* Sum of (p[i] - m)^2. */
+static inline float row_sqdev(const float *p, int64_t n, float m) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; i++) s += (p[i] - m) * (p[i] - m);
+    return s;
+}
+
+/* Training statistics of x [N, C, P]: mean[C], biased var[C] (two passes, like PyTorch). */
+static void bn_batch_stats(float *mean, float *var, const float *x, int64_t N, int64_t C,
+                           int64_t P) {
+    double M = (double)N * (double)P;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < C; c++) {
+        double s = 0.0;
+        for (int64_t n = 0; n < N; n++) s += row_sum(x + (n * C + c) * P, P);
+        float m = (float)(s / M);
+        double v = 0.0;
+        for (int64_t n = 0; n < N; n++) v += row_sqdev(x + (n * C + c) * P, P, m);
+        mean[c] = m;
+        var[c] = (float)(v / M);
+    }
+}
+
+/* y [N, C, P] = x * alpha + beta per channel, alpha = rstd * w, beta = b - mean * alpha
+ * (the same association as PyTorch's CPU kernel). */
+static void bn_apply(float *y, const float *x, const float *mean, const float *rstd, const float *w,
+                     const float *b, int64_t N, int64_t C, int64_t P) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++) {
+            float alpha = rstd[c] * w[c], beta = b[c] - mean[c] * alpha;
+            const float *xp = x + (n * C + c) * P;
+            float *yp = y + (n * C + c) * P;
+#pragma omp simd
+            for (int64_t i = 0; i < P; i++) yp[i] = xp[i] * alpha + beta;
+        }
+}
+
+/* aux layout: mean [C], rstd [C], mode (1.0 training, 0.0 eval). */
+static dt_status bn_forward(const dt_op_ctx *c) {
+    const dt_tensor *xt = &c->in[BN_X];
+    int64_t N = xt->shape[0], C = xt->shape[1], P = dt_tensor_numel(xt) / (N * C);
+    const float *x = xt->data, *w = c->in[BN_W].data, *b = c->in[BN_B].data;
+    float *rm = bn_running(c, BN_RM), *rv = bn_running(c, BN_RV);
+    float *mean = c->aux, *rstd = mean + C, *mode = rstd + C;
+    float mom = c->node->fp[BN_MOMENTUM], eps = c->node->fp[BN_EPS];
+    if (c->run->training) {
+        int64_t M = N * P;
+        if (M < 2) {
+            char s[64];
+            return dt_error_set(DT_ERR_SHAPE,
+                                "%s: training needs more than 1 value per channel (x %s)", OP,
+                                dt_shape_str(s, sizeof s, xt->ndim, xt->shape));
+        }
+        float *var = rstd; /* computed in place, then turned into rstd */
+        bn_batch_stats(mean, var, x, N, C, P);
+        for (int64_t k = 0; k < C; k++) {
+            if (!c->recompute) {
+                rm[k] = (1.0f - mom) * rm[k] + mom * mean[k];
+                rv[k] = (1.0f - mom) * rv[k] + mom * (float)((double)var[k] * M / (M - 1));
+            }
+            rstd[k] = 1.0f / sqrtf(var[k] + eps);
+        }
+        *mode = 1.0f;
+    } else {
+        for (int64_t k = 0; k < C; k++) {
+            mean[k] = rm[k];
+            rstd[k] = 1.0f / sqrtf(rv[k] + eps);
+        }
+        *mode = 0.0f;
+    }
+    bn_apply(c->out.data, x, mean, rstd, w, b, N, C, P);
+    return DT_OK;
+}
+
+/* Backward over x, gy [N, C, P] with the mean/rstd used forward. With xhat = (x - mean) * rstd:
+ *   gb = sum gy,  gw = sum gy * xhat
+ *   training: gx = w * rstd * (gy - gb / M - xhat * gw / M)   (mean and var depend on x)
+ *   eval:     gx = w * rstd * gy                               (constants) */
+static void bn_backward_kernel(float *gx, float bx, float *gw, float bw, float *gb, float bb,
+                               const float *gy, const float *x, const float *mean,
+                               const float *rstd, const float *w, int training, int64_t N,
+                               int64_t C, int64_t P) {
+    double M = (double)N * (double)P;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < C; c++) {
+        float m = mean[c], r = rstd[c];
+        double sg = 0.0, sgx = 0.0; /* sum gy, sum gy * (x - mean) */
+        for (int64_t n = 0; n < N; n++) {
+            const float *g = gy + (n * C + c) * P, *xp = x + (n * C + c) * P;
+            float a = 0.0f, d = 0.0f;
+#pragma omp simd reduction(+ : a, d)
+            for (int64_t i = 0; i < P; i++) {
+                a += g[i];
+                d += g[i] * (xp[i] - m);
+            }
+            sg += a, sgx += d;
+        }
+        float gbc = (float)sg, gwc = (float)(sgx * r);
+        if (gb) gb[c] = (bb != 0.0f ? gb[c] : 0.0f) + gbc;
+        if (gw) gw[c] = (bw != 0.0f ? gw[c] : 0.0f) + gwc;
+        if (!gx) continue;
+        float k = w[c] * r;
+        /* training: gx = k * (gy - gb/M - (x - mean) * r^2 * sgx / M) = k*gy + u*(x - mean) + v */
+        float u = training ? (float)(-(double)k * r * r * sgx / M) : 0.0f;
+        float v = training ? (float)(-(double)k * sg / M) : 0.0f;
+        for (int64_t n = 0; n < N; n++) {
+            const float *g = gy + (n * C + c) * P, *xp = x + (n * C + c) * P;
+            float *o = gx + (n * C + c) * P;
+            if (bx != 0.0f) {
+#pragma omp simd
+                for (int64_t i = 0; i < P; i++) o[i] += k * g[i] + u * (xp[i] - m) + v;
+            } else {
+#pragma omp simd
+                for (int64_t i = 0; i < P; i++) o[i] = k * g[i] + u * (xp[i] - m) + v;
+            }
+        }
+    }
+}
+
+static dt_status bn_backward(const dt_op_ctx *c) {
+    const dt_tensor *xt = &c->in[BN_X];
+    int64_t N = xt->shape[0], C = xt->shape[1], P = dt_tensor_numel(xt) / (N * C);
+    const float *mean = c->aux, *rstd = mean + C, *mode = rstd + C;
+    bn_backward_kernel(c->gin[BN_X].data, c->gin_beta[BN_X], c->gin[BN_W].data, c->gin_beta[BN_W],
+                       c->gin[BN_B].data, c->gin_beta[BN_B], c->gout.data, xt->data, mean, rstd,
+                       c->in[BN_W].data, *mode != 0.0f, N, C, P);
+    return DT_OK;
+}
+
+static dt_status bn_prepare(dt_graph *g, dt_node *n) {
+    n->aux_bytes = (2 * (size_t)n->t.shape[1] + 1) * sizeof(float);
+    n->state = g; /* borrowed, for bn_running(); nothing to destroy */
+    return DT_OK;
+}
+
+static const dt_op_def bn_def = {
+    .name = "batchnorm2d",
+    .flags = DT_OPF_BWD_IN(BN_X) | DT_OPF_BWD_IN(BN_W),
+    .prepare = bn_prepare,
+    .forward = bn_forward,
+    .backward = bn_backward,
+};
+
+/* Builder error with the op, what is wrong and all five shapes, under status `code`. */
+static int bn_error(dt_status code, const char *what, const dt_tensor *const *ts) {
+    char m[640];
+    dt_shape_error(OP, what, 5, ts);
+    snprintf(m, sizeof m, "%s", dt_last_error()); /* copy: the message buffer is reused */
+    dt_error_set(code, "%s", m);
+    return -1;
+}
+
+/* Is id a DT_PARAM_STATE parameter (the kernel writes running statistics into it)? */
+static int is_state_param(dt_graph *g, int id) {
+    const dt_node *nd = dt_graph_node(g, id);
+    if (!nd || nd->kind != DT_NODE_PARAM || nd->param < 0) return 0;
+    const dt_param_info *pi = dt_graph_param_info(g, nd->param);
+    return pi && (pi->flags & DT_PARAM_STATE);
+}
+
+int dt_batchnorm2d(dt_graph *g, int x, int weight, int bias, int running_mean, int running_var,
+                   float momentum, float eps) {
+    int ids[5] = {x, weight, bias, running_mean, running_var};
+    if (dt_ids_bad(g, OP, 5, ids)) return -1;
+    const dt_tensor *ts[5];
+    for (int i = 0; i < 5; i++) ts[i] = dt_graph_shape(g, ids[i]);
+    for (int i = 0; i < 5; i++)
+        if (ts[i]->dtype != DT_F32)
+            return bn_error(DT_ERR_DTYPE, "x, weight, bias, running_mean, running_var must be f32",
+                            ts);
+    if (ts[0]->ndim < 2 || ts[0]->shape[0] < 1 || ts[0]->shape[1] < 1)
+        return dt_shape_error(OP, "x must be [N, C, ...] with N, C >= 1", 5, ts);
+    int64_t C = ts[0]->shape[1];
+    for (int i = 1; i < 5; i++)
+        if (ts[i]->ndim != 1 || ts[i]->shape[0] != C)
+            return dt_shape_error(OP, "weight, bias, running_mean, running_var must be [C]", 5, ts);
+    if (!is_state_param(g, running_mean) || !is_state_param(g, running_var))
+        return bn_error(DT_ERR_INVALID,
+                        "running_mean/running_var must be params created with DT_PARAM_STATE", ts);
+    if (!(momentum >= 0.0f && momentum <= 1.0f) || !(eps > 0.0f)) {
+        char what[96];
+        snprintf(what, sizeof what, "momentum %g must be in [0, 1] and eps %g > 0",
+                 (double)momentum, (double)eps);
+        return bn_error(DT_ERR_INVALID, what, ts);
+    }
+    const dt_tensor *xt = ts[0];
+    float fp[2] = {momentum, eps};
+    int64_t ip[2] = {running_mean, running_var};
+    return dt_node_add(g, &bn_def, 3, ids, DT_F32, xt->ndim, xt->shape, ip, 2, fp, 2);
+}

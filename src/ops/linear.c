@@ -1,0 +1,135 @@
+/* nn.Linear: y = x w^T + b, as one sgemm over the flattened leading dims of x.
+ *
+ * The builder picks the kernel pair by the weight's dtype: f32 weights here (cblas_sgemm for
+ * forward and for all three gradients), bf16 weights (frozen, no gradient) in linear_bf16.c
+ * (oneDNN bf16 x bf16 -> f32). The bias helpers below are shared with linear_bf16.c. */
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+#include "dtrain/ops_linear.h"
+#include "graph/op.h"
+
+extern const dt_op_def dt_linear_bf16_op; /* linear_bf16.c */
+
+/* Columns per block when a loop over rows is split by columns: 16 floats = one cache line, so
+ * two threads never write the same line. */
+#define COL_BLOCK 16
+
+/* y[r, o] = b[o] for every row: the bias is laid down first so the sgemm can add into it with
+ * beta = 1, which costs nothing extra inside the GEMM.  y: [R, O], b: [O]. */
+void dt_linear_bias_fill(float *y, const float *b, int64_t R, int64_t O) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < R; r++) memcpy(y + r * O, b, (size_t)O * sizeof(float));
+}
+
+/* db[o] = beta * db[o] + sum_r g[r, o].  g: [R, O], db: [O].
+ * Each thread owns a range of columns and walks all rows in order, so the sum is deterministic
+ * (same order for any run) and reads stay row-contiguous. */
+void dt_linear_bias_grad(float *db, const float *g, int64_t R, int64_t O, float beta) {
+    int64_t nblk = (O + COL_BLOCK - 1) / COL_BLOCK;
+#pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        int64_t o0 = nblk * t / nt * COL_BLOCK, o1 = nblk * (t + 1) / nt * COL_BLOCK;
+        if (o1 > O) o1 = O;
+        if (o0 < o1) {
+            float *d = db + o0;
+            int64_t n = o1 - o0;
+            if (beta == 0.0f) memset(d, 0, (size_t)n * sizeof(float));
+            for (int64_t r = 0; r < R; r++) {
+                const float *gr = g + r * O + o0;
+                for (int64_t j = 0; j < n; j++) d[j] += gr[j];
+            }
+        }
+    }
+}
+
+/* Sets DT_ERR_DTYPE with "op: what (name dtype [shape], ...)" and returns -1; for the builders
+ * of this family (matmul and embedding use it too). */
+int dt_linear_dtype_error(const char *op, const char *what, int n, const char *const *names,
+                          const dt_tensor *const *ts) {
+    char buf[512] = "", sh[96];
+    size_t o = 0;
+    for (int i = 0; i < n && o < sizeof(buf); i++) {
+        dt_shape_str(sh, sizeof(sh), ts[i]->ndim, ts[i]->shape);
+        o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%s%s %s %s", i ? ", " : "", names[i],
+                              dt_dtype_name(ts[i]->dtype), sh);
+    }
+    dt_error_set(DT_ERR_DTYPE, "%s: %s (got %s)", op, what, buf);
+    return -1;
+}
+
+/* Forward.  x: [R, in], w: [out, in], b: [out] (optional) -> y: [R, out]. */
+static dt_status linear_forward(const dt_op_ctx *c) {
+    const int64_t *ip = c->node->ip;
+    int64_t R = ip[0], in = ip[1], out = ip[2];
+    const float *x = c->in[0].data, *w = c->in[1].data;
+    float *y = c->out.data;
+    float beta = 0.0f;
+    if (ip[3]) {
+        dt_linear_bias_fill(y, c->in[2].data, R, out);
+        beta = 1.0f;
+    }
+    /* y = x w^T: w is stored [out, in], exactly the transposed operand sgemm wants. */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)out, (int)in, 1.0f, x,
+                (int)in, w, (int)in, beta, y, (int)out);
+    return DT_OK;
+}
+
+/* Backward.  g: [R, out].  dx = g w: [R, in];  dW = g^T x: [out, in];  db = sum_r g: [out].
+ * beta = gin_beta makes accumulation into an existing gradient free. */
+static dt_status linear_backward(const dt_op_ctx *c) {
+    const int64_t *ip = c->node->ip;
+    int64_t R = ip[0], in = ip[1], out = ip[2];
+    const float *x = c->in[0].data, *w = c->in[1].data, *g = c->gout.data;
+    if (c->gin[0].data)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)R, (int)in, (int)out, 1.0f, g,
+                    (int)out, w, (int)in, c->gin_beta[0], c->gin[0].data, (int)in);
+    if (c->gin[1].data)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out, (int)in, (int)R, 1.0f, g,
+                    (int)out, x, (int)in, c->gin_beta[1], c->gin[1].data, (int)in);
+    if (ip[3] && c->gin[2].data) dt_linear_bias_grad(c->gin[2].data, g, R, out, c->gin_beta[2]);
+    return DT_OK;
+}
+
+static const dt_op_def linear_op = {
+    .name = "linear",
+    .flags = DT_OPF_BWD_IN(0) | DT_OPF_BWD_IN(1),
+    .forward = linear_forward,
+    .backward = linear_backward,
+};
+
+int dt_linear(dt_graph *g, int x, int w, int bias) {
+    int ids[3] = {x, w, bias};
+    int n_in = bias == -1 ? 2 : 3;
+    if (dt_ids_bad(g, "linear", n_in, ids)) return -1;
+    const dt_tensor *tx = &dt_graph_node(g, x)->t, *tw = &dt_graph_node(g, w)->t;
+    const dt_tensor *tb = n_in == 3 ? &dt_graph_node(g, bias)->t : NULL;
+    const dt_tensor *ts[3] = {tx, tw, tb};
+    if (tx->dtype != DT_F32 || (tw->dtype != DT_F32 && tw->dtype != DT_BF16) ||
+        (tb && tb->dtype != DT_F32)) {
+        const char *names[3] = {"x", "w", "bias"};
+        return dt_linear_dtype_error("linear", "x must be f32, w f32 or bf16, bias f32", n_in,
+                                     names, ts);
+    }
+    if (tx->ndim < 1 || tw->ndim != 2)
+        return dt_shape_error("linear", "x needs >= 1 dim and w must be [out, in]", n_in, ts);
+    int64_t in = tw->shape[1], out = tw->shape[0];
+    if (tx->shape[tx->ndim - 1] != in)
+        return dt_shape_error("linear", "x's last dim must equal w's dim 1 (in)", n_in, ts);
+    if (tb && (tb->ndim != 1 || tb->shape[0] != out))
+        return dt_shape_error("linear", "bias must be [out] with out = w's dim 0", n_in, ts);
+    int64_t R = 1;
+    for (int i = 0; i < tx->ndim - 1; i++) R *= tx->shape[i];
+    if (R == 0 || in == 0 || out == 0)
+        return dt_shape_error("linear", "empty tensors are not supported", n_in, ts);
+    if (R > INT32_MAX || in > INT32_MAX || out > INT32_MAX)
+        return dt_shape_error("linear", "a GEMM dimension exceeds 2^31 - 1", n_in, ts);
+    int64_t shape[DT_MAX_DIMS];
+    memcpy(shape, tx->shape, sizeof(shape));
+    shape[tx->ndim - 1] = out;
+    int64_t ip[4] = {R, in, out, tb != NULL};
+    const dt_op_def *def = tw->dtype == DT_BF16 ? &dt_linear_bf16_op : &linear_op;
+    return dt_node_add(g, def, n_in, ids, DT_F32, tx->ndim, shape, ip, 4, NULL, 0);
+}

@@ -1,0 +1,280 @@
+/* Pooling (NCHW, PyTorch semantics with ceil_mode=False, dilation 1):
+ *   maxpool2d       y [N, C, OH, OW], argmax saved in aux for backward (padding acts as -inf)
+ *   avgpool2d       count_include_pad=True: every window divides by KH * KW
+ *   global_avgpool  y [N, C] = mean over H, W (torchvision ResNet's AdaptiveAvgPool2d(1) + flatten)
+ * OH = (H + 2 * PH - KH) / SH + 1. Like PyTorch, padding may be at most half the kernel, so
+ * every window holds at least one real element.
+ *
+ * Own OpenMP kernels, parallel over the N * C planes: pooling is memory-bound and runs once or
+ * twice per ResNet, so plain loops on the NCHW tensors beat reordering for oneDNN. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dtrain/ops_cnn.h"
+#include "graph/op.h"
+
+enum { PL_KH, PL_KW, PL_SH, PL_SW, PL_PH, PL_PW }; /* node->ip[] */
+
+/* Window geometry shared by the kernels. */
+typedef struct pool_geom {
+    int64_t planes, H, W, OH, OW, kh, kw, sh, sw, ph, pw;
+} pool_geom;
+
+static void pool_geom_of(const dt_op_ctx *c, pool_geom *p) {
+    const dt_tensor *x = &c->in[0];
+    const int64_t *ip = c->node->ip;
+    p->planes = x->shape[0] * x->shape[1], p->H = x->shape[2], p->W = x->shape[3];
+    p->OH = c->node->t.shape[2], p->OW = c->node->t.shape[3];
+    p->kh = ip[PL_KH], p->kw = ip[PL_KW], p->sh = ip[PL_SH], p->sw = ip[PL_SW];
+    p->ph = ip[PL_PH], p->pw = ip[PL_PW];
+}
+
+/* y [planes, OH, OW] = max over windows of x [planes, H, W]; arg [planes, OH, OW] = h * W + w
+ * of the max (first one; a NaN wins, like PyTorch). */
+static void maxpool_forward_kernel(float *y, int32_t *arg, const float *x, const pool_geom *p) {
+#pragma omp parallel for schedule(static)
+    for (int64_t pl = 0; pl < p->planes; pl++) {
+        const float *xp = x + pl * p->H * p->W;
+        float *yp = y + pl * p->OH * p->OW;
+        int32_t *ap = arg + pl * p->OH * p->OW;
+        for (int64_t oh = 0; oh < p->OH; oh++) {
+            int64_t h0 = oh * p->sh - p->ph, h1 = h0 + p->kh;
+            if (h0 < 0) h0 = 0;
+            if (h1 > p->H) h1 = p->H;
+            for (int64_t ow = 0; ow < p->OW; ow++) {
+                int64_t w0 = ow * p->sw - p->pw, w1 = w0 + p->kw;
+                if (w0 < 0) w0 = 0;
+                if (w1 > p->W) w1 = p->W;
+                float best = -INFINITY;
+                int64_t bi = h0 * p->W + w0;
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++) {
+                        float v = xp[h * p->W + w];
+                        if (v > best || isnan(v)) {
+                            best = v, bi = h * p->W + w;
+                            if (isnan(v)) goto done;
+                        }
+                    }
+            done:
+                yp[oh * p->OW + ow] = best;
+                ap[oh * p->OW + ow] = (int32_t)bi;
+            }
+        }
+    }
+}
+
+/* gx [planes, H, W] = beta * gx + scatter-add of gy [planes, OH, OW] at arg. */
+static void maxpool_backward_kernel(float *gx, float beta, const float *gy, const int32_t *arg,
+                                    const pool_geom *p) {
+#pragma omp parallel for schedule(static)
+    for (int64_t pl = 0; pl < p->planes; pl++) {
+        float *gp = gx + pl * p->H * p->W;
+        if (beta == 0.0f) memset(gp, 0, (size_t)(p->H * p->W) * sizeof(float));
+        const float *g = gy + pl * p->OH * p->OW;
+        const int32_t *a = arg + pl * p->OH * p->OW;
+        for (int64_t i = 0; i < p->OH * p->OW; i++) gp[a[i]] += g[i];
+    }
+}
+
+static dt_status maxpool_forward(const dt_op_ctx *c) {
+    pool_geom p;
+    pool_geom_of(c, &p);
+    maxpool_forward_kernel(c->out.data, c->aux, c->in[0].data, &p);
+    return DT_OK;
+}
+
+static dt_status maxpool_backward(const dt_op_ctx *c) {
+    if (!c->gin[0].data) return DT_OK;
+    pool_geom p;
+    pool_geom_of(c, &p);
+    maxpool_backward_kernel(c->gin[0].data, c->gin_beta[0], c->gout.data, c->aux, &p);
+    return DT_OK;
+}
+
+static dt_status maxpool_prepare(dt_graph *g, dt_node *n) {
+    n->aux_bytes = (size_t)dt_tensor_numel(&n->t) * sizeof(int32_t);
+    return DT_OK;
+}
+
+/* Divisor of window (oh, ow) with count_include_pad: the window clipped to the padded input. */
+static inline float avg_divisor(const pool_geom *p, int64_t oh, int64_t ow) {
+    int64_t h0 = oh * p->sh - p->ph, w0 = ow * p->sw - p->pw;
+    int64_t h1 = h0 + p->kh, w1 = w0 + p->kw;
+    if (h1 > p->H + p->ph) h1 = p->H + p->ph;
+    if (w1 > p->W + p->pw) w1 = p->W + p->pw;
+    return (float)((h1 - h0) * (w1 - w0));
+}
+
+/* y [planes, OH, OW] = window sums of x [planes, H, W] / divisor. */
+static void avgpool_forward_kernel(float *y, const float *x, const pool_geom *p) {
+#pragma omp parallel for schedule(static)
+    for (int64_t pl = 0; pl < p->planes; pl++) {
+        const float *xp = x + pl * p->H * p->W;
+        float *yp = y + pl * p->OH * p->OW;
+        for (int64_t oh = 0; oh < p->OH; oh++) {
+            int64_t h0 = oh * p->sh - p->ph, h1 = h0 + p->kh;
+            if (h0 < 0) h0 = 0;
+            if (h1 > p->H) h1 = p->H;
+            for (int64_t ow = 0; ow < p->OW; ow++) {
+                int64_t w0 = ow * p->sw - p->pw, w1 = w0 + p->kw;
+                if (w0 < 0) w0 = 0;
+                if (w1 > p->W) w1 = p->W;
+                float s = 0.0f;
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++) s += xp[h * p->W + w];
+                yp[oh * p->OW + ow] = s / avg_divisor(p, oh, ow);
+            }
+        }
+    }
+}
+
+/* gx [planes, H, W] = beta * gx + each gy / divisor spread over its window. */
+static void avgpool_backward_kernel(float *gx, float beta, const float *gy, const pool_geom *p) {
+#pragma omp parallel for schedule(static)
+    for (int64_t pl = 0; pl < p->planes; pl++) {
+        float *gp = gx + pl * p->H * p->W;
+        if (beta == 0.0f) memset(gp, 0, (size_t)(p->H * p->W) * sizeof(float));
+        const float *g = gy + pl * p->OH * p->OW;
+        for (int64_t oh = 0; oh < p->OH; oh++) {
+            int64_t h0 = oh * p->sh - p->ph, h1 = h0 + p->kh;
+            if (h0 < 0) h0 = 0;
+            if (h1 > p->H) h1 = p->H;
+            for (int64_t ow = 0; ow < p->OW; ow++) {
+                int64_t w0 = ow * p->sw - p->pw, w1 = w0 + p->kw;
+                if (w0 < 0) w0 = 0;
+                if (w1 > p->W) w1 = p->W;
+                float v = g[oh * p->OW + ow] / avg_divisor(p, oh, ow);
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++) gp[h * p->W + w] += v;
+            }
+        }
+    }
+}
+
+static dt_status avgpool_forward(const dt_op_ctx *c) {
+    pool_geom p;
+    pool_geom_of(c, &p);
+    avgpool_forward_kernel(c->out.data, c->in[0].data, &p);
+    return DT_OK;
+}
+
+static dt_status avgpool_backward(const dt_op_ctx *c) {
+    if (!c->gin[0].data) return DT_OK;
+    pool_geom p;
+    pool_geom_of(c, &p);
+    avgpool_backward_kernel(c->gin[0].data, c->gin_beta[0], c->gout.data, &p);
+    return DT_OK;
+}
+
+/* y [planes] = mean of each x [planes, P] row. */
+static void gap_forward_kernel(float *y, const float *x, int64_t planes, int64_t P) {
+#pragma omp parallel for schedule(static)
+    for (int64_t pl = 0; pl < planes; pl++) {
+        const float *xp = x + pl * P;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < P; i++) s += xp[i];
+        y[pl] = s / (float)P;
+    }
+}
+
+/* gx [planes, P] = beta * gx + gy [planes] / P. */
+static void gap_backward_kernel(float *gx, float beta, const float *gy, int64_t planes, int64_t P) {
+#pragma omp parallel for schedule(static)
+    for (int64_t pl = 0; pl < planes; pl++) {
+        float v = gy[pl] / (float)P, *gp = gx + pl * P;
+        if (beta != 0.0f) {
+#pragma omp simd
+            for (int64_t i = 0; i < P; i++) gp[i] += v;
+        } else {
+#pragma omp simd
+            for (int64_t i = 0; i < P; i++) gp[i] = v;
+        }
+    }
+}
+
+static dt_status gap_forward(const dt_op_ctx *c) {
+    const dt_tensor *x = &c->in[0];
+    gap_forward_kernel(c->out.data, x->data, x->shape[0] * x->shape[1], x->shape[2] * x->shape[3]);
+    return DT_OK;
+}
+
+static dt_status gap_backward(const dt_op_ctx *c) {
+    if (!c->gin[0].data) return DT_OK;
+    const dt_tensor *x = &c->in[0];
+    gap_backward_kernel(c->gin[0].data, c->gin_beta[0], c->gout.data, x->shape[0] * x->shape[1],
+                        x->shape[2] * x->shape[3]);
+    return DT_OK;
+}
+
+static const dt_op_def maxpool_def = {
+    .name = "maxpool2d",
+    .prepare = maxpool_prepare,
+    .forward = maxpool_forward,
+    .backward = maxpool_backward,
+};
+static const dt_op_def avgpool_def = {
+    .name = "avgpool2d",
+    .forward = avgpool_forward,
+    .backward = avgpool_backward,
+};
+static const dt_op_def gap_def = {
+    .name = "global_avgpool",
+    .forward = gap_forward,
+    .backward = gap_backward,
+};
+
+/* Checks x and the window for maxpool2d / avgpool2d and adds the node. */
+static int pool_build(dt_graph *g, const dt_op_def *def, int x, int kh, int kw, int sh, int sw,
+                      int ph, int pw) {
+    const char *op = def->name;
+    if (dt_ids_bad(g, op, 1, &x)) return -1;
+    const dt_tensor *xt = dt_graph_shape(g, x);
+    char what[160];
+    if (xt->dtype != DT_F32) {
+        dt_shape_error(op, "x must be f32", 1, &xt);
+        snprintf(what, sizeof what, "%s", dt_last_error()); /* the message buffer is reused */
+        return dt_error_set(DT_ERR_DTYPE, "%s", what), -1;
+    }
+    if (xt->ndim != 4) return dt_shape_error(op, "x must be [N, C, H, W]", 1, &xt);
+    if (kh < 1 || kw < 1 || sh < 1 || sw < 1 || ph < 0 || pw < 0 || 2 * ph > kh || 2 * pw > kw) {
+        snprintf(what, sizeof what,
+                 "kernel %dx%d and stride %dx%d must be >= 1, padding %dx%d in [0, kernel/2]", kh,
+                 kw, sh, sw, ph, pw);
+        return dt_shape_error(op, what, 1, &xt);
+    }
+    int64_t nh = xt->shape[2] + 2 * (int64_t)ph - kh, nw = xt->shape[3] + 2 * (int64_t)pw - kw;
+    if (nh < 0 || nw < 0) {
+        snprintf(what, sizeof what, "output size <= 0 (kernel %dx%d, padding %dx%d)", kh, kw, ph,
+                 pw);
+        return dt_shape_error(op, what, 1, &xt);
+    }
+    int64_t shape[4] = {xt->shape[0], xt->shape[1], nh / sh + 1, nw / sw + 1};
+    int64_t ip[6] = {kh, kw, sh, sw, ph, pw};
+    return dt_node_add(g, def, 1, &x, DT_F32, 4, shape, ip, 6, NULL, 0);
+}
+
+int dt_maxpool2d(dt_graph *g, int x, int kh, int kw, int sh, int sw, int ph, int pw) {
+    return pool_build(g, &maxpool_def, x, kh, kw, sh, sw, ph, pw);
+}
+
+int dt_avgpool2d(dt_graph *g, int x, int kh, int kw, int sh, int sw, int ph, int pw) {
+    return pool_build(g, &avgpool_def, x, kh, kw, sh, sw, ph, pw);
+}
+
+int dt_global_avgpool(dt_graph *g, int x) {
+    const char *op = "global_avgpool";
+    if (dt_ids_bad(g, op, 1, &x)) return -1;
+    const dt_tensor *xt = dt_graph_shape(g, x);
+    if (xt->dtype != DT_F32) {
+        char m[256];
+        dt_shape_error(op, "x must be f32", 1, &xt);
+        snprintf(m, sizeof m, "%s", dt_last_error());
+        return dt_error_set(DT_ERR_DTYPE, "%s", m), -1;
+    }
+    if (xt->ndim != 4 || xt->shape[2] < 1 || xt->shape[3] < 1)
+        return dt_shape_error(op, "x must be [N, C, H, W] with H, W >= 1", 1, &xt);
+    int64_t shape[2] = {xt->shape[0], xt->shape[1]};
+    return dt_node_add(g, &gap_def, 1, &x, DT_F32, 2, shape, NULL, 0, NULL, 0);
+}

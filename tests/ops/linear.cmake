@@ -1,0 +1,6 @@
+# Linear family: matmul, linear (f32 and bf16 weight), embedding.
+dt_ref(NAME ref_linear SCRIPT tests/ref/ref_linear.py)
+dt_test(NAME linear_fd SOURCES ops/linear_fd.c LABELS unit)
+dt_test(NAME linear_errors SOURCES ops/linear_errors.c LABELS unit)
+dt_test(NAME linear_parity SOURCES ops/linear_parity.c LABELS parity
+        FIXTURES_REQUIRED ref_linear)
