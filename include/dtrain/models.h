@@ -1,0 +1,78 @@
+/* Model builders: the ResNet family (torchvision layout and names) and the Llama family
+ * (Hugging Face LlamaForCausalLM layout and names). A builder adds parameters and ops to a
+ * graph; weights are loaded afterwards by name (dt_model_load) or initialised
+ * (dt_model_init_*). */
+#ifndef DTRAIN_MODELS_H
+#define DTRAIN_MODELS_H
+
+#include <stdint.h>
+#include "dtrain/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- ResNet ---------------------------------------------------------------------------- */
+
+typedef struct dt_resnet_config {
+    int depth;       /* 18, 34 (basic blocks), 50, 101, 152 (bottleneck, v1.5) */
+    int in_channels; /* 3 for RGB */
+    int num_classes;
+    int small_stem;  /* 1: 3x3 stride-1 conv, no max-pool (28x28 / 32x32 images) */
+    int width;       /* channels of the first stage; torchvision: 64 */
+    int recompute;   /* 1: recompute each residual block's activations in backward */
+} dt_resnet_config;
+
+/* x [N, in_channels, H, W] -> logits [N, num_classes]. Parameter names as torchvision's
+ * state dict (conv1.weight, bn1.running_mean, layer1.0.conv1.weight, ..., fc.bias). */
+int dt_resnet_build(dt_graph *g, const dt_resnet_config *c, int x);
+/* Number of trainable parameters, without building. */
+int64_t dt_resnet_param_count(const dt_resnet_config *c);
+/* torchvision's initialisation: kaiming-normal (fan_out, relu) convs, BN weight 1 bias 0,
+ * Linear U(-1/sqrt(in), 1/sqrt(in)); running var 1, mean 0. Deterministic from seed. */
+dt_status dt_resnet_init(dt_graph *g, uint64_t seed);
+
+/* ---- Llama ----------------------------------------------------------------------------- */
+
+typedef struct dt_llama_config {
+    int vocab_size, hidden_size, intermediate_size, num_hidden_layers;
+    int num_attention_heads, num_key_value_heads, head_dim;
+    int max_position_embeddings;
+    float rms_norm_eps, rope_theta;
+    /* rope_scaling "llama3" (rope_type == 1) or none (0) */
+    int rope_type;
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_position_embeddings;
+    int tie_word_embeddings;
+    int bos_token_id;
+    int eos_token_ids[4], n_eos;
+    int recompute; /* 1: recompute each decoder layer in backward */
+} dt_llama_config;
+
+/* Reads a Hugging Face config.json (file, or a folder holding one). Unknown architectures,
+ * missing required keys and bad values give an error naming the file and key. */
+dt_status dt_llama_config_load(const char *path, dt_llama_config *c);
+int64_t dt_llama_param_count(const dt_llama_config *c);
+
+/* ids [B, T] (i32/i64) -> logits [B, T, vocab]. */
+int dt_llama_build(dt_graph *g, const dt_llama_config *c, int ids);
+/* Hugging Face's initialisation (normal(0, 0.02) for linear/embedding, norms 1). */
+dt_status dt_llama_init(dt_graph *g, uint64_t seed);
+
+/* ---- Weights in and out ------------------------------------------------------------------ */
+
+/* Loads every parameter of the graph (trainable, frozen and state) by name from a safetensors
+ * file, or from a folder holding model.safetensors or a sharded model.safetensors.index.json.
+ * f32, bf16 and f16 sources convert to the parameter's dtype. A missing tensor or a shape
+ * mismatch is an error naming the tensor; tensors in the file that the graph lacks are an error
+ * unless they are listed in `ignore` (NULL-terminated suffixes, e.g. "num_batches_tracked"). */
+dt_status dt_model_load(dt_graph *g, const char *path, const char *const *ignore);
+/* Writes every parameter (trainable, frozen, state) to one safetensors file, adding an i64 scalar
+ * "<bn>.num_batches_tracked" for each batchnorm when bn_batches >= 0 (torchvision's state dict
+ * has them), with metadata {"format": "pt"}. */
+dt_status dt_model_save(dt_graph *g, const char *path, int64_t bn_batches);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

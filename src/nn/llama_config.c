@@ -1,0 +1,153 @@
+/* Hugging Face Llama config.json -> dt_llama_config, and the parameter count. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "dtrain/models.h"
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = n >= 0 && n < (16 << 20) ? malloc((size_t)n + 1) : NULL;
+    size_t got = b ? fread(b, 1, (size_t)n, f) : 0;
+    fclose(f);
+    if (!b) return NULL;
+    b[got] = '\0';
+    *len = got;
+    return b;
+}
+
+/* Integer key: required (def < 0 means required) or default. */
+static dt_status get_int(const char *p, cJSON *o, const char *key, int def, int *out) {
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (def < 0) return dt_error_set(DT_ERR_FORMAT, "%s: missing key '%s'", p, key);
+        *out = def;
+        return DT_OK;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
+        v->valuedouble > 1e9)
+        return dt_error_set(DT_ERR_FORMAT, "%s: key '%s' must be a non-negative integer", p, key);
+    *out = (int)v->valuedouble;
+    return DT_OK;
+}
+
+static dt_status get_float(const char *p, cJSON *o, const char *key, float def, float *out) {
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) {
+        *out = def;
+        return DT_OK;
+    }
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0))
+        return dt_error_set(DT_ERR_FORMAT, "%s: key '%s' must be a positive number", p, key);
+    *out = (float)v->valuedouble;
+    return DT_OK;
+}
+
+static dt_status parse(const char *p, cJSON *o, dt_llama_config *c) {
+    dt_status st;
+    cJSON *mt = cJSON_GetObjectItemCaseSensitive(o, "model_type");
+    if (cJSON_IsString(mt) && strcmp(mt->valuestring, "llama") != 0)
+        return dt_error_set(DT_ERR_FORMAT, "%s: model_type '%s' is not supported (expected 'llama')",
+                            p, mt->valuestring);
+    cJSON *act = cJSON_GetObjectItemCaseSensitive(o, "hidden_act");
+    if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0)
+        return dt_error_set(DT_ERR_FORMAT, "%s: hidden_act '%s' is not supported (expected 'silu')",
+                            p, act->valuestring);
+    const char *nobias[] = {"attention_bias", "mlp_bias"};
+    for (int i = 0; i < 2; i++)
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, nobias[i])))
+            return dt_error_set(DT_ERR_FORMAT, "%s: '%s': true is not supported", p, nobias[i]);
+    if ((st = get_int(p, o, "vocab_size", -1, &c->vocab_size)) ||
+        (st = get_int(p, o, "hidden_size", -1, &c->hidden_size)) ||
+        (st = get_int(p, o, "intermediate_size", -1, &c->intermediate_size)) ||
+        (st = get_int(p, o, "num_hidden_layers", -1, &c->num_hidden_layers)) ||
+        (st = get_int(p, o, "num_attention_heads", -1, &c->num_attention_heads)))
+        return st;
+    if ((st = get_int(p, o, "num_key_value_heads", c->num_attention_heads, &c->num_key_value_heads)))
+        return st;
+    int heads = c->num_attention_heads ? c->num_attention_heads : 1;
+    if ((st = get_int(p, o, "head_dim", c->hidden_size / heads, &c->head_dim)) ||
+        (st = get_int(p, o, "max_position_embeddings", 2048, &c->max_position_embeddings)) ||
+        (st = get_int(p, o, "bos_token_id", 1, &c->bos_token_id)) ||
+        (st = get_float(p, o, "rms_norm_eps", 1e-6f, &c->rms_norm_eps)))
+        return st;
+    c->tie_word_embeddings = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "tie_word_embeddings"));
+    cJSON *eos = cJSON_GetObjectItemCaseSensitive(o, "eos_token_id");
+    c->n_eos = 0;
+    if (cJSON_IsNumber(eos)) {
+        c->eos_token_ids[c->n_eos++] = (int)eos->valuedouble;
+    } else if (cJSON_IsArray(eos)) {
+        cJSON *e;
+        cJSON_ArrayForEach(e, eos) if (cJSON_IsNumber(e) && c->n_eos < 4) c->eos_token_ids[c->n_eos++] =
+            (int)e->valuedouble;
+    }
+    /* transformers < 5 writes rope_theta + rope_scaling; 5.x writes rope_parameters holding both. */
+    cJSON *rp = cJSON_GetObjectItemCaseSensitive(o, "rope_parameters");
+    cJSON *rs = cJSON_IsObject(rp) ? rp : cJSON_GetObjectItemCaseSensitive(o, "rope_scaling");
+    if ((st = get_float(p, o, "rope_theta", 10000.0f, &c->rope_theta))) return st;
+    if (cJSON_IsObject(rp) && (st = get_float(p, rp, "rope_theta", c->rope_theta, &c->rope_theta)))
+        return st;
+    c->rope_type = 0;
+    if (cJSON_IsObject(rs)) {
+        cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+        if (!cJSON_IsString(t)) t = cJSON_GetObjectItemCaseSensitive(rs, "type");
+        const char *ty = cJSON_IsString(t) ? t->valuestring : "default";
+        if (!strcmp(ty, "llama3")) {
+            c->rope_type = 1;
+            if ((st = get_float(p, rs, "factor", 8.0f, &c->rope_factor)) ||
+                (st = get_float(p, rs, "low_freq_factor", 1.0f, &c->rope_low_freq_factor)) ||
+                (st = get_float(p, rs, "high_freq_factor", 4.0f, &c->rope_high_freq_factor)) ||
+                (st = get_int(p, rs, "original_max_position_embeddings", 8192,
+                              &c->rope_original_max_position_embeddings)))
+                return st;
+        } else if (strcmp(ty, "default") != 0) {
+            return dt_error_set(DT_ERR_FORMAT, "%s: rope type '%s' is not supported (default, llama3)",
+                                p, ty);
+        }
+    }
+    if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 ||
+        c->num_hidden_layers <= 0 || c->num_attention_heads <= 0 || c->num_key_value_heads <= 0 ||
+        c->head_dim <= 0 || c->head_dim % 2)
+        return dt_error_set(DT_ERR_FORMAT, "%s: sizes must be positive and head_dim even", p);
+    if (c->num_attention_heads % c->num_key_value_heads)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                            p, c->num_attention_heads, c->num_key_value_heads);
+    return DT_OK;
+}
+
+dt_status dt_llama_config_load(const char *path, dt_llama_config *c) {
+    char p[4096];
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        snprintf(p, sizeof p, "%s/config.json", path);
+    else
+        snprintf(p, sizeof p, "%s", path);
+    size_t len = 0;
+    char *txt = slurp(p, &len);
+    if (!txt) return dt_error_set(DT_ERR_IO, "%s: cannot read", p);
+    cJSON *o = cJSON_ParseWithLength(txt, len);
+    free(txt);
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return dt_error_set(DT_ERR_FORMAT, "%s: not a JSON object", p);
+    }
+    memset(c, 0, sizeof *c);
+    dt_status st = parse(p, o, c);
+    cJSON_Delete(o);
+    return st;
+}
+
+int64_t dt_llama_param_count(const dt_llama_config *c) {
+    int64_t D = c->hidden_size, V = c->vocab_size, F = c->intermediate_size;
+    int64_t q = (int64_t)c->num_attention_heads * c->head_dim;
+    int64_t kv = (int64_t)c->num_key_value_heads * c->head_dim;
+    int64_t layer = 2 * D + D * q + 2 * D * kv + q * D + 3 * D * F;
+    return V * D + c->num_hidden_layers * layer + D + (c->tie_word_embeddings ? 0 : V * D);
+}

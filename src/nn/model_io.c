@@ -1,0 +1,183 @@
+/* Model weights in and out by parameter name (see dt_model_load / dt_model_save). */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "dtrain/models.h"
+#include "dtrain/safetensors.h"
+
+#define MAX_FILES 512
+
+typedef struct src_set {
+    int n;
+    char *paths[MAX_FILES];
+    dt_st_file *files[MAX_FILES];
+    cJSON *index; /* weight_map of a sharded checkpoint, or NULL */
+} src_set;
+
+static void src_free(src_set *s) {
+    for (int i = 0; i < s->n; i++) dt_st_close(s->files[i]), free(s->paths[i]);
+    cJSON_Delete(s->index);
+}
+
+static int is_dir(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static char *read_text(const char *path, size_t max) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max, f) : 0;
+    fclose(f);
+    if (!buf) return NULL;
+    buf[n] = '\0';
+    return buf;
+}
+
+static dt_status add_file(src_set *s, const char *path) {
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->paths[i], path)) return DT_OK;
+    if (s->n == MAX_FILES) return dt_error_set(DT_ERR_FORMAT, "%s: more than %d shards", path, MAX_FILES);
+    dt_status st = dt_st_open(path, &s->files[s->n]);
+    if (st != DT_OK) return st;
+    s->paths[s->n++] = strdup(path);
+    return DT_OK;
+}
+
+/* Opens the file, or the folder's model.safetensors, or every shard its index names. */
+static dt_status src_open(src_set *s, const char *path) {
+    char p[4096];
+    memset(s, 0, sizeof *s);
+    if (!is_dir(path)) return add_file(s, path);
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", path);
+    char *txt = read_text(p, 64u << 20);
+    if (!txt) {
+        snprintf(p, sizeof p, "%s/model.safetensors", path);
+        return add_file(s, p);
+    }
+    cJSON *root = cJSON_Parse(txt);
+    free(txt);
+    cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+    if (!cJSON_IsObject(wm)) {
+        cJSON_Delete(root);
+        return dt_error_set(DT_ERR_FORMAT, "%s: no \"weight_map\" object", p);
+    }
+    s->index = root;
+    cJSON *it;
+    cJSON_ArrayForEach(it, wm) {
+        if (!cJSON_IsString(it) || strchr(it->valuestring, '/'))
+            return dt_error_set(DT_ERR_FORMAT, "%s: bad file name for '%s'", p, it->string);
+        char f[4096];
+        snprintf(f, sizeof f, "%s/%s", path, it->valuestring);
+        dt_status st = add_file(s, f);
+        if (st != DT_OK) return st;
+    }
+    return DT_OK;
+}
+
+/* Finds tensor `name`; returns DT_OK with *file set, or an error naming it. */
+static dt_status src_find(src_set *s, const char *name, dt_tensor *t, int *file) {
+    for (int i = 0; i < s->n; i++)
+        if (dt_st_get(s->files[i], name, t) == DT_OK) {
+            *file = i;
+            return DT_OK;
+        }
+    return dt_error_set(DT_ERR_FORMAT, "%s: missing tensor '%s'", s->n ? s->paths[0] : "?", name);
+}
+
+static int ignored(const char *name, const char *const *ignore) {
+    size_t n = strlen(name);
+    for (int i = 0; ignore && ignore[i]; i++) {
+        size_t k = strlen(ignore[i]);
+        if (n >= k && !strcmp(name + n - k, ignore[i])) return 1;
+    }
+    return 0;
+}
+
+dt_status dt_model_load(dt_graph *g, const char *path, const char *const *ignore) {
+    src_set s;
+    dt_status st = src_open(&s, path);
+    if (st != DT_OK) {
+        src_free(&s);
+        return st;
+    }
+    int np = dt_graph_param_count(g);
+    for (int i = 0; i < np && st == DT_OK; i++) {
+        const dt_param_info *pi = dt_graph_param_info(g, i);
+        const dt_tensor *dst = dt_graph_value(g, pi->id);
+        dt_tensor src;
+        int fi = 0;
+        if (!dst || !dst->data) {
+            st = dt_error_set(DT_ERR_STATE, "load %s: graph is not compiled", path);
+            break;
+        }
+        if ((st = src_find(&s, pi->name, &src, &fi)) != DT_OK) break;
+        if (!dt_tensor_same_shape(&src, dst)) {
+            char a[96], b[96];
+            st = dt_error_set(DT_ERR_SHAPE, "%s: tensor '%s' has shape %s, the model needs %s",
+                              s.paths[fi], pi->name, dt_shape_str(a, sizeof a, src.ndim, src.shape),
+                              dt_shape_str(b, sizeof b, dst->ndim, dst->shape));
+            break;
+        }
+        int fsrc = src.dtype == DT_F32 || src.dtype == DT_BF16 || src.dtype == DT_F16;
+        if (!fsrc) {
+            st = dt_error_set(DT_ERR_DTYPE, "%s: tensor '%s' is %s, expected a float type",
+                              s.paths[fi], pi->name, dt_dtype_name(src.dtype));
+            break;
+        }
+        dt_tensor d = *dst;
+        st = dt_tensor_copy(&d, &src);
+    }
+    /* Tensors the model does not have: an error, so a wrong architecture is not half-loaded. */
+    for (int f = 0; f < s.n && st == DT_OK; f++)
+        for (int k = 0; k < dt_st_count(s.files[f]) && st == DT_OK; k++) {
+            const char *nm = dt_st_name(s.files[f], k);
+            if (dt_graph_find(g, nm) < 0 && !ignored(nm, ignore))
+                st = dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s' is not a parameter of the model",
+                                  s.paths[f], nm);
+        }
+    src_free(&s);
+    return st;
+}
+
+dt_status dt_model_save(dt_graph *g, const char *path, int64_t bn_batches) {
+    int np = dt_graph_param_count(g), n = 0;
+    dt_st_entry *e = calloc((size_t)np * 2 + 1, sizeof *e);
+    dt_tensor *extra = calloc((size_t)np + 1, sizeof *extra);
+    char **names = calloc((size_t)np + 1, sizeof *names);
+    int64_t nb = bn_batches;
+    int n_extra = 0;
+    dt_status st = DT_OK;
+    if (!e || !extra || !names) {
+        st = dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    for (int i = 0; i < np; i++) {
+        const dt_param_info *pi = dt_graph_param_info(g, i);
+        const dt_tensor *v = dt_graph_value(g, pi->id);
+        if (!v || !v->data) {
+            st = dt_error_set(DT_ERR_STATE, "save %s: graph is not compiled", path);
+            goto done;
+        }
+        e[n].name = pi->name, e[n++].t = v;
+        const char *suf = ".running_var";
+        size_t ln = strlen(pi->name), ls = strlen(suf);
+        if (bn_batches >= 0 && ln > ls && !strcmp(pi->name + ln - ls, suf)) {
+            names[n_extra] = malloc(ln + 16);
+            snprintf(names[n_extra], ln + 16, "%.*s.num_batches_tracked", (int)(ln - ls), pi->name);
+            dt_tensor_init(&extra[n_extra], &nb, DT_I64, 0, NULL);
+            e[n].name = names[n_extra], e[n++].t = &extra[n_extra];
+            n_extra++;
+        }
+    }
+    const char *mk[1] = {"format"}, *mv[1] = {"pt"};
+    st = dt_st_save(path, e, n, mk, mv, 1);
+done:
+    for (int i = 0; i < n_extra; i++) free(names[i]);
+    free(names), free(extra), free(e);
+    return st;
+}

@@ -1,0 +1,6 @@
+dt_ref_venv(NAME ref_resnet SCRIPT tests/ref/ref_resnet.py)
+dt_test(NAME test_resnet SOURCES nn/test_resnet.c LABELS parity FIXTURES_REQUIRED ref_resnet TIMEOUT 600)
+set_tests_properties(test_resnet PROPERTIES FIXTURES_SETUP resnet_out)
+add_test(NAME resnet_torchvision_load
+         COMMAND ${DT_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/tests/ref/check_resnet_roundtrip.py ${DT_REF_DIR})
+set_tests_properties(resnet_torchvision_load PROPERTIES LABELS parity FIXTURES_REQUIRED resnet_out)
