@@ -4,3 +4,5 @@ set_tests_properties(test_resnet PROPERTIES FIXTURES_SETUP resnet_out)
 add_test(NAME resnet_torchvision_load
          COMMAND ${DT_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/tests/ref/check_resnet_roundtrip.py ${DT_REF_DIR})
 set_tests_properties(resnet_torchvision_load PROPERTIES LABELS parity FIXTURES_REQUIRED resnet_out)
+dt_ref_venv(NAME ref_llama SCRIPT tests/ref/ref_llama.py)
+dt_test(NAME test_llama SOURCES nn/test_llama.c LABELS parity FIXTURES_REQUIRED ref_llama)
