@@ -98,48 +98,51 @@ static int ignored(const char *name, const char *const *ignore) {
     return 0;
 }
 
+/* Checks that `name` exists with a float dtype and dst's shape; fills *src. */
+static dt_status check_one(src_set *s, const char *name, const dt_tensor *dst, dt_tensor *src) {
+    int fi = 0;
+    dt_status st = src_find(s, name, src, &fi);
+    if (st != DT_OK) return st;
+    if (src->dtype != DT_F32 && src->dtype != DT_BF16 && src->dtype != DT_F16)
+        return dt_error_set(DT_ERR_DTYPE, "%s: tensor '%s' is %s, expected a float type",
+                            s->paths[fi], name, dt_dtype_name(src->dtype));
+    if (!dt_tensor_same_shape(src, dst)) {
+        char a[96], b[96];
+        return dt_error_set(DT_ERR_SHAPE, "%s: tensor '%s' has shape %s, the model needs %s",
+                            s->paths[fi], name, dt_shape_str(a, sizeof a, src->ndim, src->shape),
+                            dt_shape_str(b, sizeof b, dst->ndim, dst->shape));
+    }
+    return DT_OK;
+}
+
+/* Two passes: everything is checked before anything is copied, so a refused file leaves the
+ * model's parameters untouched. */
 dt_status dt_model_load(dt_graph *g, const char *path, const char *const *ignore) {
     src_set s;
     dt_status st = src_open(&s, path);
-    if (st != DT_OK) {
-        src_free(&s);
-        return st;
-    }
     int np = dt_graph_param_count(g);
-    for (int i = 0; i < np && st == DT_OK; i++) {
-        const dt_param_info *pi = dt_graph_param_info(g, i);
-        const dt_tensor *dst = dt_graph_value(g, pi->id);
-        dt_tensor src;
-        int fi = 0;
-        if (!dst || !dst->data) {
-            st = dt_error_set(DT_ERR_STATE, "load %s: graph is not compiled", path);
-            break;
+    for (int pass = 0; pass < 2 && st == DT_OK; pass++) {
+        for (int i = 0; i < np && st == DT_OK; i++) {
+            const dt_param_info *pi = dt_graph_param_info(g, i);
+            const dt_tensor *dst = dt_graph_value(g, pi->id);
+            dt_tensor src;
+            if (!dst || !dst->data)
+                st = dt_error_set(DT_ERR_STATE, "load %s: graph is not compiled", path);
+            else if ((st = check_one(&s, pi->name, dst, &src)) == DT_OK && pass == 1) {
+                dt_tensor d = *dst;
+                st = dt_tensor_copy(&d, &src);
+            }
         }
-        if ((st = src_find(&s, pi->name, &src, &fi)) != DT_OK) break;
-        if (!dt_tensor_same_shape(&src, dst)) {
-            char a[96], b[96];
-            st = dt_error_set(DT_ERR_SHAPE, "%s: tensor '%s' has shape %s, the model needs %s",
-                              s.paths[fi], pi->name, dt_shape_str(a, sizeof a, src.ndim, src.shape),
-                              dt_shape_str(b, sizeof b, dst->ndim, dst->shape));
-            break;
-        }
-        int fsrc = src.dtype == DT_F32 || src.dtype == DT_BF16 || src.dtype == DT_F16;
-        if (!fsrc) {
-            st = dt_error_set(DT_ERR_DTYPE, "%s: tensor '%s' is %s, expected a float type",
-                              s.paths[fi], pi->name, dt_dtype_name(src.dtype));
-            break;
-        }
-        dt_tensor d = *dst;
-        st = dt_tensor_copy(&d, &src);
+        /* Tensors the model does not have: an error, so a wrong architecture is not loaded. */
+        for (int f = 0; pass == 0 && f < s.n && st == DT_OK; f++)
+            for (int k = 0; k < dt_st_count(s.files[f]) && st == DT_OK; k++) {
+                const char *nm = dt_st_name(s.files[f], k);
+                if (dt_graph_find(g, nm) < 0 && !ignored(nm, ignore))
+                    st = dt_error_set(DT_ERR_FORMAT,
+                                      "%s: tensor '%s' is not a parameter of the model",
+                                      s.paths[f], nm);
+            }
     }
-    /* Tensors the model does not have: an error, so a wrong architecture is not half-loaded. */
-    for (int f = 0; f < s.n && st == DT_OK; f++)
-        for (int k = 0; k < dt_st_count(s.files[f]) && st == DT_OK; k++) {
-            const char *nm = dt_st_name(s.files[f], k);
-            if (dt_graph_find(g, nm) < 0 && !ignored(nm, ignore))
-                st = dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s' is not a parameter of the model",
-                                  s.paths[f], nm);
-        }
     src_free(&s);
     return st;
 }

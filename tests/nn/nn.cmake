@@ -6,3 +6,4 @@ add_test(NAME resnet_torchvision_load
 set_tests_properties(resnet_torchvision_load PROPERTIES LABELS parity FIXTURES_REQUIRED resnet_out)
 dt_ref_venv(NAME ref_llama SCRIPT tests/ref/ref_llama.py)
 dt_test(NAME test_llama SOURCES nn/test_llama.c LABELS parity FIXTURES_REQUIRED ref_llama)
+dt_test(NAME test_model_files SOURCES nn/test_model_files.c LABELS unit)
