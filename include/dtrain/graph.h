@@ -73,6 +73,12 @@ dt_status dt_graph_forward(dt_graph *g, int training);
  * dt_graph_set_accumulate(g, 1) (gradient accumulation over micro-batches). */
 dt_status dt_graph_backward(dt_graph *g);
 void dt_graph_set_accumulate(dt_graph *g, int on);
+/* Called during dt_graph_backward each time parameters' gradients become final (their last
+ * writer has run), with their indices in the param table (dt_graph_param_info). Data-parallel
+ * training starts the all-reduce of a gradient bucket from here while backward goes on. Every
+ * trainable parameter is reported exactly once per backward. */
+typedef void (*dt_grad_ready_fn)(void *ud, const int *params, int n);
+void dt_graph_on_grad_ready(dt_graph *g, dt_grad_ready_fn fn, void *ud);
 void dt_graph_set_loss_scale(dt_graph *g, float s);
 /* RNG key material for dropout etc.: key = seed mixed with rank; counter uses step. */
 void dt_graph_set_rng(dt_graph *g, uint64_t seed, uint64_t step, int rank);

@@ -306,9 +306,13 @@ static void *val_ptr(plan *p, int x, int ph) {
 
 static void *grad_ptr(plan *p, int x) {
     dt_graph *g = p->g;
-    if (!p->gneed[x]) return NULL;
     int r = p->root[x];
     dt_node *rn = &g->nodes[r];
+    /* A trainable parameter always has its slot in the flat gradient, even if unused. */
+    if (x == r && rn->kind == DT_NODE_PARAM && !g->no_backward &&
+        !(g->params[rn->param].flags & (DT_PARAM_FROZEN | DT_PARAM_STATE)))
+        return g->flat_grad + g->params[rn->param].offset;
+    if (!p->gneed[x]) return NULL;
     if (rn->kind == DT_NODE_INPUT) return (char *)g->input_mem + rn->ip[1];
     if (rn->kind == DT_NODE_PARAM) return g->flat_grad + g->params[rn->param].offset;
     if (r == p->root[g->loss]) return g->loss_grad;
@@ -371,6 +375,25 @@ static void bind(plan *p) {
             g->unused[g->n_unused++] = pi->id;
     }
     free(written);
+    /* Gradient-ready events: after which backward entry each parameter's gradient is final
+     * (its last writer), so communication can start on it while backward goes on. */
+    int *last = malloc(((size_t)g->n_params + 1) * sizeof *last);
+    for (int k = 0; last && k < g->n_params; k++) last[k] = -1;
+    for (int e = g->n_fwd; last && e < g->n_entries; e++) {
+        dt_entry *en = &g->entries[e];
+        for (int j = 0; j < en->ctx.node->n_in; j++) {
+            dt_node *r = &g->nodes[p->root[en->ctx.node->in[j]]];
+            if (en->ctx.gin[j].data && r->kind == DT_NODE_PARAM) last[r->param] = e;
+        }
+    }
+    g->n_ready = 0;
+    for (int e = g->n_fwd; last && e < g->n_entries; e++) {
+        g->entries[e].ready_first = g->n_ready;
+        for (int k = 0; k < g->n_params; k++)
+            if (last[k] == e) g->ready[g->n_ready++] = k;
+        g->entries[e].ready_count = g->n_ready - g->entries[e].ready_first;
+    }
+    free(last);
 }
 
 dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
@@ -426,7 +449,8 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
     g->val = calloc((size_t)n + 1, sizeof(dt_tensor));
     g->grad = calloc((size_t)n + 1, sizeof(dt_tensor));
     g->unused = calloc((size_t)g->n_params + 1, sizeof(int));
-    if (!g->unused || !g->arena || !g->flat_param || !g->flat_grad || !g->flat_state || !g->flat_frozen ||
+    g->ready = calloc((size_t)g->n_params + 1, sizeof(int));
+    if (!g->unused || !g->ready || !g->arena || !g->flat_param || !g->flat_grad || !g->flat_state || !g->flat_frozen ||
         !g->input_mem || !g->loss_grad || !g->val || !g->grad)
         goto fail;
     dt_error_clear();

@@ -27,6 +27,7 @@ static dt_status run_range(dt_graph *g, int from, int to) {
         dt_entry *e = &g->entries[k];
         dt_status s = run_entry(g, e);
         if (s != DT_OK) return s;
+        if (g->on_ready && e->ready_count) g->on_ready(g->on_ready_ud, g->ready + e->ready_first, e->ready_count);
     }
     return DT_OK;
 }
@@ -46,6 +47,12 @@ dt_status dt_graph_backward(dt_graph *g) {
         for (int k = 0; k < g->n_unused; k++) {
             const dt_tensor *t = &g->grad[g->unused[k]];
             memset(t->data, 0, dt_tensor_nbytes(t));
+        }
+    /* Unused parameters' gradients are final (zero) before backward starts. */
+    if (g->on_ready)
+        for (int k = 0; k < g->n_unused; k++) {
+            int pi = g->nodes[g->unused[k]].param;
+            g->on_ready(g->on_ready_ud, &pi, 1);
         }
     return run_range(g, g->n_fwd, g->n_entries);
 }

@@ -25,7 +25,7 @@ void dt_graph_free(dt_graph *g) {
     free(g->nodes), free(g->params), free(g->segs), free(g->keep);
     free(g->flat_param), free(g->flat_grad), free(g->flat_state), free(g->flat_frozen);
     free(g->input_mem), free(g->arena), free(g->val), free(g->grad), free(g->entries);
-    free(g->loss_grad), free(g->unused);
+    free(g->loss_grad), free(g->unused), free(g->ready);
     free(g);
 }
 
@@ -291,6 +291,10 @@ void dt_graph_memory(const dt_graph *g, dt_graph_mem *m) {
 }
 
 void dt_graph_set_accumulate(dt_graph *g, int on) { g->accumulate = on != 0; }
+void dt_graph_on_grad_ready(dt_graph *g, dt_grad_ready_fn fn, void *ud) {
+    g->on_ready = fn;
+    g->on_ready_ud = ud;
+}
 void dt_graph_set_loss_scale(dt_graph *g, float s) { g->loss_scale = s; }
 void dt_graph_set_rng(dt_graph *g, uint64_t seed, uint64_t step, int rank) {
     g->run.key = seed ^ ((uint64_t)(uint32_t)rank * 0x9E3779B97F4A7C15ull);

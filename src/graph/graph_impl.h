@@ -22,6 +22,7 @@ typedef struct dt_entry {
     unsigned char param_first[DT_MAX_IN];
     int n_zero; /* buffers to zero before an accumulate-only backward */
     dt_zero zero[DT_MAX_IN];
+    int ready_first, ready_count; /* params whose gradient is final after this entry */
 } dt_entry;
 
 struct dt_graph {
@@ -47,6 +48,9 @@ struct dt_graph {
     float *loss_grad; /* seed for backward */
     int *unused;      /* trainable params no backward writes: zeroed each step */
     int n_unused;
+    int *ready, n_ready; /* param indices in the order their gradients become final */
+    dt_grad_ready_fn on_ready;
+    void *on_ready_ud;
     dt_run run;
     int accumulate;
     float loss_scale;

@@ -149,6 +149,53 @@ static void test_recompute_and_planner(void) {
     for (int k = 0; k < 3; k++) dt_graph_free(gs[k]);
 }
 
+/* Gradient-ready events: each trainable parameter once per backward, and at that moment its
+ * gradient already has its final value (so communication may start on it). */
+typedef struct ready_log {
+    dt_graph *g;
+    int count[64];
+    float *snap; /* copy of the flat gradient taken at each param's event */
+} ready_log;
+
+static void on_ready(void *ud, const int *params, int n) {
+    ready_log *l = ud;
+    float *gr = dt_graph_flat_grad(l->g, NULL);
+    for (int k = 0; k < n; k++) {
+        const dt_param_info *pi = dt_graph_param_info(l->g, params[k]);
+        l->count[params[k]]++;
+        memcpy(l->snap + pi->offset, gr + pi->offset, pi->numel * 4);
+    }
+}
+
+static void test_grad_ready(void) {
+    dt_graph *g = dt_graph_init();
+    int x = dt_graph_input(g, "x", DT_F32, 2, (int64_t[]){4, 8}, 0);
+    int w0 = dt_graph_param(g, "w0", DT_F32, 1, (int64_t[]){8}, 0);
+    int w1 = dt_graph_param(g, "w1", DT_F32, 1, (int64_t[]){8}, 0);
+    int unused = dt_graph_param(g, "unused", DT_F32, 1, (int64_t[]){3}, 0);
+    (void)unused;
+    /* w0 is used at the start and again at the end (like tied embeddings). */
+    int h = dt_mul(g, dt_mul(g, x, w0), w1);
+    int loss = dt_sum(g, dt_mul(g, dt_add(g, h, w0), h));
+    CHECK_OK(dt_graph_compile(g, loss, NULL));
+    dt_test_randn(g, x, 1, 1.0f);
+    size_t n;
+    float *p = dt_graph_flat_param(g, &n);
+    for (size_t i = 0; i < n; i++) p[i] = 0.5f + 0.01f * (float)i;
+    ready_log l = {.g = g, .snap = calloc(n, 4)};
+    dt_graph_on_grad_ready(g, on_ready, &l);
+    for (int step = 0; step < 2; step++) {
+        CHECK_OK(dt_graph_forward(g, 1));
+        CHECK_OK(dt_graph_backward(g));
+    }
+    CHECK(l.count[0] == 2 && l.count[1] == 2 && l.count[2] == 2,
+          "each param reported once per backward (%d %d %d)", l.count[0], l.count[1], l.count[2]);
+    CHECK(memcmp(l.snap, dt_graph_flat_grad(g, NULL), n * 4) == 0,
+          "gradients are final when reported");
+    free(l.snap);
+    dt_graph_free(g);
+}
+
 static void test_errors(void) {
     dt_graph *g = dt_graph_init();
     int a = dt_graph_input(g, "a", DT_F32, 2, (int64_t[]){2, 3}, 0);
@@ -178,6 +225,7 @@ int main(void) {
     test_broadcast_fd();
     test_basic_parity();
     test_recompute_and_planner();
+    test_grad_ready();
     test_errors();
     return dt_test_finish("test_graph");
 }
