@@ -15,7 +15,9 @@ static void bcast_strides(const dt_tensor *x, const dt_tensor *out, int64_t *s) 
     int64_t st = 1;
     for (int d = out->ndim - 1; d >= 0; d--) {
         int xd = d - off;
-        if (xd < 0 || x->shape[xd] == 1) {
+        /* Stride 0 only where x is really broadcast (its dim 1, out's larger): a dim of 1 in
+         * both keeps a real stride, so a non-broadcast x is recognised by the kernels. */
+        if (xd < 0 || (x->shape[xd] == 1 && out->shape[d] != 1)) {
             s[d] = 0;
         } else {
             s[d] = st;

@@ -106,7 +106,8 @@ static void fd_pool(const char *what, int max, int H, int W, int kh, int kw, int
     int x = dt_graph_input(g, "x", DT_F32, 4, (int64_t[]){2, 3, H, W}, 1);
     int y = (max ? dt_maxpool2d : dt_avgpool2d)(g, x, kh, kw, sh, sw, ph, pw);
     CHECK(y >= 0, "%s: build: %s", what, dt_last_error());
-    int r, loss = dt_test_dotloss(g, y, &r);
+    /* flattened: dt_mul's gradient is wrong for operands whose last dim is 1 (a core issue) */
+    int r, loss = dt_test_dotloss(g, dt_reshape(g, y, 1, (int64_t[]){-1}), &r);
     if (CHECK(dt_graph_compile(g, loss, NULL) == DT_OK, "%s: %s", what, dt_last_error())) {
         fill_leaves(g, r);
         distinct_values(g, x);
@@ -178,7 +179,9 @@ int main(void) {
     fd_bn("batchnorm2d train [N, C]", 2, (int64_t[]){6, 3}, 1);
     fd_pool("maxpool2d 3x3 s2 p1", 1, 7, 7, 3, 3, 2, 2, 1, 1);
     fd_pool("maxpool2d 2x2 s2", 1, 6, 6, 2, 2, 2, 2, 0, 0);
+    fd_pool("maxpool2d 3x3 s1 p1 on 3x1 (taps past both edges)", 1, 3, 1, 3, 3, 1, 1, 1, 1);
     fd_pool("avgpool2d 3x3 s2 p1", 0, 7, 7, 3, 3, 2, 2, 1, 1);
+    fd_pool("avgpool2d 3x3 s1 p1 on 3x1", 0, 3, 1, 3, 3, 1, 1, 1, 1);
     fd_pool("avgpool2d 3x2 s(2,1) p(1,1)", 0, 7, 6, 3, 2, 2, 1, 1, 1);
     fd_gap();
     bn_recompute();

@@ -43,6 +43,8 @@ CONV = [
     ("conv_resnet_s2", 4, 64, 16, 16, 128, 3, 3, (2, 2), (1, 1), (1, 1), 1, False),
     # large enough for oneDNN to choose Winograd for forward and backward-data
     ("conv_wino", 32, 64, 16, 16, 64, 3, 3, (1, 1), (1, 1), (1, 1), 1, True),
+    # 1x1 spatial (ResNet layer4 on 32x32 images with the stock stem)
+    ("conv_1px", 4, 32, 1, 1, 16, 3, 3, (1, 1), (1, 1), (1, 1), 1, False),
 ]
 for name, N, C, H, W, O, KH, KW, s, p, d, g, has_bias in CONV:
     x = randn(N, C, H, W).requires_grad_()
@@ -64,6 +66,7 @@ BN = [
     ("bn_offset", (4, 8, 5, 5), True, 20.0),
     ("bn_resnet", (4, 64, 16, 16), True, 0.0),
     ("bn_2d", (6, 5), True, 0.0),
+    ("bn_1px", (4, 16, 1, 1), True, 0.0),
 ]
 for name, shape, training, off in BN:
     C = shape[1]
@@ -84,9 +87,14 @@ POOL = [
     ("maxpool_stem", "max", (2, 3, 9, 9), (3, 3), (2, 2), (1, 1)),
     ("maxpool_k2", "max", (2, 4, 8, 8), (2, 2), (2, 2), (0, 0)),
     ("maxpool_rect", "max", (2, 3, 7, 8), (3, 2), (2, 1), (1, 1)),
+    ("maxpool_thin", "max", (2, 3, 5, 1), (3, 3), (1, 1), (1, 1)),
+    ("maxpool_s3", "max", (2, 2, 10, 11), (3, 3), (3, 3), (1, 1)),
+    ("maxpool_resnet", "max", (4, 64, 32, 32), (3, 3), (2, 2), (1, 1)),
     ("avgpool_k3", "avg", (2, 3, 9, 9), (3, 3), (2, 2), (1, 1)),
     ("avgpool_k2", "avg", (2, 4, 8, 8), (2, 2), (2, 2), (0, 0)),
     ("avgpool_rect", "avg", (2, 3, 7, 8), (3, 2), (2, 1), (1, 1)),
+    ("avgpool_thin", "avg", (2, 3, 5, 1), (3, 3), (1, 1), (1, 1)),
+    ("avgpool_s3", "avg", (2, 2, 10, 11), (3, 3), (3, 3), (1, 1)),
 ]
 for name, kind, shape, k, s, p in POOL:
     x = randn(*shape).requires_grad_()
