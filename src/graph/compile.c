@@ -441,7 +441,8 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
     if (g->arena_bytes == (size_t)-1) goto fail;
     g->arena = alloc_touched(g->arena_bytes);
     g->flat_param = alloc_touched(g->n_flat * sizeof(float));
-    g->flat_grad = alloc_touched(g->n_flat * sizeof(float));
+    /* Forward-only graphs (inference, evaluation) need no gradient memory at all. */
+    g->flat_grad = g->no_backward ? NULL : alloc_touched(g->n_flat * sizeof(float));
     g->flat_state = alloc_touched(g->n_state * sizeof(float));
     g->flat_frozen = alloc_touched(g->frozen_bytes);
     g->input_mem = alloc_touched(g->input_bytes);
@@ -450,7 +451,7 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
     g->grad = calloc((size_t)n + 1, sizeof(dt_tensor));
     g->unused = calloc((size_t)g->n_params + 1, sizeof(int));
     g->ready = calloc((size_t)g->n_params + 1, sizeof(int));
-    if (!g->unused || !g->ready || !g->arena || !g->flat_param || !g->flat_grad || !g->flat_state || !g->flat_frozen ||
+    if (!g->unused || !g->ready || !g->arena || !g->flat_param || (!g->flat_grad && !g->no_backward) || !g->flat_state || !g->flat_frozen ||
         !g->input_mem || !g->loss_grad || !g->val || !g->grad)
         goto fail;
     dt_error_clear();

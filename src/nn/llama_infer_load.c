@@ -1,0 +1,133 @@
+/* Reading a Hugging Face Llama folder's weights straight into dt_llm's f32 buffer (no graph, so
+ * no gradient buffers: memory is the weights). Sources: model.safetensors, or the shards that
+ * model.safetensors.index.json names; f32, bf16 and f16 tensors convert to f32. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "dtrain/generate.h"
+#include "dtrain/safetensors.h"
+
+#define MAX_FILES 1024
+
+typedef struct sources {
+    int n;
+    char *path[MAX_FILES];
+    dt_st_file *f[MAX_FILES];
+} sources;
+
+static void sources_close(sources *s) {
+    for (int i = 0; i < s->n; i++) dt_st_close(s->f[i]), free(s->path[i]);
+    s->n = 0;
+}
+
+static dt_status add_file(sources *s, const char *path) {
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->path[i], path)) return DT_OK;
+    if (s->n == MAX_FILES)
+        return dt_error_set(DT_ERR_FORMAT, "%s: more than %d shards", path, MAX_FILES);
+    dt_status st = dt_st_open(path, &s->f[s->n]);
+    if (st != DT_OK) return st;
+    if (!(s->path[s->n] = strdup(path))) {
+        dt_st_close(s->f[s->n]);
+        return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
+    }
+    s->n++;
+    return DT_OK;
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = n >= 0 && n < (64L << 20) ? malloc((size_t)n + 1) : NULL;
+    size_t got = b ? fread(b, 1, (size_t)n, f) : 0;
+    fclose(f);
+    if (b) b[got] = '\0';
+    return b;
+}
+
+/* Every file of the folder: the index's shards, or model.safetensors. */
+static dt_status sources_open(sources *s, const char *dir) {
+    char p[4096];
+    s->n = 0;
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    char *txt = slurp(p);
+    if (!txt) {
+        snprintf(p, sizeof p, "%s/model.safetensors", dir);
+        return add_file(s, p);
+    }
+    cJSON *root = cJSON_Parse(txt);
+    free(txt);
+    cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map"), *it;
+    dt_status st =
+        cJSON_IsObject(wm) ? DT_OK : dt_error_set(DT_ERR_FORMAT, "%s: no \"weight_map\" object", p);
+    cJSON *list = cJSON_IsObject(wm) ? wm : NULL;
+    cJSON_ArrayForEach(it, list) {
+        if (st != DT_OK) break;
+        if (!cJSON_IsString(it) || strchr(it->valuestring, '/')) {
+            st = dt_error_set(DT_ERR_FORMAT, "%s: bad file name for '%s'", p, it->string);
+            break;
+        }
+        char f[4096];
+        snprintf(f, sizeof f, "%s/%s", dir, it->valuestring);
+        st = add_file(s, f);
+    }
+    cJSON_Delete(root);
+    return st;
+}
+
+/* Tensors a checkpoint may carry that the model computes itself. */
+static int ignorable(const char *name) {
+    const char *suf = "rotary_emb.inv_freq";
+    size_t n = strlen(name), k = strlen(suf);
+    return n >= k && !strcmp(name + n - k, suf);
+}
+
+/* Reads every tensor of the config (dt_llama_tensor_name order, packed) into dst. */
+dt_status dt_llm_read_weights_(const char *dir, const dt_llama_config *c, float *dst);
+dt_status dt_llm_read_weights_(const char *dir, const dt_llama_config *c, float *dst) {
+    sources s;
+    dt_status st = sources_open(&s, dir);
+    int nt = dt_llama_tensor_count(c);
+    char(*names)[128] = calloc((size_t)nt, sizeof *names);
+    if (st == DT_OK && !names) st = dt_error_set(DT_ERR_NOMEM, "%s: out of memory", dir);
+    for (int i = 0; i < nt && st == DT_OK; i++) {
+        int64_t shape[2];
+        int nd = dt_llama_tensor_name(c, i, names[i], sizeof names[i], shape);
+        dt_tensor want, src;
+        dt_tensor_init(&want, dst, DT_F32, nd, shape);
+        int f = 0;
+        while (f < s.n && dt_st_get(s.f[f], names[i], &src) != DT_OK) f++;
+        if (f == s.n) {
+            st = dt_error_set(DT_ERR_FORMAT, "%s: missing tensor '%s'", s.n ? s.path[0] : dir,
+                              names[i]);
+        } else if (!dt_tensor_same_shape(&src, &want)) {
+            char a[96], b[96];
+            st = dt_error_set(DT_ERR_SHAPE, "%s: tensor '%s' has shape %s, the model needs %s",
+                              s.path[f], names[i], dt_shape_str(a, sizeof a, src.ndim, src.shape),
+                              dt_shape_str(b, sizeof b, nd, shape));
+        } else if (src.dtype != DT_F32 && src.dtype != DT_BF16 && src.dtype != DT_F16) {
+            st = dt_error_set(DT_ERR_DTYPE, "%s: tensor '%s' is %s, expected a float type",
+                              s.path[f], names[i], dt_dtype_name(src.dtype));
+        } else {
+            st = dt_tensor_copy(&want, &src);
+        }
+        dst += dt_tensor_numel(&want);
+    }
+    /* A tensor the model lacks means a different architecture: refuse rather than half-load. */
+    for (int f = 0; f < s.n && st == DT_OK; f++)
+        for (int k = 0; k < dt_st_count(s.f[f]) && st == DT_OK; k++) {
+            const char *nm = dt_st_name(s.f[f], k);
+            int known = ignorable(nm);
+            for (int i = 0; i < nt && !known; i++) known = !strcmp(nm, names[i]);
+            if (!known)
+                st = dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s' is not a parameter of the model",
+                                  s.path[f], nm);
+        }
+    free(names);
+    sources_close(&s);
+    return st;
+}
