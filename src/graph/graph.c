@@ -77,7 +77,16 @@ static int grow(void **p, int *cap, int need, size_t elem) {
     return 0;
 }
 
-static int node_new(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape, const char *who) {
+static int node_new(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape_in,
+                    const char *who) {
+    /* Builders often pass a pointer into an existing node's shape, which the realloc below may
+     * move: copy it first. */
+    int64_t shape[DT_MAX_DIMS] = {0};
+    if (ndim > DT_MAX_DIMS || ndim < 0) {
+        dt_error_set(DT_ERR_SHAPE, "%s: %d dims (at most %d)", who, ndim, DT_MAX_DIMS);
+        return -1;
+    }
+    for (int i = 0; i < ndim; i++) shape[i] = shape_in[i];
     int cap = g->cap_nodes;
     if (grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof(dt_node))) {
         dt_error_set(DT_ERR_NOMEM, "%s: out of memory", who);
@@ -116,15 +125,22 @@ int dt_node_add(dt_graph *g, const dt_op_def *op, int n_in, const int *in, dt_dt
                      n_in, nip, nfp);
         return -1;
     }
+    /* Copy before node_new may move the node array these could point into. */
+    int in_c[DT_MAX_IN];
+    int64_t ip_c[DT_NIP];
+    float fp_c[DT_NFP];
+    for (int i = 0; i < n_in; i++) in_c[i] = in[i];
+    for (int i = 0; i < nip; i++) ip_c[i] = ip[i];
+    for (int i = 0; i < nfp; i++) fp_c[i] = fp[i];
     int id = node_new(g, dtype, ndim, shape, name);
     if (id < 0) return -1;
     dt_node *n = &g->nodes[id];
     n->op = op;
     n->kind = DT_NODE_OP;
     n->n_in = n_in;
-    for (int i = 0; i < n_in; i++) n->in[i] = in[i];
-    for (int i = 0; i < nip; i++) n->ip[i] = ip[i];
-    for (int i = 0; i < nfp; i++) n->fp[i] = fp[i];
+    for (int i = 0; i < n_in; i++) n->in[i] = in_c[i];
+    for (int i = 0; i < nip; i++) n->ip[i] = ip_c[i];
+    for (int i = 0; i < nfp; i++) n->fp[i] = fp_c[i];
     return id;
 }
 
