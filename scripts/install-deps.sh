@@ -9,6 +9,7 @@ pkgs=(
   libopenblas-dev libopenblas-openmp-dev libdnnl-dev libcjson-dev libxxhash-dev
   python3 python3-venv python3-numpy python3-torch
   libpcre2-dev zlib1g-dev dataset-fashion-mnist fortunes
+  libyaml-dev
 )
 
 missing=()

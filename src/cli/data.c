@@ -1,0 +1,332 @@
+/* `dtrain data`: import datasets into shards, inspect them, verify their checksums.
+ *
+ *   dtrain data import KIND SRC... -o DIR [options]
+ *   dtrain data inspect DIR
+ *   dtrain data verify DIR...
+ *
+ * DIR may be one split (a directory with manifest.json) or an import's output directory, in
+ * which case every split inside it is inspected or verified. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "cli/cli_data.h"
+#include "dtrain/data.h"
+#include "dtrain/status.h"
+
+static void usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: dtrain data import KIND SRC... -o DIR [options]\n"
+        "       dtrain data inspect DIR\n"
+        "       dtrain data verify DIR...\n"
+        "kinds:\n"
+        "  fashion-mnist, mnist  SRC is a directory of IDX files (plain or .gz), e.g.\n"
+        "                        /usr/share/datasets/fashion-mnist -> DIR/train, DIR/test\n"
+        "  cifar10               SRC holds data_batch_{1..5}.bin and test_batch.bin\n"
+        "  text                  SRC are text files or directories -> DIR/train\n"
+        "  jsonl                 SRC are JSONL files of {\"prompt\", \"response\"[, \"system\"]}\n"
+        "                        or {\"messages\": [{\"role\", \"content\"}]}; Llama 3 chat\n"
+        "                        template, loss mask on assistant turns only\n"
+        "import options:\n"
+        "  -o, --output DIR      output directory (must not exist)\n"
+        "  --val FRACTION        move this fraction of train into DIR/val (default 0)\n"
+        "  --seed N              seed of the val split (default 0)\n"
+        "  --tokenizer FILE      text/jsonl: .tiktoken rank file or tokenizer.json\n"
+        "                        (default $DT_TOKENIZER)\n"
+        "  --doc-sep LINE        text: a line equal to LINE ends a document (fortune files: %%)\n"
+        "  --shard-mb N          payload megabytes per shard (default 64)\n"
+        "  --max-records N       keep at most N records per source split\n"
+        "  -q, --quiet           no progress lines\n");
+}
+
+static char *join(const char *a, const char *b) {
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%s", a, b);
+    return p;
+}
+
+static int is_split(const char *dir) {
+    char *p = join(dir, DT_MANIFEST_NAME);
+    struct stat st;
+    int ok = p && stat(p, &st) == 0;
+    free(p);
+    return ok;
+}
+
+/* Splits of DIR (malloc'd paths, at most max): DIR itself if it has a manifest, else its
+ * subdirectories that have one, sorted by name. */
+static int list_splits(const char *dir, char **out, int max) {
+    if (is_split(dir)) {
+        out[0] = strdup(dir);
+        return out[0] != NULL;
+    }
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max) {
+        if (e->d_name[0] == '.') continue;
+        char *p = join(dir, e->d_name);
+        if (p && is_split(p))
+            out[n++] = p;
+        else
+            free(p);
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && strcmp(out[j], out[j - 1]) < 0; j--) {
+            char *t = out[j];
+            out[j] = out[j - 1], out[j - 1] = t;
+        }
+    return n;
+}
+
+static void free_splits(char **s, int n) {
+    for (int i = 0; i < n; i++) free(s[i]);
+}
+
+static int cmd_import(int argc, char **argv) {
+    dt_import_options o;
+    dt_import_options_default(&o);
+    const char *kind = NULL, *out = NULL;
+    const char **srcs = calloc((size_t)argc + 1, sizeof *srcs);
+    int ns = 0;
+    if (!srcs) return 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has = i + 1 < argc;
+        char *end = NULL;
+        if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && has) {
+            out = argv[++i];
+        } else if (!strcmp(a, "--val") && has) {
+            o.val_fraction = strtod(argv[++i], &end);
+        } else if (!strcmp(a, "--seed") && has) {
+            o.seed = strtoull(argv[++i], &end, 10);
+        } else if (!strcmp(a, "--tokenizer") && has) {
+            o.tokenizer = argv[++i];
+        } else if (!strcmp(a, "--doc-sep") && has) {
+            o.doc_separator = argv[++i];
+        } else if (!strcmp(a, "--shard-mb") && has) {
+            o.shard_bytes = (int64_t)(strtod(argv[++i], &end) * (1 << 20));
+            if (o.shard_bytes <= 0) end = argv[i];
+        } else if (!strcmp(a, "--max-records") && has) {
+            o.max_records = strtoll(argv[++i], &end, 10);
+        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            o.quiet = 1;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "dtrain data import: unknown or incomplete option %s\n", a);
+            free(srcs);
+            return 2;
+        } else if (!kind) {
+            kind = a;
+        } else {
+            srcs[ns++] = a;
+        }
+        if (end && *end) {
+            fprintf(stderr, "dtrain data import: %s: bad value \"%s\"\n", a, argv[i]);
+            free(srcs);
+            return 2;
+        }
+    }
+    if (!kind || !ns || !out) {
+        fprintf(stderr, "dtrain data import: need KIND, SRC and -o DIR\n");
+        usage(stderr);
+        free(srcs);
+        return 2;
+    }
+    dt_status st = dt_data_import(kind, srcs, ns, out, &o);
+    free(srcs);
+    if (st) {
+        fprintf(stderr, "dtrain data import: %s\n", dt_last_error());
+        return st == DT_ERR_INVALID ? 2 : 1;
+    }
+    char *splits[8];
+    int n = list_splits(out, splits, 8);
+    for (int i = 0; i < n; i++) {
+        dt_dataset *d;
+        if (dt_dataset_open(splits[i], 0, &d)) continue;
+        const dt_dataset_info *in = dt_dataset_get_info(d);
+        printf("%s: %" PRId64 " %s", splits[i], in->records,
+               in->kind == DT_DATA_IMAGE ? "images" : "documents");
+        if (in->kind == DT_DATA_TOKENS) printf(", %" PRId64 " tokens", in->tokens);
+        printf(", fingerprint %s\n", in->fingerprint);
+        dt_dataset_close(d);
+    }
+    free_splits(splits, n);
+    return 0;
+}
+
+static void print_meta(const char *dir) {
+    char *p = join(dir, DT_MANIFEST_NAME);
+    FILE *f = p ? fopen(p, "rb") : NULL;
+    free(p);
+    if (!f) return;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) == (size_t)n) {
+        b[n] = 0;
+        cJSON *r = cJSON_Parse(b);
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "meta");
+        for (const cJSON *e = m ? m->child : NULL; e; e = e->next) {
+            char *v = cJSON_IsString(e) ? NULL : cJSON_PrintUnformatted(e);
+            printf("  %-13s %s\n", e->string, v ? v : e->valuestring);
+            free(v);
+        }
+        cJSON_Delete(r);
+    }
+    free(b);
+    fclose(f);
+}
+
+static int inspect_one(const char *dir) {
+    dt_dataset *d;
+    if (dt_dataset_open(dir, 0, &d)) {
+        fprintf(stderr, "dtrain data inspect: %s\n", dt_last_error());
+        return 1;
+    }
+    const dt_dataset_info *in = dt_dataset_get_info(d);
+    printf("%s\n", dir);
+    printf("  %-13s %s%s%s\n", "name", in->name, *in->split ? ", split " : "", in->split);
+    printf("  %-13s %s\n", "fingerprint", in->fingerprint);
+    if (in->kind == DT_DATA_IMAGE) {
+        printf("  %-13s image, %dx%dx%d uint8 HWC, %d classes\n", "kind", in->height, in->width,
+               in->channels, in->classes);
+        printf("  %-13s %" PRId64 "\n", "images", in->records);
+        int64_t counts[256] = {0};
+        double sum = 0, sq = 0;
+        int64_t hwc = (int64_t)in->height * in->width * in->channels;
+        for (int64_t i = 0; i < in->records; i++) {
+            int32_t lab;
+            const uint8_t *px = dt_dataset_image(d, i, &lab);
+            if (lab >= 0 && lab < 256) counts[lab]++;
+            for (int64_t k = 0; k < hwc; k++) sum += px[k], sq += (double)px[k] * px[k];
+        }
+        double n = (double)in->records * (double)hwc;
+        if (n > 0) {
+            double mean = sum / n, var = sq / n - mean * mean;
+            printf("  %-13s mean %.4f, std %.4f (of 0-255), sum %.0f\n", "pixels", mean,
+                   var > 0 ? sqrt(var) : 0.0, sum);
+        }
+        printf("  %-13s", "labels");
+        for (int c = 0; c < (in->classes > 0 && in->classes <= 256 ? in->classes : 0); c++)
+            printf(" %d:%" PRId64, c, counts[c]);
+        printf("\n");
+    } else {
+        printf("  %-13s tokens, uint32%s, vocabulary %" PRId64 ", eot %d, pad %d\n", "kind",
+               in->has_mask ? " + loss mask" : "", in->vocab_size, in->eot_id, in->pad_id);
+        int64_t masked = 0, longest = 0;
+        for (int64_t i = 0; i < in->records; i++) {
+            const uint32_t *t;
+            const uint8_t *m;
+            int64_t len;
+            dt_dataset_doc(d, i, &t, &m, &len);
+            if (len > longest) longest = len;
+            for (int64_t k = 0; m && k < len; k++) masked += m[k];
+        }
+        printf("  %-13s %" PRId64 " (mean %.1f tokens, longest %" PRId64 ")\n", "documents",
+               in->records, in->records ? (double)in->tokens / (double)in->records : 0.0, longest);
+        printf("  %-13s %" PRId64 "\n", "tokens", in->tokens);
+        if (in->has_mask)
+            printf("  %-13s %" PRId64 " (%.1f%%)\n", "trained on", masked,
+                   in->tokens ? 100.0 * (double)masked / (double)in->tokens : 0.0);
+        if (in->records) {
+            const uint32_t *t;
+            const uint8_t *m;
+            int64_t len;
+            dt_dataset_doc(d, 0, &t, &m, &len);
+            printf("  %-13s", "document 0");
+            for (int64_t k = 0; k < len && k < 24; k++) printf(" %u", t[k]);
+            printf("%s\n", len > 24 ? " ..." : "");
+        }
+    }
+    print_meta(dir);
+    printf("  %-13s %d\n", "shards", in->n_shards);
+    for (int s = 0; s < dt_dataset_shard_count(d); s++) {
+        struct stat sb;
+        const char *p = dt_dataset_shard_path(d, s);
+        stat(p, &sb);
+        const char *base = strrchr(p, '/');
+        printf("    %s  %lld bytes\n", base ? base + 1 : p, (long long)sb.st_size);
+    }
+    dt_dataset_close(d);
+    return 0;
+}
+
+static int cmd_inspect(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    int rc = 0;
+    for (int i = 1; i < argc; i++) {
+        char *splits[8];
+        int n = list_splits(argv[i], splits, 8);
+        if (!n) {
+            fprintf(stderr,
+                    "dtrain data inspect: %s: no dataset (no %s here or in its "
+                    "subdirectories)\n",
+                    argv[i], DT_MANIFEST_NAME);
+            rc = 1;
+        }
+        for (int k = 0; k < n; k++) rc |= inspect_one(splits[k]);
+        free_splits(splits, n);
+    }
+    return rc;
+}
+
+static int cmd_verify(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    int rc = 0;
+    for (int i = 1; i < argc; i++) {
+        char *splits[8];
+        int n = list_splits(argv[i], splits, 8);
+        if (!n) {
+            fprintf(stderr,
+                    "dtrain data verify: %s: no dataset (no %s here or in its "
+                    "subdirectories)\n",
+                    argv[i], DT_MANIFEST_NAME);
+            rc = 1;
+        }
+        for (int k = 0; k < n; k++) {
+            if (dt_dataset_verify(splits[k]) != DT_OK) {
+                fprintf(stderr, "dtrain data verify: FAILED: %s\n", dt_last_error());
+                rc = 1;
+                continue;
+            }
+            dt_dataset *d;
+            if (dt_dataset_open(splits[k], 0, &d) == DT_OK) {
+                const dt_dataset_info *in = dt_dataset_get_info(d);
+                printf("%s: OK (%d shards, %" PRId64 " records, fingerprint %s)\n", splits[k],
+                       in->n_shards, in->records, in->fingerprint);
+                dt_dataset_close(d);
+            }
+        }
+        free_splits(splits, n);
+    }
+    return rc;
+}
+
+int dt_cli_data(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *sub = argv[1];
+    if (!strcmp(sub, "import")) return cmd_import(argc - 1, argv + 1);
+    if (!strcmp(sub, "inspect")) return cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(sub, "verify")) return cmd_verify(argc - 1, argv + 1);
+    fprintf(stderr, "dtrain data: unknown subcommand '%s'\n", sub);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,356 @@
+/* Opening a dataset: the manifest, every shard mapped and checked against it, the fingerprint. */
+#include "data/dataset.h"
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+#include "data/util.h"
+
+uint64_t dt_dataset_fingerprint(const dt_dataset_info *info, const char *shard_lines) {
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "dtrain-dataset/1 kind=%d hwc=%dx%dx%d classes=%d vocab=%" PRId64 " mask=%d\n",
+                     (int)info->kind, info->height, info->width, info->channels, info->classes,
+                     info->vocab_size, info->has_mask);
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) return 0;
+    XXH3_64bits_reset(st);
+    XXH3_64bits_update(st, head, (size_t)n);
+    XXH3_64bits_update(st, shard_lines, strlen(shard_lines));
+    uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return h;
+}
+
+static int find_le(const int64_t *start, int n, int64_t x) {
+    /* Largest s with start[s] <= x, over s in [0, n). */
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (start[mid] <= x)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+int dt_dataset_shard_of_record(const dt_dataset *d, int64_t i) {
+    return find_le(d->rec_start, d->n_shards, i);
+}
+int dt_dataset_shard_of_token(const dt_dataset *d, int64_t t) {
+    /* Empty token shards share a start; take the last one that starts at or before t and is
+     * non-empty by scanning forward from the binary-search result. */
+    int s = find_le(d->tok_start, d->n_shards, t);
+    while (s + 1 < d->n_shards && d->tok_start[s + 1] <= t) s++;
+    return s;
+}
+
+/* ---- manifest parsing ---- */
+
+typedef struct mctx {
+    const char *file;
+} mctx;
+
+static dt_status bad_key(const mctx *m, const char *key, const char *want) {
+    return dt_error_set(DT_ERR_FORMAT, "%s: key \"%s\" is missing or not %s", m->file, key, want);
+}
+
+static dt_status get_int(const mctx *m, const cJSON *o, const char *key, const char *path,
+                         int64_t lo, int64_t *v) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(x) || x->valuedouble != (double)(int64_t)x->valuedouble ||
+        x->valuedouble < (double)lo)
+        return bad_key(m, path, lo >= 0 ? "a non-negative integer" : "an integer");
+    *v = (int64_t)x->valuedouble;
+    return DT_OK;
+}
+
+static dt_status get_str(const mctx *m, const cJSON *o, const char *key, const char *path,
+                         const char **v) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsString(x)) return bad_key(m, path, "a string");
+    *v = x->valuestring;
+    return DT_OK;
+}
+
+static dt_status parse_info(const mctx *m, const cJSON *root, dt_dataset_info *info) {
+    const char *s = "";
+    int64_t v;
+    dt_status st;
+    if ((st = get_str(m, root, "format", "format", &s))) return st;
+    if (strcmp(s, "dtrain-dataset"))
+        return dt_error_set(DT_ERR_FORMAT, "%s: \"format\" is \"%s\", not \"dtrain-dataset\"",
+                            m->file, s);
+    if ((st = get_int(m, root, "version", "version", 0, &v))) return st;
+    if (v != 1)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: unsupported manifest version %" PRId64
+                            " (this build reads version 1)",
+                            m->file, v);
+    if ((st = get_str(m, root, "kind", "kind", &s))) return st;
+    if (!strcmp(s, "image"))
+        info->kind = DT_DATA_IMAGE;
+    else if (!strcmp(s, "tokens"))
+        info->kind = DT_DATA_TOKENS;
+    else
+        return dt_error_set(DT_ERR_FORMAT, "%s: \"kind\" is \"%s\" (expected image or tokens)",
+                            m->file, s);
+    if ((st = get_int(m, root, "records", "records", 0, &info->records))) return st;
+    if (get_str(m, root, "name", "name", &s) == DT_OK)
+        snprintf(info->name, sizeof info->name, "%s", s);
+    if (get_str(m, root, "split", "split", &s) == DT_OK)
+        snprintf(info->split, sizeof info->split, "%s", s);
+    dt_error_clear();
+    if (info->kind == DT_DATA_IMAGE) {
+        const cJSON *im = cJSON_GetObjectItemCaseSensitive(root, "image");
+        if (!cJSON_IsObject(im)) return bad_key(m, "image", "an object");
+        int64_t h, w, c, k;
+        if ((st = get_int(m, im, "height", "image.height", 1, &h)) ||
+            (st = get_int(m, im, "width", "image.width", 1, &w)) ||
+            (st = get_int(m, im, "channels", "image.channels", 1, &c)) ||
+            (st = get_int(m, im, "classes", "image.classes", 0, &k)))
+            return st;
+        if (h > 65535 || w > 65535 || c > 4 || k > INT32_MAX)
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: image shape %" PRId64 "x%" PRId64 "x%" PRId64
+                                " out of range (channels <= 4)",
+                                m->file, h, w, c);
+        info->height = (int32_t)h, info->width = (int32_t)w, info->channels = (int32_t)c;
+        info->classes = (int32_t)k;
+    } else {
+        const cJSON *tk = cJSON_GetObjectItemCaseSensitive(root, "tokens");
+        if (!cJSON_IsObject(tk)) return bad_key(m, "tokens", "an object");
+        int64_t eot, pad;
+        if ((st = get_int(m, tk, "count", "tokens.count", 0, &info->tokens)) ||
+            (st = get_int(m, tk, "vocab_size", "tokens.vocab_size", 0, &info->vocab_size)) ||
+            (st = get_int(m, tk, "eot_id", "tokens.eot_id", -1, &eot)) ||
+            (st = get_int(m, tk, "pad_id", "tokens.pad_id", -1, &pad)))
+            return st;
+        const cJSON *hm = cJSON_GetObjectItemCaseSensitive(tk, "has_mask");
+        if (!cJSON_IsBool(hm)) return bad_key(m, "tokens.has_mask", "a boolean");
+        info->has_mask = cJSON_IsTrue(hm);
+        info->eot_id = (int32_t)eot, info->pad_id = (int32_t)pad;
+    }
+    return DT_OK;
+}
+
+static dt_status open_shards(dt_dataset *d, const mctx *m, const cJSON *shards, int flags,
+                             char **lines_out) {
+    int n = cJSON_GetArraySize(shards);
+    d->shards = calloc((size_t)(n ? n : 1), sizeof *d->shards);
+    d->rec_start = calloc((size_t)n + 1, sizeof(int64_t));
+    d->tok_start = calloc((size_t)n + 1, sizeof(int64_t));
+    char *lines = calloc((size_t)n * 64 + 1, 1);
+    *lines_out = lines;
+    if (!d->shards || !d->rec_start || !d->tok_start || !lines)
+        return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", m->file);
+    size_t lpos = 0;
+    const dt_dataset_info *in = &d->info;
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(shards, i);
+        char key[64];
+        const char *file = "", *hex = "";
+        int64_t recs, bytes;
+        dt_status st;
+        snprintf(key, sizeof key, "shards[%d].file", i);
+        if ((st = get_str(m, e, "file", key, &file))) return st;
+        if (!*file || strchr(file, '/') || !strcmp(file, "..") || !strcmp(file, "."))
+            return dt_error_set(DT_ERR_FORMAT, "%s: %s \"%s\" is not a plain file name", m->file,
+                                key, file);
+        snprintf(key, sizeof key, "shards[%d].records", i);
+        if ((st = get_int(m, e, "records", key, 0, &recs))) return st;
+        snprintf(key, sizeof key, "shards[%d].bytes", i);
+        if ((st = get_int(m, e, "bytes", key, 0, &bytes))) return st;
+        snprintf(key, sizeof key, "shards[%d].xxh3", i);
+        uint64_t sum;
+        if ((st = get_str(m, e, "xxh3", key, &hex))) return st;
+        if (dt_parse_hex64(hex, &sum))
+            return dt_error_set(DT_ERR_FORMAT, "%s: %s \"%s\" is not 16 hex digits", m->file, key,
+                                hex);
+        char *path = dt_path_join(d->dir, file);
+        if (!path) return dt_error_set(DT_ERR_NOMEM, "out of memory");
+        struct stat sb;
+        if (stat(path, &sb) != 0) {
+            st = dt_error_set(DT_ERR_IO,
+                              "%s: shard %d \"%s\" listed in the manifest is missing "
+                              "(%s: %s)",
+                              m->file, i, file, path, strerror(errno));
+            free(path);
+            return st;
+        }
+        dt_shard *s = &d->shards[i];
+        st = dt_shard_open(path, flags & DT_DATA_VERIFY, s);
+        free(path);
+        if (st) return st;
+        d->n_shards = i + 1;
+        const dt_shard_header *h = &s->h;
+        if ((int64_t)s->size != bytes)
+            return dt_error_set(DT_ERR_FORMAT, "%s: has %zu bytes, the manifest (%s) says %" PRId64,
+                                s->path, s->size, m->file, bytes);
+        if (h->payload_xxh3 != sum)
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: payload checksum %016" PRIx64
+                                " in its header (byte 200) differs from the manifest's %s",
+                                s->path, h->payload_xxh3, hex);
+        if ((int64_t)h->records != recs)
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: %" PRIu64 " records (byte 24), the manifest "
+                                "says %" PRId64,
+                                s->path, h->records, recs);
+        if ((int)h->kind != (int)in->kind ||
+            (in->kind == DT_DATA_IMAGE &&
+             (h->shape[0] != (uint32_t)in->height || h->shape[1] != (uint32_t)in->width ||
+              h->shape[2] != (uint32_t)in->channels || h->shape[3] != (uint32_t)in->classes)) ||
+            (in->kind == DT_DATA_TOKENS && !!s->mask != !!in->has_mask))
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: kind or record shape (bytes 16-47) differ "
+                                "from the manifest %s",
+                                s->path, m->file);
+        if (in->kind == DT_DATA_TOKENS && in->vocab_size > 0 && (flags & DT_DATA_VERIFY)) {
+            for (uint64_t t = 0; t < h->elements; t++)
+                if (s->tokens[t] >= (uint64_t)in->vocab_size)
+                    return dt_error_set(DT_ERR_FORMAT,
+                                        "%s: token %" PRIu64 " is id %u, outside "
+                                        "the vocabulary (%" PRId64 ")",
+                                        s->path, t, s->tokens[t], in->vocab_size);
+        }
+        d->rec_start[i + 1] = d->rec_start[i] + recs;
+        d->tok_start[i + 1] =
+            d->tok_start[i] + (in->kind == DT_DATA_TOKENS ? (int64_t)h->elements : 0);
+        lpos +=
+            (size_t)snprintf(lines + lpos, 64, "%" PRId64 " %" PRId64 " %s\n", recs, bytes, hex);
+    }
+    return DT_OK;
+}
+
+dt_status dt_dataset_open(const char *dir, int flags, dt_dataset **out) {
+    *out = NULL;
+    dt_dataset *d = calloc(1, sizeof *d);
+    if (!d) return dt_error_set(DT_ERR_NOMEM, "out of memory");
+    d->dir = strdup(dir);
+    char *mpath = dt_path_join(dir, DT_MANIFEST_NAME);
+    uint8_t *text = NULL;
+    size_t len = 0;
+    cJSON *root = NULL;
+    char *lines = NULL;
+    dt_status st = DT_OK;
+    if (!d->dir || !mpath) {
+        st = dt_error_set(DT_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if (!dt_path_exists(dir)) {
+        st = dt_error_set(DT_ERR_IO, "%s: no such dataset directory", dir);
+        goto done;
+    }
+    if ((st = dt_read_file(mpath, 0, &text, &len))) goto done;
+    const char *end = NULL;
+    root = cJSON_ParseWithLengthOpts((const char *)text, len, &end, 0);
+    if (!root || !cJSON_IsObject(root)) {
+        size_t off = root ? 0 : (size_t)(end ? end - (const char *)text : 0);
+        if (!root && cJSON_GetErrorPtr()) off = (size_t)(cJSON_GetErrorPtr() - (const char *)text);
+        int64_t line, col;
+        dt_line_col((const char *)text, off < len ? off : len, &line, &col);
+        st = dt_error_set(DT_ERR_FORMAT, "%s:%" PRId64 ":%" PRId64 ": %s", mpath, line, col,
+                          root ? "the manifest is not a JSON object" : "malformed JSON");
+        goto done;
+    }
+    mctx m = {mpath};
+    if ((st = parse_info(&m, root, &d->info))) goto done;
+    const cJSON *shards = cJSON_GetObjectItemCaseSensitive(root, "shards");
+    if (!cJSON_IsArray(shards)) {
+        st = bad_key(&m, "shards", "an array");
+        goto done;
+    }
+    if ((st = open_shards(d, &m, shards, flags, &lines))) goto done;
+    dt_dataset_info *in = &d->info;
+    in->n_shards = d->n_shards;
+    if (d->rec_start[d->n_shards] != in->records) {
+        st = dt_error_set(DT_ERR_FORMAT, "%s: \"records\" is %" PRId64 ", the shards hold %" PRId64,
+                          mpath, in->records, d->rec_start[d->n_shards]);
+        goto done;
+    }
+    if (in->kind == DT_DATA_TOKENS && d->tok_start[d->n_shards] != in->tokens) {
+        st = dt_error_set(DT_ERR_FORMAT,
+                          "%s: \"tokens.count\" is %" PRId64 ", the shards hold %" PRId64, mpath,
+                          in->tokens, d->tok_start[d->n_shards]);
+        goto done;
+    }
+    const char *fp = "";
+    if ((st = get_str(&m, root, "fingerprint", "fingerprint", &fp))) goto done;
+    dt_hex64(dt_dataset_fingerprint(in, lines), in->fingerprint);
+    if (strcmp(fp, in->fingerprint)) {
+        st = dt_error_set(DT_ERR_FORMAT, "%s: fingerprint \"%s\" does not match the content (%s)",
+                          mpath, fp, in->fingerprint);
+        goto done;
+    }
+    d->hwc = (int64_t)in->height * in->width * in->channels;
+done:
+    free(lines);
+    cJSON_Delete(root);
+    free(text);
+    free(mpath);
+    if (st) {
+        dt_dataset_close(d);
+        return st;
+    }
+    *out = d;
+    return DT_OK;
+}
+
+void dt_dataset_close(dt_dataset *d) {
+    if (!d) return;
+    for (int i = 0; i < d->n_shards; i++) dt_shard_close(&d->shards[i]);
+    free(d->shards);
+    free(d->rec_start);
+    free(d->tok_start);
+    free(d->dir);
+    free(d);
+}
+
+const dt_dataset_info *dt_dataset_get_info(const dt_dataset *d) {
+    return &d->info;
+}
+
+dt_status dt_dataset_verify(const char *dir) {
+    dt_dataset *d;
+    dt_status st = dt_dataset_open(dir, DT_DATA_VERIFY, &d);
+    if (st == DT_OK) dt_dataset_close(d);
+    return st;
+}
+
+const uint8_t *dt_dataset_image(const dt_dataset *d, int64_t i, int32_t *label) {
+    if (d->info.kind != DT_DATA_IMAGE || i < 0 || i >= d->info.records) return NULL;
+    int s = dt_dataset_shard_of_record(d, i);
+    int64_t j = i - d->rec_start[s];
+    if (label) *label = d->shards[s].labels[j];
+    return d->shards[s].pixels + j * d->hwc;
+}
+
+dt_status dt_dataset_doc(const dt_dataset *d, int64_t i, const uint32_t **tokens,
+                         const uint8_t **mask, int64_t *len) {
+    if (d->info.kind != DT_DATA_TOKENS)
+        return dt_error_set(DT_ERR_INVALID, "%s: dt_dataset_doc on an image dataset", d->dir);
+    if (i < 0 || i >= d->info.records)
+        return dt_error_set(DT_ERR_RANGE, "%s: document %" PRId64 " out of range [0, %" PRId64 ")",
+                            d->dir, i, d->info.records);
+    int s = dt_dataset_shard_of_record(d, i);
+    const dt_shard *sh = &d->shards[s];
+    int64_t j = i - d->rec_start[s];
+    uint64_t a = sh->offsets[j], b = sh->offsets[j + 1];
+    *tokens = sh->tokens + a;
+    if (mask) *mask = sh->mask ? sh->mask + a : NULL;
+    *len = (int64_t)(b - a);
+    return DT_OK;
+}
+
+int dt_dataset_shard_count(const dt_dataset *d) {
+    return d->n_shards;
+}
+const char *dt_dataset_shard_path(const dt_dataset *d, int s) {
+    return s >= 0 && s < d->n_shards ? d->shards[s].path : NULL;
+}

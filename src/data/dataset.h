@@ -1,0 +1,27 @@
+/* Internal view of an open dataset, shared by the reader, the loader and the tools. */
+#ifndef DT_DATA_DATASET_H
+#define DT_DATA_DATASET_H
+
+#include "data/shard.h"
+#include "dtrain/data.h"
+
+struct dt_dataset {
+    char *dir;
+    dt_dataset_info info;
+    int n_shards;
+    dt_shard *shards;
+    int64_t *rec_start; /* [n_shards + 1] first global record of each shard */
+    int64_t *tok_start; /* [n_shards + 1] first global token of each shard (token datasets) */
+    int64_t hwc;        /* bytes per image */
+};
+
+/* Shard holding global record i (binary search over rec_start). */
+int dt_dataset_shard_of_record(const dt_dataset *d, int64_t i);
+/* Shard holding global token t. */
+int dt_dataset_shard_of_token(const dt_dataset *d, int64_t t);
+
+/* The fingerprint over a manifest's content (see data.h). `shard_lines` holds one line
+ * "records bytes xxh3hex\n" per shard. */
+uint64_t dt_dataset_fingerprint(const dt_dataset_info *info, const char *shard_lines);
+
+#endif

@@ -1,0 +1,461 @@
+/* Text importers: plain text files -> documents, and JSONL instruction data -> Llama 3 chat
+ * template with a loss mask over the assistant turns only. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+#include "data/import.h"
+#include "data/util.h"
+#include "dtrain/tokenizer.h"
+
+/* ---- sources ---- */
+
+typedef struct file_list {
+    char **paths;
+    int n, cap;
+} file_list;
+
+static int add_path(file_list *l, char *p) {
+    if (!p) return -1;
+    if (l->n == l->cap) {
+        int c = l->cap ? l->cap * 2 : 16;
+        char **q = realloc(l->paths, (size_t)c * sizeof *q);
+        if (!q) {
+            free(p);
+            return -1;
+        }
+        l->paths = q, l->cap = c;
+    }
+    l->paths[l->n++] = p;
+    return 0;
+}
+
+static void free_list(file_list *l) {
+    for (int i = 0; i < l->n; i++) free(l->paths[i]);
+    free(l->paths);
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A file is binary (skipped in directories, as grep -I does) if its first 8 KiB hold a NUL. */
+static int is_binary(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    return memchr(buf, 0, n) != NULL;
+}
+
+/* Named files as given; directories contribute their regular, non-hidden, non-binary files
+ * (no symlinks, no recursion), sorted by name so imports are reproducible. */
+static dt_status collect(const dt_import *im, const char *const *srcs, int n, file_list *out) {
+    for (int i = 0; i < n; i++) {
+        struct stat st;
+        if (stat(srcs[i], &st) != 0)
+            return dt_error_set(DT_ERR_IO, "%s: no such file or directory", srcs[i]);
+        if (!S_ISDIR(st.st_mode)) {
+            if (add_path(out, strdup(srcs[i]))) return dt_error_set(DT_ERR_NOMEM, "out of memory");
+            continue;
+        }
+        DIR *d = opendir(srcs[i]);
+        if (!d) return dt_error_set(DT_ERR_IO, "%s: cannot read directory", srcs[i]);
+        int first = out->n, skipped = 0;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (e->d_name[0] == '.') continue;
+            char *p = dt_path_join(srcs[i], e->d_name);
+            struct stat ls;
+            if (!p || lstat(p, &ls) != 0 || !S_ISREG(ls.st_mode) || is_binary(p)) {
+                skipped += p && S_ISREG(ls.st_mode);
+                free(p);
+                continue;
+            }
+            if (add_path(out, p)) {
+                closedir(d);
+                return dt_error_set(DT_ERR_NOMEM, "out of memory");
+            }
+        }
+        closedir(d);
+        qsort(out->paths + first, (size_t)(out->n - first), sizeof *out->paths, cmp_str);
+        if (skipped) dt_import_note(im, "%s: skipped %d binary files", srcs[i], skipped);
+    }
+    if (!out->n) return dt_error_set(DT_ERR_IO, "import: no input files");
+    return DT_OK;
+}
+
+/* ---- tokenizer and documents ---- */
+
+typedef struct doc_sink {
+    dt_tokenizer *tok;
+    int32_t bos, eot;
+    dt_tokens ids;
+    uint8_t *mask;
+    int64_t mask_cap;
+    int has_mask;
+    /* documents are buffered so the val split can be drawn over all of them */
+    uint32_t *all_tok;
+    uint8_t *all_mask;
+    int64_t *doc_end;
+    int64_t n_tok, cap_tok, n_doc, cap_doc;
+} doc_sink;
+
+static dt_status load_tokenizer(dt_import *im, doc_sink *s, int chat, char **meta) {
+    const char *path = im->o->tokenizer;
+    if (!path || !*path) path = getenv("DT_TOKENIZER");
+    if (!path || !*path)
+        return dt_error_set(DT_ERR_INVALID,
+                            "import %s: no tokenizer (give --tokenizer FILE: a "
+                            ".tiktoken rank file or a tokenizer.json)",
+                            im->kind);
+    dt_status st = dt_tokenizer_load(path, &s->tok);
+    if (st) return st;
+    if (chat && (st = dt_tokenizer_add_llama3_chat(s->tok))) return st;
+    s->bos = dt_tokenizer_special_id(s->tok, "<|begin_of_text|>");
+    s->eot = chat ? dt_tokenizer_special_id(s->tok, "<|eot_id|>") : -1;
+    if (s->eot < 0) s->eot = dt_tokenizer_special_id(s->tok, "<|end_of_text|>");
+    if (s->eot < 0) s->eot = dt_tokenizer_special_id(s->tok, "<|endoftext|>");
+    uint8_t *data;
+    size_t len;
+    if ((st = dt_read_file(path, 0, &data, &len))) return st;
+    char hex[17];
+    dt_hex64(XXH3_64bits(data, len), hex);
+    free(data);
+    cJSON *m = cJSON_CreateObject();
+    const char *base = strrchr(path, '/');
+    cJSON_AddStringToObject(m, "tokenizer", dt_tokenizer_describe(s->tok));
+    cJSON_AddStringToObject(m, "tokenizer_file", base ? base + 1 : path);
+    cJSON_AddStringToObject(m, "tokenizer_xxh3", hex);
+    cJSON_AddNumberToObject(m, "bos_id", s->bos);
+    cJSON_AddNumberToObject(m, "eot_id", s->eot);
+    if (chat) cJSON_AddStringToObject(m, "template", "llama3");
+    if (!chat && im->o->doc_separator)
+        cJSON_AddStringToObject(m, "doc_separator", im->o->doc_separator);
+    *meta = cJSON_PrintUnformatted(m);
+    cJSON_Delete(m);
+    dt_import_note(im, "tokenizer %s, vocabulary %" PRId64, dt_tokenizer_describe(s->tok),
+                   dt_tokenizer_vocab_size(s->tok));
+    return *meta ? DT_OK : dt_error_set(DT_ERR_NOMEM, "out of memory");
+}
+
+static dt_status sink_push(doc_sink *s, int32_t id, uint8_t m) {
+    if (s->ids.n == s->ids.cap) {
+        int64_t c = s->ids.cap ? s->ids.cap * 2 : 1024;
+        int32_t *p = realloc(s->ids.ids, (size_t)c * 4);
+        if (!p) return dt_error_set(DT_ERR_NOMEM, "out of memory");
+        s->ids.ids = p, s->ids.cap = c;
+    }
+    if (s->has_mask && s->ids.n >= s->mask_cap) {
+        int64_t c = s->ids.cap;
+        uint8_t *q = realloc(s->mask, (size_t)c);
+        if (!q) return dt_error_set(DT_ERR_NOMEM, "out of memory");
+        s->mask = q, s->mask_cap = c;
+    }
+    if (s->has_mask) s->mask[s->ids.n] = m;
+    s->ids.ids[s->ids.n++] = id;
+    return DT_OK;
+}
+
+/* Encodes text (no special tokens recognised) and masks every new token with m. */
+static dt_status sink_text(doc_sink *s, const char *text, size_t len, uint8_t m) {
+    int64_t before = s->ids.n;
+    dt_status st = dt_tokenizer_encode(s->tok, text, len, 0, &s->ids);
+    if (st) return st;
+    if (s->has_mask) {
+        if (s->mask_cap < s->ids.cap) {
+            uint8_t *q = realloc(s->mask, (size_t)s->ids.cap);
+            if (!q) return dt_error_set(DT_ERR_NOMEM, "out of memory");
+            s->mask = q, s->mask_cap = s->ids.cap;
+        }
+        memset(s->mask + before, m, (size_t)(s->ids.n - before));
+    }
+    return DT_OK;
+}
+
+/* Moves the current document (s->ids / s->mask) into the buffer of all documents. */
+static dt_status sink_end_doc(doc_sink *s) {
+    int64_t n = s->ids.n;
+    if (s->n_tok + n > s->cap_tok) {
+        int64_t c = s->cap_tok ? s->cap_tok : 1 << 16;
+        while (c < s->n_tok + n) c *= 2;
+        uint32_t *t = realloc(s->all_tok, (size_t)c * 4);
+        if (t) s->all_tok = t;
+        uint8_t *m = s->has_mask ? realloc(s->all_mask, (size_t)c) : NULL;
+        if (m) s->all_mask = m;
+        if (!t || (s->has_mask && !m))
+            return dt_error_set(DT_ERR_NOMEM, "out of memory for %" PRId64 " tokens", c);
+        s->cap_tok = c;
+    }
+    if (s->n_doc == s->cap_doc) {
+        int64_t c = s->cap_doc ? s->cap_doc * 2 : 1024;
+        int64_t *e = realloc(s->doc_end, (size_t)c * 8);
+        if (!e) return dt_error_set(DT_ERR_NOMEM, "out of memory");
+        s->doc_end = e, s->cap_doc = c;
+    }
+    for (int64_t i = 0; i < n; i++) s->all_tok[s->n_tok + i] = (uint32_t)s->ids.ids[i];
+    if (s->has_mask) memcpy(s->all_mask + s->n_tok, s->mask, (size_t)n);
+    s->n_tok += n;
+    s->doc_end[s->n_doc++] = s->n_tok;
+    s->ids.n = 0;
+    return DT_OK;
+}
+
+static void sink_free(doc_sink *s) {
+    dt_tokenizer_free(s->tok);
+    dt_tokens_free(&s->ids);
+    free(s->mask);
+    free(s->all_tok);
+    free(s->all_mask);
+    free(s->doc_end);
+}
+
+/* Writes the buffered documents into train (and val) splits. */
+static dt_status sink_write(dt_import *im, doc_sink *s, const char *meta) {
+    int64_t n = s->n_doc;
+    if (im->o->max_records > 0 && n > im->o->max_records) n = im->o->max_records;
+    if (n == 0)
+        return dt_error_set(DT_ERR_FORMAT, "import %s: no documents in the input", im->kind);
+    dt_dataset_spec spec = {.kind = DT_DATA_TOKENS,
+                            .vocab_size = dt_tokenizer_vocab_size(s->tok),
+                            .has_mask = s->has_mask,
+                            .eot_id = s->eot,
+                            .pad_id = s->eot,
+                            .name = im->kind,
+                            .extra_json = meta};
+    int32_t pad = dt_tokenizer_special_id(s->tok, "<|finetune_right_pad_id|>");
+    if (pad >= 0) spec.pad_id = pad;
+    dt_dataset_writer *wt = NULL, *wv = NULL;
+    uint8_t *val = NULL;
+    dt_status st = dt_import_writer(im, "train", &spec, &wt);
+    if (!st && im->o->val_fraction > 0) {
+        val = dt_import_val_mask(n, im->o->val_fraction, im->o->seed);
+        st = val ? dt_import_writer(im, "val", &spec, &wv) : DT_ERR_NOMEM;
+    }
+    int64_t nv = 0;
+    for (int64_t d = 0; !st && d < n; d++) {
+        int64_t a = d ? s->doc_end[d - 1] : 0, b = s->doc_end[d];
+        int v = val && val[d];
+        nv += v;
+        st = dt_dataset_writer_add_doc(v ? wv : wt, s->all_tok + a,
+                                       s->has_mask ? s->all_mask + a : NULL, b - a);
+    }
+    if (!st)
+        dt_import_note(
+            im, "%" PRId64 " documents, %" PRId64 " tokens -> train %" PRId64 ", val %" PRId64, n,
+            s->doc_end[n - 1], n - nv, nv);
+    free(val);
+    return st;
+}
+
+static dt_status utf8_error(const char *path, const char *text, size_t len, size_t base_off) {
+    size_t bad = dt_utf8_validate(text, len);
+    if (bad == len) return DT_OK;
+    int64_t line, col;
+    dt_line_col(text, bad, &line, &col);
+    return dt_error_set(DT_ERR_FORMAT,
+                        "%s:%" PRId64 ":%" PRId64 ": invalid UTF-8 (byte offset %zu, "
+                        "byte 0x%02x)",
+                        path, line, col, base_off + bad, (uint8_t)text[bad]);
+}
+
+/* ---- text ---- */
+
+static dt_status text_doc(doc_sink *s, const char *text, size_t len) {
+    size_t i = 0;
+    while (i < len && (text[i] == '\n' || text[i] == '\r')) i++; /* blank lines between docs */
+    if (i == len) return DT_OK;
+    dt_status st = DT_OK;
+    if (s->bos >= 0) st = sink_push(s, s->bos, 1);
+    if (!st) st = sink_text(s, text, len, 1);
+    if (!st && s->eot >= 0) st = sink_push(s, s->eot, 1);
+    if (!st) st = sink_end_doc(s);
+    return st;
+}
+
+dt_status dt_import_text(dt_import *im, const char *const *srcs, int n) {
+    file_list files = {0};
+    doc_sink s = {0};
+    char *meta = NULL;
+    dt_status st = collect(im, srcs, n, &files);
+    if (!st) st = load_tokenizer(im, &s, 0, &meta);
+    const char *sep = im->o->doc_separator;
+    size_t sl = sep ? strlen(sep) : 0;
+    for (int f = 0; !st && f < files.n; f++) {
+        uint8_t *data;
+        size_t len;
+        if ((st = dt_read_file(files.paths[f], 0, &data, &len))) break;
+        const char *t = (const char *)data;
+        st = utf8_error(files.paths[f], t, len, 0);
+        if (!st && !sep) st = text_doc(&s, t, len);
+        /* Documents end at lines equal to the separator (fortune files use "%"). */
+        size_t start = 0;
+        for (size_t i = 0; !st && sep && i <= len;) {
+            size_t e = i;
+            while (e < len && t[e] != '\n') e++;
+            size_t le = e > i && t[e - 1] == '\r' ? e - 1 : e;
+            int is_sep = le - i == sl && !memcmp(t + i, sep, sl);
+            if (is_sep || e >= len) {
+                size_t end = is_sep ? i : len;
+                st = text_doc(&s, t + start, end - start);
+                start = e + 1;
+            }
+            i = e + 1;
+        }
+        free(data);
+    }
+    if (!st) st = sink_write(im, &s, meta);
+    free(meta);
+    sink_free(&s);
+    free_list(&files);
+    return st;
+}
+
+/* ---- jsonl: Llama 3 chat template ---- */
+
+static void trim(const char **s, size_t *n) {
+    const char *p = *s;
+    size_t l = *n;
+    while (l && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\v' || *p == '\f'))
+        p++, l--;
+    while (l && (p[l - 1] == ' ' || p[l - 1] == '\t' || p[l - 1] == '\n' || p[l - 1] == '\r' ||
+                 p[l - 1] == '\v' || p[l - 1] == '\f'))
+        l--;
+    *s = p, *n = l;
+}
+
+/* <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>: the mask covers CONTENT and
+ * <|eot_id|> of assistant turns. "\n\n" + CONTENT is encoded as one text (as a tokenizer sees
+ * the rendered template); a token counts as content if it ends past the "\n\n". */
+static dt_status chat_turn(doc_sink *s, const char *role, const char *content, int train) {
+    int32_t sh = dt_tokenizer_special_id(s->tok, "<|start_header_id|>");
+    int32_t eh = dt_tokenizer_special_id(s->tok, "<|end_header_id|>");
+    dt_status st = sink_push(s, sh, 0);
+    if (!st) st = sink_text(s, role, strlen(role), 0);
+    if (!st) st = sink_push(s, eh, 0);
+    if (st) return st;
+    size_t cl = strlen(content);
+    trim(&content, &cl);
+    char *body = malloc(cl + 3);
+    if (!body) return dt_error_set(DT_ERR_NOMEM, "out of memory");
+    body[0] = '\n', body[1] = '\n';
+    memcpy(body + 2, content, cl);
+    int64_t first = s->ids.n;
+    st = sink_text(s, body, cl + 2, 0);
+    free(body);
+    if (st) return st;
+    size_t pos = 0;
+    for (int64_t i = first; train && i < s->ids.n; i++) {
+        size_t l = 0;
+        dt_tokenizer_token_bytes(s->tok, s->ids.ids[i], &l);
+        pos += l;
+        if (pos > 2) s->mask[i] = 1;
+    }
+    return sink_push(s, s->eot, (uint8_t)train);
+}
+
+static const char *str_field(const cJSON *o, const char *k) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+
+static dt_status jsonl_record(doc_sink *s, const cJSON *r, const char *path, int64_t line) {
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(r, "messages");
+    const char *prompt = str_field(r, "prompt"), *resp = str_field(r, "response");
+    const char *sys = str_field(r, "system");
+    dt_status st = sink_push(s, s->bos, 0);
+    int trained = 0;
+    if (cJSON_IsArray(msgs)) {
+        const cJSON *m;
+        int k = 0;
+        cJSON_ArrayForEach(m, msgs) {
+            const char *role = str_field(m, "role"), *content = str_field(m, "content");
+            if (!role || !content || !*role)
+                return dt_error_set(DT_ERR_FORMAT,
+                                    "%s:%" PRId64 ": messages[%d] needs string "
+                                    "\"role\" and \"content\"",
+                                    path, line, k);
+            int a = !strcmp(role, "assistant");
+            trained += a;
+            if (!st) st = chat_turn(s, role, content, a);
+            k++;
+        }
+    } else if (prompt && resp) {
+        if (sys && !st) st = chat_turn(s, "system", sys, 0);
+        if (!st) st = chat_turn(s, "user", prompt, 0);
+        if (!st) st = chat_turn(s, "assistant", resp, 1);
+        trained = 1;
+    } else {
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s:%" PRId64 ": expected string \"prompt\" and "
+                            "\"response\", or a \"messages\" array",
+                            path, line);
+    }
+    if (!st && !trained)
+        return dt_error_set(DT_ERR_FORMAT, "%s:%" PRId64 ": no assistant message to train on", path,
+                            line);
+    return st ? st : sink_end_doc(s);
+}
+
+dt_status dt_import_jsonl(dt_import *im, const char *const *srcs, int n) {
+    file_list files = {0};
+    doc_sink s = {.has_mask = 1};
+    char *meta = NULL;
+    dt_status st = collect(im, srcs, n, &files);
+    if (!st) st = load_tokenizer(im, &s, 1, &meta);
+    for (int f = 0; !st && f < files.n; f++) {
+        const char *path = files.paths[f];
+        uint8_t *data;
+        size_t len;
+        if ((st = dt_read_file(path, 0, &data, &len))) break;
+        const char *t = (const char *)data;
+        int64_t line = 0;
+        for (size_t i = 0; !st && i < len;) {
+            line++;
+            size_t e = i;
+            while (e < len && t[e] != '\n') e++;
+            size_t bad = dt_utf8_validate(t + i, e - i);
+            if (bad < e - i) {
+                st = dt_error_set(DT_ERR_FORMAT,
+                                  "%s:%" PRId64 ":%zu: invalid UTF-8 (byte offset "
+                                  "%zu, byte 0x%02x)",
+                                  path, line, bad + 1, i + bad, (uint8_t)t[i + bad]);
+                break;
+            }
+            size_t k = i;
+            while (k < e && (t[k] == ' ' || t[k] == '\t' || t[k] == '\r')) k++;
+            if (k < e) {
+                const char *end = NULL;
+                cJSON *r = cJSON_ParseWithLengthOpts(t + i, e - i, &end, 0);
+                while (r && end && end < t + e && (*end == ' ' || *end == '\t' || *end == '\r'))
+                    end++;
+                if (r && end && end < t + e) { /* text after the object */
+                    st = dt_error_set(DT_ERR_FORMAT,
+                                      "%s:%" PRId64 ":%zu: unexpected text after the "
+                                      "JSON object",
+                                      path, line, (size_t)(end - (t + i)) + 1);
+                } else if (!cJSON_IsObject(r)) {
+                    const char *ep = r ? t + i : cJSON_GetErrorPtr();
+                    size_t col = ep && ep >= t + i && ep <= t + e ? (size_t)(ep - (t + i)) + 1 : 1;
+                    st = dt_error_set(DT_ERR_FORMAT, "%s:%" PRId64 ":%zu: %s", path, line, col,
+                                      r ? "the line is not a JSON object" : "malformed JSON");
+                } else {
+                    st = jsonl_record(&s, r, path, line);
+                }
+                cJSON_Delete(r);
+            }
+            i = e + 1;
+        }
+        free(data);
+    }
+    if (!st) st = sink_write(im, &s, meta);
+    free(meta);
+    sink_free(&s);
+    free_list(&files);
+    return st;
+}

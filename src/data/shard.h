@@ -1,0 +1,81 @@
+/* Shard files: the byte layout, writing, and validated memory-mapped reading.
+ *
+ * Header: 256 bytes, all fields little-endian.
+ *   off  size  field
+ *     0     8  magic "DTSHARD\x1a"
+ *     8     4  version (1)
+ *    12     4  header bytes (256)
+ *    16     4  kind (1 image, 2 tokens)
+ *    20     4  dtype of the main section (image: u8 pixels; tokens: u32 tokens)
+ *    24     8  records (images, or documents)
+ *    32    16  record shape u32[4] (image: H, W, C, classes; tokens: 0)
+ *    48     8  elements of the main section (image: records*H*W*C; tokens: total tokens)
+ *    56     4  number of sections (<= 4)
+ *    60     4  flags (bit 0: the token shard has a loss mask)
+ *    64   128  section table, 4 x 32 bytes: u32 id, u32 dtype, u64 offset, u64 bytes, u64 count
+ *   192     8  payload bytes (file size - 256)
+ *   200     8  xxh3-64 of the payload (every byte after the header, padding included)
+ *   208    40  reserved, zero
+ *   248     8  xxh3-64 of header bytes [0, 248)
+ * Sections start at 64-byte-aligned offsets; gaps are zero. Section ids: 1 pixels (u8
+ * [N,H,W,C]), 2 labels (i32 [N]), 3 tokens (u32 [T]), 4 document offsets (u64 [N+1], from 0 to
+ * T, non-decreasing), 5 loss mask (u8 [T], 0 or 1). */
+#ifndef DT_DATA_SHARD_H
+#define DT_DATA_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "dtrain/data.h"
+
+enum {
+    DT_SEC_PIXELS = 1,
+    DT_SEC_LABELS = 2,
+    DT_SEC_TOKENS = 3,
+    DT_SEC_OFFSETS = 4,
+    DT_SEC_MASK = 5,
+    DT_SHARD_MAX_SECTIONS = 4,
+    DT_SHARD_FLAG_MASK = 1,
+};
+
+typedef struct dt_shard_section {
+    uint32_t id, dtype;
+    uint64_t offset, bytes, count;
+} dt_shard_section;
+
+typedef struct dt_shard_header {
+    uint32_t version, kind, dtype;
+    uint64_t records;
+    uint32_t shape[4];
+    uint64_t elements;
+    uint32_t n_sections, flags;
+    dt_shard_section sec[DT_SHARD_MAX_SECTIONS];
+    uint64_t payload_bytes, payload_xxh3;
+} dt_shard_header;
+
+/* A mapped, validated shard. */
+typedef struct dt_shard {
+    char *path;
+    uint8_t *map;
+    size_t size;
+    dt_shard_header h;
+    const uint8_t *pixels;
+    const int32_t *labels;
+    const uint32_t *tokens;
+    const uint64_t *offsets;
+    const uint8_t *mask;
+} dt_shard;
+
+/* Writes a shard: `data[i]` holds `h->sec[i].bytes` bytes. Fills in the section offsets, the
+ * payload size and checksum in `h`. */
+dt_status dt_shard_write(const char *path, dt_shard_header *h, const void *const *data);
+/* Maps and validates `path`; with `verify` also checks the payload checksum. On error the
+ * message names the file and the byte offset of the bad field. */
+dt_status dt_shard_open(const char *path, int verify, dt_shard *s);
+void dt_shard_close(dt_shard *s);
+/* Encodes / decodes the 256-byte header (decode validates magic, version and header checksum
+ * only; dt_shard_open checks the rest). */
+void dt_shard_header_encode(const dt_shard_header *h, uint8_t out[DT_SHARD_HEADER_BYTES]);
+dt_status dt_shard_header_decode(const char *path, const uint8_t *buf, size_t len,
+                                 dt_shard_header *h);
+
+#endif

@@ -1,0 +1,79 @@
+/* Internal layout of dt_tokenizer, shared by the BPE core (tokenizer.c) and the file loaders
+ * (tok_load.c). */
+#ifndef DT_DATA_TOK_H
+#define DT_DATA_TOK_H
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdint.h>
+#include "dtrain/tokenizer.h"
+
+enum { TOK_TIKTOKEN = 1, TOK_HF = 2, TOK_MAX_STAGES = 4 };
+
+/* One pre-tokenization regex; pieces of the previous stage are split by it. */
+typedef struct tok_stage {
+    pcre2_code *re;
+    int keep_gaps;        /* HF Split "Isolated": text between matches is a piece too */
+    int add_prefix_space; /* HF ByteLevel: prepend ' ' to a segment that lacks one */
+} tok_stage;
+
+typedef struct tok_special {
+    char *text;
+    size_t len;
+    int32_t id;
+} tok_special;
+
+struct dt_tokenizer {
+    int kind;
+    char desc[200];
+    /* id -> bytes: tok_len[id] == UINT32_MAX marks an unused id */
+    int64_t n_ids;
+    uint32_t *tok_off, *tok_len;
+    char *blob;
+    size_t blob_len, blob_cap;
+    int32_t byte_id[256];
+    int32_t unk_id;
+    /* bytes -> id (ordinary tokens): open addressing, slot holds id + 1 (0 = empty) */
+    uint32_t *bt;
+    uint64_t bt_mask;
+    /* (left id, right id) -> merge priority and merged id */
+    uint64_t *pk; /* key: left << 32 | right; UINT64_MAX = empty */
+    int32_t *prank, *pmerged;
+    uint64_t p_mask, p_count;
+    int ignore_merges; /* a piece that is itself a token is emitted whole (tiktoken always) */
+    /* pre-tokenization */
+    tok_stage stages[TOK_MAX_STAGES];
+    int n_stages;
+    pcre2_match_data *md;
+    pcre2_match_context *mctx;
+    pcre2_jit_stack *jit_stack;
+    /* special tokens, sorted by decreasing length so the longest match wins */
+    tok_special *sp;
+    int n_sp;
+    uint8_t sp_first[256];
+    /* scratch for BPE */
+    int32_t *w_ids, *w_rank;
+    int64_t w_cap;
+    char *scratch;
+    size_t scratch_cap;
+};
+
+/* Allocates an empty tokenizer of the given kind. */
+dt_tokenizer *dt_tok_new(int kind);
+/* Sets the token bytes of ordinary token `id` (which must be unused). */
+dt_status dt_tok_set_token(dt_tokenizer *t, int32_t id, const char *bytes, size_t len);
+/* Builds the bytes->id table and the byte ids; `what` names the file for errors. */
+dt_status dt_tok_index(dt_tokenizer *t, const char *what);
+/* tiktoken: pair table from the ranks (pair rank = rank of the concatenation). */
+dt_status dt_tok_pairs_from_ranks(dt_tokenizer *t);
+/* HF: adds merge number `rank` (left + right -> merged). */
+dt_status dt_tok_add_merge(dt_tokenizer *t, int32_t left, int32_t right, int32_t merged,
+                           int32_t rank);
+dt_status dt_tok_pairs_reserve(dt_tokenizer *t, uint64_t n);
+/* Ordinary id of a byte string, or -1. */
+int32_t dt_tok_lookup(const dt_tokenizer *t, const char *bytes, size_t len);
+/* Compiles and appends a pre-tokenization stage. */
+dt_status dt_tok_add_stage(dt_tokenizer *t, const char *pattern, int keep_gaps,
+                           int add_prefix_space, const char *what);
+
+#endif

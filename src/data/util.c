@@ -1,0 +1,204 @@
+/* Files and directories for the data layer (see util.h). */
+#include "data/util.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+void dt_hex64(uint64_t v, char buf[17]) {
+    static const char hx[] = "0123456789abcdef";
+    for (int i = 15; i >= 0; i--, v >>= 4) buf[i] = hx[v & 15];
+    buf[16] = '\0';
+}
+
+int dt_parse_hex64(const char *s, uint64_t *v) {
+    uint64_t r = 0;
+    for (int i = 0; i < 16; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return -1;
+        r = r << 4 | (uint64_t)d;
+    }
+    if (s[16] != '\0') return -1;
+    *v = r;
+    return 0;
+}
+
+static dt_status read_plain(const char *path, uint8_t **data, size_t *len) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dt_error_set(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return dt_error_set(DT_ERR_IO, "%s: not a regular file", path);
+    }
+    size_t n = (size_t)st.st_size;
+    uint8_t *buf = malloc(n + 1);
+    if (!buf) {
+        close(fd);
+        return dt_error_set(DT_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, n);
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            free(buf);
+            close(fd);
+            return dt_error_set(DT_ERR_IO, "%s: read failed at byte %zu: %s", path, got,
+                                r < 0 ? strerror(errno) : "unexpected end of file");
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    buf[n] = 0;
+    *data = buf, *len = n;
+    return DT_OK;
+}
+
+/* gzread also passes plain files through, so this handles both. */
+static dt_status read_gz(const char *path, uint8_t **data, size_t *len) {
+    gzFile f = gzopen(path, "rb");
+    if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    gzbuffer(f, 1 << 20);
+    size_t cap = 1 << 20, n = 0;
+    uint8_t *buf = malloc(cap + 1);
+    for (;;) {
+        if (!buf) {
+            gzclose(f);
+            return dt_error_set(DT_ERR_NOMEM, "%s: out of memory after %zu bytes", path, n);
+        }
+        if (n == cap) {
+            uint8_t *nb = realloc(buf, cap * 2 + 1);
+            if (!nb) free(buf);
+            buf = nb, cap *= 2;
+            continue;
+        }
+        unsigned want = (unsigned)(cap - n > (1u << 30) ? (1u << 30) : cap - n);
+        int r = gzread(f, buf + n, want);
+        if (r < 0) {
+            int e;
+            const char *msg = gzerror(f, &e);
+            dt_status s = dt_error_set(DT_ERR_FORMAT, "%s: gzip stream corrupt after %zu bytes: %s",
+                                       path, n, msg);
+            free(buf);
+            gzclose(f);
+            return s;
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    /* A truncated gzip member reads as a short stream plus an error flag. */
+    int e;
+    const char *msg = gzerror(f, &e);
+    if (e != Z_OK && e != Z_BUF_ERROR) {
+        dt_status s = dt_error_set(DT_ERR_FORMAT, "%s: gzip stream corrupt after %zu bytes: %s",
+                                   path, n, msg);
+        free(buf);
+        gzclose(f);
+        return s;
+    }
+    if (e == Z_BUF_ERROR) {
+        free(buf);
+        gzclose(f);
+        return dt_error_set(DT_ERR_FORMAT, "%s: gzip stream truncated after %zu bytes", path, n);
+    }
+    gzclose(f);
+    buf[n] = 0;
+    *data = buf, *len = n;
+    return DT_OK;
+}
+
+dt_status dt_read_file(const char *path, int gz, uint8_t **data, size_t *len) {
+    return gz ? read_gz(path, data, len) : read_plain(path, data, len);
+}
+
+dt_status dt_write_file(const char *path, const void *data, size_t len) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    const uint8_t *p = data;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t r = write(fd, p + done, len - done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            dt_status s = dt_error_set(DT_ERR_IO, "%s: write failed at byte %zu: %s", path, done,
+                                       strerror(errno));
+            close(fd);
+            return s;
+        }
+        done += (size_t)r;
+    }
+    if (close(fd) != 0)
+        return dt_error_set(DT_ERR_IO, "%s: close failed: %s", path, strerror(errno));
+    return DT_OK;
+}
+
+char *dt_path_join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = malloc(a + b + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    size_t k = a;
+    if (a && dir[a - 1] != '/') p[k++] = '/';
+    memcpy(p + k, name, b + 1);
+    return p;
+}
+
+void dt_remove_tree(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return;
+    if (S_ISDIR(st.st_mode)) {
+        DIR *d = opendir(path);
+        if (d) {
+            struct dirent *e;
+            while ((e = readdir(d))) {
+                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+                char *c = dt_path_join(path, e->d_name);
+                if (c) dt_remove_tree(c);
+                free(c);
+            }
+            closedir(d);
+        }
+        rmdir(path);
+    } else {
+        unlink(path);
+    }
+}
+
+int dt_path_exists(const char *path) {
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+char *dt_temp_dir_for(const char *final) {
+    size_t n = strlen(final);
+    while (n > 1 && final[n - 1] == '/') n--; /* "out/" -> "out.tmp-..." */
+    char *t = malloc(n + 16);
+    if (!t) {
+        dt_error_set(DT_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    memcpy(t, final, n);
+    memcpy(t + n, ".tmp-XXXXXX", 12);
+    if (!mkdtemp(t)) {
+        dt_error_set(DT_ERR_IO, "%.*s: cannot create a temporary directory beside it: %s", (int)n,
+                     final, strerror(errno));
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+void dt_line_col(const char *s, size_t off, int64_t *line, int64_t *col) {
+    int64_t l = 1;
+    size_t start = 0;
+    for (size_t i = 0; i < off; i++)
+        if (s[i] == '\n') l++, start = i + 1;
+    *line = l;
+    *col = (int64_t)(off - start) + 1;
+}

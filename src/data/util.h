@@ -1,0 +1,49 @@
+/* Small helpers shared by the data layer: little-endian fields, files, directories. */
+#ifndef DT_DATA_UTIL_H
+#define DT_DATA_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include "dtrain/status.h"
+
+static inline void dt_le_put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void dt_le_put64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint32_t dt_le_get32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint64_t dt_le_get64(const uint8_t *p) {
+    return (uint64_t)dt_le_get32(p) | (uint64_t)dt_le_get32(p + 4) << 32;
+}
+static inline uint32_t dt_be_get32(const uint8_t *p) {
+    return (uint32_t)p[3] | (uint32_t)p[2] << 8 | (uint32_t)p[1] << 16 | (uint32_t)p[0] << 24;
+}
+
+/* "0123456789abcdef" form of a 64-bit hash into buf[17]. */
+void dt_hex64(uint64_t v, char buf[17]);
+/* Parses 16 hex digits; 0 on success. */
+int dt_parse_hex64(const char *s, uint64_t *v);
+
+/* Reads a whole file (malloc'd, NUL-terminated for convenience). Transparently inflates gzip
+ * when `gz` is set. Errors name the file. */
+dt_status dt_read_file(const char *path, int gz, uint8_t **data, size_t *len);
+/* Writes `len` bytes to `path` (created or truncated) and fsyncs nothing: the caller renames. */
+dt_status dt_write_file(const char *path, const void *data, size_t len);
+/* Joins dir and name into a malloc'd path. */
+char *dt_path_join(const char *dir, const char *name);
+/* Removes a directory tree (best effort; used to clean up after failed writes). */
+void dt_remove_tree(const char *path);
+/* 1 if the path exists (any type). */
+int dt_path_exists(const char *path);
+/* Creates a fresh temporary directory next to `final` ("<final>.tmp-XXXXXX"); the parent of
+ * `final` must exist. Returns the malloc'd path or NULL (error set). */
+char *dt_temp_dir_for(const char *final);
+
+/* Line and column (1-based, columns in bytes) of byte offset `off` in `s`. */
+void dt_line_col(const char *s, size_t off, int64_t *line, int64_t *col);
+
+#endif
