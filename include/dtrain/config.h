@@ -1,0 +1,244 @@
+/* The run configuration: one YAML file with sections, checked against a single static schema,
+ * any key overridable as `section.key=value`; and the memory plan (`dtrain plan`).
+ *
+ * Typical use (what `dtrain train` and `dtrain plan` do):
+ *   dt_config *cfg;
+ *   if (dt_config_from_args("run.yaml", n_overrides, overrides, &cfg) != DT_OK) {
+ *       fprintf(stderr, "%s\n", dt_last_error());   // names file:line, key, value, expectation
+ *       return 2;
+ *   }
+ *   const dt_config_values *v = dt_config_get_values(cfg);
+ *   ... v->optim.lr, v->model.kind == DT_CFG_MODEL_LLAMA, v->lora.targets.item[i] ...
+ *   dt_config_dump_yaml(cfg, f);   // the resolved config, for the run directory
+ *   dt_config_free(cfg);
+ *
+ * The schema (src/config/schema.c) holds, for every key: its dotted name, type, default, allowed
+ * range or values, and a one-line meaning; dt_config_help prints it. Errors:
+ *   run.yaml:7: unknown key 'optim.weight_decy' (did you mean 'optim.weight_decay'?)
+ *   run.yaml:3: optim.lr: 'fast' is not a number (expected a float in (0, 10])
+ *   command line: train.steps=-5: -5 is out of range (expected an integer >= 0)
+ *   run.yaml:12: lora.enabled is true but model.kind is 'resnet' (LoRA needs model.kind llama)
+ * Per-key checks (type, range, enum value) happen as a value is read or set; cross-key checks
+ * (dt_config_validate) once all overrides are in, so an override can fix a file's value. */
+#ifndef DTRAIN_CONFIG_H
+#define DTRAIN_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "dtrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DT_CFG_STR_MAX 1024 /* longest string / path value, with the terminating NUL */
+#define DT_CFG_LIST_MAX 16  /* most items of a list value */
+#define DT_CFG_ITEM_MAX 64  /* longest list item, with the NUL */
+
+/* Enum values, in the order the schema lists them (the numbers match dt_optim_kind and
+ * dt_lr_kind of dtrain/optim.h). */
+enum { DT_CFG_MODEL_RESNET = 0, DT_CFG_MODEL_LLAMA = 1 };
+enum { DT_CFG_INIT_RANDOM = 0, DT_CFG_INIT_PRETRAINED = 1 };
+enum { DT_CFG_OPTIM_SGD = 0, DT_CFG_OPTIM_ADAMW = 1 };
+enum {
+    DT_CFG_SCHED_CONSTANT = 0,
+    DT_CFG_SCHED_LINEAR = 1,
+    DT_CFG_SCHED_COSINE = 2,
+    DT_CFG_SCHED_STEP = 3
+};
+enum { DT_CFG_PREC_FP32 = 0, DT_CFG_PREC_BF16 = 1 };
+enum { DT_CFG_BACKEND_AUTO = 0, DT_CFG_BACKEND_MPI = 1, DT_CFG_BACKEND_SINGLE = 2 };
+
+typedef struct dt_config_list {
+    int n;
+    char item[DT_CFG_LIST_MAX][DT_CFG_ITEM_MAX];
+} dt_config_list;
+
+/* The resolved values, one field per schema key (ints are int64_t, floats double, bools and
+ * enums int, strings/paths/URIs char arrays, lists dt_config_list). */
+typedef struct dt_config_values {
+    struct {
+        int kind;       /* DT_CFG_MODEL_* */
+        int64_t depth;  /* ResNet depth: 18, 34, 50, 101, 152 */
+        int small_stem; /* ResNet 3x3 stride-1 stem without max-pool */
+        int64_t in_channels, num_classes, width;
+        char hf_path[DT_CFG_STR_MAX]; /* HF folder (config.json [+ weights]) or config.json */
+        int init;                     /* DT_CFG_INIT_* */
+        int recompute;                /* activation checkpointing per block / decoder layer */
+    } model;
+    struct {
+        char train[DT_CFG_STR_MAX], val[DT_CFG_STR_MAX];
+        int64_t batch;      /* per worker, per micro-batch */
+        int64_t seq_len;    /* language models */
+        int64_t image_size; /* images: H = W in pixels; 0 = from the dataset */
+        int augment, shuffle;
+        int64_t workers; /* prefetch threads */
+    } data;
+    struct {
+        int name; /* DT_CFG_OPTIM_* */
+        double lr, momentum;
+        int nesterov;
+        double weight_decay, beta1, beta2, eps, clip_norm;
+        int no_decay_norm_bias;
+    } optim;
+    struct {
+        int kind; /* DT_CFG_SCHED_* */
+        int64_t warmup_steps, total_steps;
+        double min_lr;
+        int64_t step_size;
+        double gamma;
+    } schedule;
+    struct {
+        int64_t steps, epochs, grad_accum, threads, seed;
+        int precision; /* DT_CFG_PREC_* */
+        int64_t log_every, eval_every;
+    } train;
+    struct {
+        int64_t zero_stage;
+        double bucket_mb;
+        int backend; /* DT_CFG_BACKEND_* */
+    } dist;
+    struct {
+        int enabled;
+        int64_t rank;
+        double alpha, dropout;
+        dt_config_list targets;
+    } lora;
+    struct {
+        char dir[DT_CFG_STR_MAX]; /* storage URI: path, file://..., s3://bucket/prefix */
+        int64_t every_steps;
+        double every_minutes;
+        int64_t keep_last;
+        int async;
+        char resume[DT_CFG_STR_MAX]; /* "auto", "never", or a checkpoint URI */
+    } ckpt;
+    struct {
+        char dir[DT_CFG_STR_MAX]; /* storage URI of the experiment store */
+        char experiment[DT_CFG_STR_MAX], run_name[DT_CFG_STR_MAX];
+        int export_model; /* key "output.export" */
+    } output;
+} dt_config_values;
+
+typedef struct dt_config dt_config;
+
+/* ---- Schema ------------------------------------------------------------------------------ */
+
+typedef enum dt_config_type {
+    DT_CFG_INT,   /* 64-bit integer */
+    DT_CFG_FLOAT, /* double, finite */
+    DT_CFG_BOOL,  /* true/false (also yes/no, on/off, 1/0) */
+    DT_CFG_STR,   /* any text */
+    DT_CFG_ENUM,  /* one of `choices` ("a|b|c"), stored as its index */
+    DT_CFG_LIST,  /* list of strings ([a, b] in YAML, a,b on the command line) */
+    DT_CFG_PATH,  /* local path (may be empty) */
+    DT_CFG_URI,   /* storage URI: path, file://path or s3://bucket[/prefix] (may be empty) */
+} dt_config_type;
+
+/* Range flags. */
+enum {
+    DT_CFG_HAS_MIN = 1 << 0,
+    DT_CFG_HAS_MAX = 1 << 1,
+    DT_CFG_MIN_OPEN = 1 << 2, /* value > min rather than >= */
+    DT_CFG_MAX_OPEN = 1 << 3, /* value < max rather than <= */
+};
+
+typedef struct dt_config_key {
+    const char *name; /* "section.key" */
+    dt_config_type type;
+    const char *def; /* default, as it would be written on the command line */
+    unsigned range;  /* DT_CFG_HAS_MIN | ... (INT, FLOAT) */
+    double min, max;
+    const char *choices; /* ENUM: "a|b|c"; LIST: allowed items or NULL for any */
+    const char *help;    /* one line */
+    size_t offset;       /* field offset in dt_config_values */
+} dt_config_key;
+
+int dt_config_key_count(void);
+const dt_config_key *dt_config_key_at(int i);
+const dt_config_key *dt_config_key_find(const char *name); /* NULL if unknown */
+const char *dt_config_type_name(dt_config_type t);         /* "int", "float", ... */
+/* Prints every key with type, default, allowed values and meaning, by section. */
+void dt_config_help(FILE *f);
+
+/* ---- Life cycle ---------------------------------------------------------------------------- */
+
+/* A config holding every default. NULL only when out of memory. */
+dt_config *dt_config_init_defaults(void);
+/* Reads a YAML file over the defaults. Unknown keys and sections, wrong types, out-of-range or
+ * bad enum values, duplicate keys and malformed YAML are errors naming file, line and key (and
+ * the nearest valid key for a typo). Cross-key checks are left to dt_config_validate. */
+dt_status dt_config_load(const char *path, dt_config **out);
+/* One override: key "section.key" and its value as text (YAML-style for bools and lists). */
+dt_status dt_config_set(dt_config *c, const char *key, const char *value);
+/* One override written as "section.key=value" (the command-line form). */
+dt_status dt_config_set_arg(dt_config *c, const char *arg);
+/* Cross-key checks (e.g. lora.enabled needs model.kind llama; nesterov needs momentum > 0). */
+dt_status dt_config_validate(const dt_config *c);
+/* load (or defaults when path is NULL) + each "key=value" override + validate. */
+dt_status dt_config_from_args(const char *path, int n_overrides, char *const *overrides,
+                              dt_config **out);
+void dt_config_free(dt_config *c);
+
+/* ---- Access -------------------------------------------------------------------------------- */
+
+const dt_config_values *dt_config_get_values(const dt_config *c);
+/* Typed access by name; errors for unknown keys and for a type that does not fit (get_int
+ * reads INT, BOOL and ENUM keys (the index); get_float INT and FLOAT; get_bool BOOL; get_str any
+ * key but LIST, as text: enum names, "true"/"false", numbers as written by dump). The string
+ * stays valid until the next get_str on this thread. */
+dt_status dt_config_get_int(const dt_config *c, const char *key, int64_t *out);
+dt_status dt_config_get_float(const dt_config *c, const char *key, double *out);
+dt_status dt_config_get_bool(const dt_config *c, const char *key, int *out);
+dt_status dt_config_get_str(const dt_config *c, const char *key, const char **out);
+/* Where a key's value came from: "default", "command line" or "FILE:LINE". */
+const char *dt_config_origin(const dt_config *c, const char *key);
+/* The file the config was loaded from ("" for defaults only). */
+const char *dt_config_path(const dt_config *c);
+/* Resolves a path value (model.hf_path, data.train, ...): kept as it is when absolute or when it
+ * exists relative to the working directory; otherwise taken relative to the config file's
+ * folder. Writes at most n bytes to out. */
+void dt_config_resolve_path(const dt_config *c, const char *path, char *out, size_t n);
+/* Writes the resolved config as YAML (every key, by section), loadable by dt_config_load. */
+dt_status dt_config_dump_yaml(const dt_config *c, FILE *f);
+dt_status dt_config_save_yaml(const dt_config *c, const char *path);
+
+/* ---- Memory plan (`dtrain plan`) -------------------------------------------------------- */
+
+/* Per-worker memory of one training step, in bytes, computed from the configured model, batch,
+ * sequence length / image size, precision, ZeRO stage, LoRA and recomputation, without weights.
+ * Llama: reads model.hf_path's config.json. ResNet: needs data.image_size (or data.train's
+ * dataset for its image size). Activations follow what the graph keeps for backward (see
+ * src/config/plan_llama.c and plan_resnet.c): the planner's peak over the step. */
+typedef struct dt_plan {
+    int kind; /* DT_CFG_MODEL_* */
+    int world, zero_stage;
+    int64_t batch, seq_len;   /* seq_len: tokens (Llama) or image side (ResNet) */
+    int64_t params_total;     /* every parameter of the model (+ LoRA adapters) */
+    int64_t params_trainable; /* optimised: all, or the LoRA adapters only */
+    int64_t params_frozen;    /* LoRA base weights */
+    int optim_states;         /* f32 moments per trainable parameter: SGD 0 or 1, AdamW 2 */
+    /* Bytes per worker after ZeRO sharding. */
+    int64_t param_bytes;      /* trainable f32 parameters (/N under stage 3) */
+    int64_t grad_bytes;       /* f32 gradients (/N under stage >= 2) */
+    int64_t optim_bytes;      /* optimizer state (/N under stage >= 1) */
+    int64_t frozen_bytes;     /* frozen base weights: the LoRA base, bf16 (DESIGN.md) */
+    int64_t state_bytes;      /* non-trainable state: batchnorm running statistics */
+    int64_t activation_bytes; /* planned peak of activations, their gradients and scratch */
+    int64_t saved_bytes;      /* of that: kept from forward for backward at the peak */
+    int64_t logits_bytes;     /* Llama logits [B, T, V] f32 (one copy) */
+    int64_t total_bytes;
+    /* The same before sharding (world 1), for the table. */
+    int64_t param_bytes_1, grad_bytes_1, optim_bytes_1;
+    char model_desc[200]; /* e.g. "llama: 32 layers, hidden 4096, ..." */
+    char run_desc[300];   /* batch, precision, workers, ZeRO, LoRA, recompute */
+} dt_plan;
+
+dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p);
+/* A readable table (GiB with 2 decimals) or, with json, one JSON object (bytes as integers). */
+void dt_plan_print(FILE *f, const dt_plan *p, int json);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,216 @@
+/* The memory plan of `dtrain plan`: per-worker bytes of parameters, gradients, optimizer state,
+ * frozen weights and activations for a config, without weights.
+ *
+ * Flat buffers (DESIGN.md): trainable parameters are one f32 buffer, gradients a second of the
+ * same size, optimizer moments one (SGD with momentum) or two (AdamW) more. ZeRO shards equal
+ * slices of these buffers, padded to a multiple of the world size: stage 1 the optimizer state,
+ * stage 2 also the gradients, stage 3 also the parameters. Frozen weights (the LoRA base, bf16
+ * as DESIGN.md has it) and batchnorm statistics are not sharded. Activations are the graph
+ * planner's peak for one micro-batch (plan_llama.c, plan_resnet.c); gradient accumulation does not
+ * change them. */
+#include <string.h>
+#include <unistd.h>
+#include "config/plan_impl.h"
+#include "dtrain/data.h"
+
+static int64_t shard(int64_t n, int world) {
+    return (n + world - 1) / world;
+}
+
+static dt_status lora_targets(const dt_config_list *l, unsigned *mask) {
+    *mask = 0;
+    for (int i = 0; i < l->n; i++) {
+        int t = 0;
+        while (t < PLAN_T_N && strcmp(l->item[i], plan_lora_target_names[t])) t++;
+        if (t == PLAN_T_N)
+            return dt_error_set(DT_ERR_INVALID, "plan: lora.targets: unknown layer '%s'",
+                                l->item[i]);
+        *mask |= 1u << t;
+    }
+    return DT_OK;
+}
+
+static dt_status image_size(const dt_config *c, int64_t *side) {
+    const dt_config_values *v = dt_config_get_values(c);
+    *side = v->data.image_size;
+    if (*side > 0) return DT_OK;
+    if (!v->data.train[0])
+        return dt_error_set(DT_ERR_INVALID,
+                            "plan: a ResNet plan needs the image size: set data.image_size (or "
+                            "data.train, to read it from the dataset)");
+    char dir[DT_CFG_STR_MAX];
+    dt_config_resolve_path(c, v->data.train, dir, sizeof dir);
+    dt_dataset *d;
+    dt_status st = dt_dataset_open(dir, 0, &d);
+    if (st) return st;
+    const dt_dataset_info *in = dt_dataset_get_info(d);
+    *side = in->kind == DT_DATA_IMAGE ? in->height : 0;
+    dt_dataset_close(d);
+    if (*side <= 0)
+        return dt_error_set(DT_ERR_INVALID, "plan: %s is not an image dataset (data.train)", dir);
+    return DT_OK;
+}
+
+dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p) {
+    if (!c || !p) return dt_error_set(DT_ERR_INVALID, "plan: NULL config or output");
+    if (world < 1) return dt_error_set(DT_ERR_INVALID, "plan: %d workers (expected >= 1)", world);
+    memset(p, 0, sizeof *p);
+    const dt_config_values *v = dt_config_get_values(c);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    plan_opts o = {
+        .batch = v->data.batch,
+        .seq_len = v->data.seq_len,
+        .recompute = v->model.recompute,
+        .threads = v->train.threads > 0 ? (int)v->train.threads : (cpus > 0 ? (int)cpus : 1),
+        /* DESIGN.md: the frozen LoRA base is bf16, consumed by bf16 GEMMs directly. */
+        .frozen_bf16 = 1,
+        .lora = v->lora.enabled,
+        .lora_rank = (int)v->lora.rank,
+        .lora_dropout = v->lora.dropout,
+    };
+    dt_status st;
+    ps_result act;
+    p->kind = v->model.kind;
+    p->world = world;
+    p->zero_stage = (int)v->dist.zero_stage;
+    p->batch = v->data.batch;
+    if (v->model.kind == DT_CFG_MODEL_LLAMA) {
+        char path[DT_CFG_STR_MAX];
+        dt_config_resolve_path(c, v->model.hf_path, path, sizeof path);
+        dt_llama_config m;
+        if ((st = dt_llama_config_load(path, &m))) return st;
+        if (o.lora && (st = lora_targets(&v->lora.targets, &o.lora_targets))) return st;
+        if ((st = plan_llama_activations(&m, &o, &act))) return st;
+        int64_t base = dt_llama_param_count(&m);
+        p->seq_len = o.seq_len;
+        p->params_trainable = o.lora ? plan_lora_params(&m, o.lora_rank, o.lora_targets) : base;
+        p->params_frozen = o.lora ? base : 0;
+        p->params_total = base + (o.lora ? p->params_trainable : 0);
+        p->logits_bytes = o.batch * o.seq_len * m.vocab_size * 4;
+        snprintf(p->model_desc, sizeof p->model_desc,
+                 "llama: %d layers, hidden %d, %d heads (%d kv, dim %d), mlp %d, vocab %d%s",
+                 m.num_hidden_layers, m.hidden_size, m.num_attention_heads, m.num_key_value_heads,
+                 m.head_dim, m.intermediate_size, m.vocab_size,
+                 m.tie_word_embeddings ? ", tied embeddings" : "");
+    } else {
+        if ((st = image_size(c, &o.image_size))) return st;
+        dt_resnet_config m = {(int)v->model.depth,       (int)v->model.in_channels,
+                              (int)v->model.num_classes, v->model.small_stem,
+                              (int)v->model.width,       v->model.recompute};
+        int64_t n = dt_resnet_param_count(&m);
+        if (n < 0) return DT_ERR_INVALID;
+        if ((st = plan_resnet_activations(&m, &o, &act))) return st;
+        p->seq_len = o.image_size;
+        p->params_trainable = p->params_total = n;
+        snprintf(p->model_desc, sizeof p->model_desc,
+                 "resnet-%d: %s stem, width %d, %d input channels, %d classes", m.depth,
+                 m.small_stem ? "small-image" : "stock", m.width, m.in_channels, m.num_classes);
+    }
+    p->optim_states = v->optim.name == DT_CFG_OPTIM_ADAMW ? 2 : v->optim.momentum > 0 ? 1 : 0;
+    int64_t t = p->params_trainable;
+    p->param_bytes_1 = 4 * t;
+    p->grad_bytes_1 = 4 * t;
+    p->optim_bytes_1 = 4 * t * p->optim_states;
+    int z = p->zero_stage;
+    p->param_bytes = 4 * (z >= 3 ? shard(t, world) : t);
+    p->grad_bytes = 4 * (z >= 2 ? shard(t, world) : t);
+    p->optim_bytes = 4 * p->optim_states * (z >= 1 ? shard(t, world) : t);
+    p->frozen_bytes = p->params_frozen * (o.frozen_bf16 ? 2 : 4);
+    p->state_bytes = act.state;
+    p->activation_bytes = act.peak;
+    p->saved_bytes = act.saved;
+    p->total_bytes = p->param_bytes + p->grad_bytes + p->optim_bytes + p->frozen_bytes +
+                     p->state_bytes + p->activation_bytes;
+    char lora[120] = "";
+    if (o.lora) {
+        size_t j = (size_t)snprintf(lora, sizeof lora, ", LoRA r=%d on ", o.lora_rank);
+        for (int i = 0; i < v->lora.targets.n && j < sizeof lora; i++)
+            j += (size_t)snprintf(lora + j, sizeof lora - j, "%s%s", i ? "," : "",
+                                  v->lora.targets.item[i]);
+    }
+    if (v->model.kind == DT_CFG_MODEL_LLAMA)
+        snprintf(p->run_desc, sizeof p->run_desc, "batch %lld x %lld tokens", (long long)p->batch,
+                 (long long)p->seq_len);
+    else
+        snprintf(p->run_desc, sizeof p->run_desc, "batch %lld x %lldx%lld images",
+                 (long long)p->batch, (long long)p->seq_len, (long long)p->seq_len);
+    size_t j = strlen(p->run_desc);
+    snprintf(p->run_desc + j, sizeof p->run_desc - j, ", %s, %s, %d worker%s, ZeRO stage %d%s%s",
+             v->train.precision == DT_CFG_PREC_BF16 ? "bf16" : "fp32",
+             v->optim.name == DT_CFG_OPTIM_ADAMW ? "AdamW" : "SGD", world, world > 1 ? "s" : "", z,
+             lora, o.recompute ? ", recompute" : "");
+    return DT_OK;
+}
+
+/* "1,234,567" */
+static const char *grouped(int64_t x, char *buf, size_t n) {
+    char d[32];
+    int l = snprintf(d, sizeof d, "%lld", (long long)x), j = 0;
+    for (int i = 0; i < l && (size_t)j + 2 < n; i++) {
+        if (i && (l - i) % 3 == 0 && d[i - 1] != '-') buf[j++] = ',';
+        buf[j++] = d[i];
+    }
+    buf[j] = '\0';
+    return buf;
+}
+
+static double gib(int64_t b) {
+    return (double)b / (1024.0 * 1024.0 * 1024.0);
+}
+
+void dt_plan_print(FILE *f, const dt_plan *p, int json) {
+    if (json) {
+        fprintf(
+            f,
+            "{\"model\": \"%s\", \"kind\": \"%s\", \"world\": %d, \"zero_stage\": %d, "
+            "\"batch\": %lld, \"seq_len\": %lld, \"params_total\": %lld, "
+            "\"params_trainable\": %lld, \"params_frozen\": %lld, \"optim_states\": %d, "
+            "\"param_bytes\": %lld, \"grad_bytes\": %lld, \"optim_bytes\": %lld, "
+            "\"frozen_bytes\": %lld, \"state_bytes\": %lld, \"activation_bytes\": %lld, "
+            "\"saved_bytes\": %lld, \"logits_bytes\": %lld, \"total_bytes\": %lld, "
+            "\"unsharded\": {\"param_bytes\": %lld, \"grad_bytes\": %lld, "
+            "\"optim_bytes\": %lld}}\n",
+            p->model_desc, p->kind == DT_CFG_MODEL_LLAMA ? "llama" : "resnet", p->world,
+            p->zero_stage, (long long)p->batch, (long long)p->seq_len, (long long)p->params_total,
+            (long long)p->params_trainable, (long long)p->params_frozen, p->optim_states,
+            (long long)p->param_bytes, (long long)p->grad_bytes, (long long)p->optim_bytes,
+            (long long)p->frozen_bytes, (long long)p->state_bytes, (long long)p->activation_bytes,
+            (long long)p->saved_bytes, (long long)p->logits_bytes, (long long)p->total_bytes,
+            (long long)p->param_bytes_1, (long long)p->grad_bytes_1, (long long)p->optim_bytes_1);
+        return;
+    }
+    char a[40], b[40], c[40];
+    fprintf(f, "model:  %s\n", p->model_desc);
+    fprintf(f, "run:    %s\n", p->run_desc);
+    fprintf(f, "params: %s total, %s trainable", grouped(p->params_total, a, sizeof a),
+            grouped(p->params_trainable, b, sizeof b));
+    if (p->params_frozen) fprintf(f, ", %s frozen", grouped(p->params_frozen, c, sizeof c));
+    fprintf(f, "\n\n%-44s %10s %10s\n", "memory per worker", "GiB", "unsharded");
+    const char *z = p->zero_stage ? "(sharded)" : "";
+    char lbl[64];
+    snprintf(lbl, sizeof lbl, "  trainable parameters (f32) %s", p->zero_stage >= 3 ? z : "");
+    fprintf(f, "%-44s %10.2f %10.2f\n", lbl, gib(p->param_bytes), gib(p->param_bytes_1));
+    snprintf(lbl, sizeof lbl, "  gradients (f32) %s", p->zero_stage >= 2 ? z : "");
+    fprintf(f, "%-44s %10.2f %10.2f\n", lbl, gib(p->grad_bytes), gib(p->grad_bytes_1));
+    snprintf(lbl, sizeof lbl, "  optimizer state (%dx f32) %s", p->optim_states,
+             p->zero_stage >= 1 ? z : "");
+    fprintf(f, "%-44s %10.2f %10.2f\n", lbl, gib(p->optim_bytes), gib(p->optim_bytes_1));
+    if (p->params_frozen)
+        fprintf(f, "%-44s %10.2f\n",
+                p->frozen_bytes == 2 * p->params_frozen ? "  frozen base weights (bf16)"
+                                                        : "  frozen base weights (f32)",
+                gib(p->frozen_bytes));
+    if (p->state_bytes) fprintf(f, "%-44s %10.2f\n", "  batchnorm statistics", gib(p->state_bytes));
+    fprintf(f, "%-44s %10.2f\n", "  activations (planned peak)", gib(p->activation_bytes));
+    fprintf(f, "%-44s %10.2f\n", "    kept from forward for backward", gib(p->saved_bytes));
+    if (p->logits_bytes)
+        fprintf(f, "%-44s %10.2f\n", "    logits [B, T, V] f32 (one copy)", gib(p->logits_bytes));
+    fprintf(f, "%-44s %10.2f\n", "  total", gib(p->total_bytes));
+    if (p->zero_stage)
+        fprintf(f, "\nZeRO stage %d over %d workers shards the %s by %d.\n", p->zero_stage,
+                p->world,
+                p->zero_stage == 1   ? "optimizer state"
+                : p->zero_stage == 2 ? "optimizer state and gradients"
+                                     : "optimizer state, gradients and parameters",
+                p->world);
+}

@@ -1,0 +1,176 @@
+/* Cross-key checks (run once every override is in), the YAML dump of the resolved config, and
+ * the schema help. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include "config/config_impl.h"
+
+/* Error "<where key was set>: <message>". */
+static dt_status cross(const dt_config *c, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static dt_status cross(const dt_config *c, const char *key, const char *fmt, ...) {
+    char where[DT_CFG_STR_MAX + 32], msg[1024];
+    int k = dt_cfg_key_index(key);
+    dt_cfg_where(c, k >= 0 ? c->line[k] : 0, where, sizeof where);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return dt_error_set(DT_ERR_INVALID, "%s: %s", where, msg);
+}
+
+dt_status dt_config_validate(const dt_config *c) {
+    if (!c) return dt_error_set(DT_ERR_INVALID, "config validate: NULL config");
+    const dt_config_values *v = &c->v;
+    const int llama = v->model.kind == DT_CFG_MODEL_LLAMA;
+    if (!llama) {
+        int64_t d = v->model.depth;
+        if (d != 18 && d != 34 && d != 50 && d != 101 && d != 152)
+            return cross(c, "model.depth",
+                         "model.depth: %lld is not a ResNet depth (expected 18, 34, 50, 101 or "
+                         "152)",
+                         (long long)d);
+    }
+    if (llama && !v->model.hf_path[0])
+        return cross(c, "model.kind",
+                     "model.kind is llama but model.hf_path is empty (expected a Hugging Face "
+                     "folder or config.json)");
+    if (v->model.init == DT_CFG_INIT_PRETRAINED && !v->model.hf_path[0])
+        return cross(c, "model.init",
+                     "model.init is pretrained but model.hf_path is empty (expected the weights' "
+                     "folder or file)");
+    if (v->lora.enabled && !llama)
+        return cross(c, "lora.enabled",
+                     "lora.enabled is true but model.kind is 'resnet' (LoRA needs model.kind "
+                     "llama)");
+    if (v->lora.enabled && v->lora.targets.n == 0)
+        return cross(c, "lora.targets", "lora.enabled is true but lora.targets is empty");
+    if (v->optim.nesterov && v->optim.name != DT_CFG_OPTIM_SGD)
+        return cross(c, "optim.nesterov",
+                     "optim.nesterov is true but optim.name is adamw "
+                     "(Nesterov momentum is an SGD option)");
+    if (v->optim.nesterov && !(v->optim.momentum > 0))
+        return cross(c, "optim.nesterov",
+                     "optim.nesterov is true but optim.momentum is %g (Nesterov needs momentum "
+                     "> 0)",
+                     v->optim.momentum);
+    if (v->train.steps == 0 && v->train.epochs == 0)
+        return cross(c, "train.steps", "train.steps and train.epochs are both 0 (set one of them)");
+    int decays = v->schedule.kind == DT_CFG_SCHED_LINEAR || v->schedule.kind == DT_CFG_SCHED_COSINE;
+    int64_t total = v->schedule.total_steps ? v->schedule.total_steps : v->train.steps;
+    if (decays && total > 0 && v->schedule.warmup_steps >= total)
+        return cross(c, "schedule.warmup_steps",
+                     "schedule.warmup_steps %lld must be below the decay's end %lld "
+                     "(schedule.total_steps, or train.steps when it is 0)",
+                     (long long)v->schedule.warmup_steps, (long long)total);
+    if (decays && v->schedule.min_lr > v->optim.lr)
+        return cross(c, "schedule.min_lr", "schedule.min_lr %g is above optim.lr %g",
+                     v->schedule.min_lr, v->optim.lr);
+    const char *r = v->ckpt.resume;
+    if (strcmp(r, "auto") && strcmp(r, "never")) {
+        const char *p = r[0] ? dt_cfg_uri_problem(r) : "empty";
+        if (p)
+            return cross(c, "ckpt.resume",
+                         "ckpt.resume: '%s': %s (expected auto, never or a checkpoint URI)", r, p);
+    }
+    return DT_OK;
+}
+
+/* ---------------------------------------------------------------- dump */
+
+static void put_quoted(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch == '\n')
+            fputs("\\n", f);
+        else if (ch == '\t')
+            fputs("\\t", f);
+        else if (ch < 0x20 || ch == 0x7f)
+            fprintf(f, "\\x%02x", ch);
+        else
+            fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+dt_status dt_config_dump_yaml(const dt_config *c, FILE *f) {
+    if (!c || !f) return dt_error_set(DT_ERR_INVALID, "config dump: NULL config or file");
+    fprintf(f, "# dtrain config, resolved (every key; load it with dtrain train FILE)\n");
+    char sec[64] = "", buf[DT_CFG_STR_MAX + 64];
+    for (int k = 0; k < dt_config_key_count(); k++) {
+        const dt_config_key *key = dt_config_key_at(k);
+        const char *dot = strchr(key->name, '.');
+        size_t sl = (size_t)(dot - key->name);
+        if (strlen(sec) != sl || strncmp(sec, key->name, sl)) {
+            snprintf(sec, sizeof sec, "%.*s", (int)sl, key->name);
+            fprintf(f, "%s:\n", sec);
+        }
+        fprintf(f, "  %s: ", dot + 1);
+        const void *fld = (const char *)dt_config_get_values(c) + key->offset;
+        if (key->type == DT_CFG_LIST) {
+            const dt_config_list *l = fld;
+            fputc('[', f);
+            for (int i = 0; i < l->n; i++) {
+                if (i) fputs(", ", f);
+                put_quoted(f, l->item[i]);
+            }
+            fputc(']', f);
+        } else if (key->type == DT_CFG_STR || key->type == DT_CFG_PATH || key->type == DT_CFG_URI) {
+            put_quoted(f, fld);
+        } else {
+            dt_cfg_value_text(c, k, buf, sizeof buf);
+            fputs(buf, f);
+        }
+        fputc('\n', f);
+    }
+    if (ferror(f)) return dt_error_set(DT_ERR_IO, "config dump: write failed");
+    return DT_OK;
+}
+
+dt_status dt_config_save_yaml(const dt_config *c, const char *path) {
+    if (!path) return dt_error_set(DT_ERR_INVALID, "config save: NULL path");
+    FILE *f = fopen(path, "w");
+    if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot create the file", path);
+    dt_status st = dt_config_dump_yaml(c, f);
+    if (fclose(f) != 0 && st == DT_OK) st = dt_error_set(DT_ERR_IO, "%s: write failed", path);
+    return st;
+}
+
+/* ---------------------------------------------------------------- help */
+
+void dt_config_help(FILE *f) {
+    fprintf(f, "Config keys (YAML sections; override any as section.key=value):\n");
+    char sec[64] = "";
+    for (int k = 0; k < dt_config_key_count(); k++) {
+        const dt_config_key *key = dt_config_key_at(k);
+        const char *dot = strchr(key->name, '.');
+        size_t sl = (size_t)(dot - key->name);
+        if (strlen(sec) != sl || strncmp(sec, key->name, sl)) {
+            snprintf(sec, sizeof sec, "%.*s", (int)sl, key->name);
+            fprintf(f, "\n%s:\n", sec);
+        }
+        char type[200], def[DT_CFG_STR_MAX + 8];
+        if (key->type == DT_CFG_ENUM || (key->type == DT_CFG_LIST && key->choices))
+            snprintf(type, sizeof type, "%s %s", key->type == DT_CFG_ENUM ? "" : "list of",
+                     key->choices);
+        else
+            snprintf(type, sizeof type, "%s", dt_config_type_name(key->type));
+        if ((key->range & DT_CFG_HAS_MIN) || (key->range & DT_CFG_HAS_MAX)) {
+            size_t l = strlen(type);
+            unsigned r = key->range;
+            if ((r & DT_CFG_HAS_MIN) && (r & DT_CFG_HAS_MAX))
+                snprintf(type + l, sizeof type - l, " %c%.10g, %.10g%c",
+                         (r & DT_CFG_MIN_OPEN) ? '(' : '[', key->min, key->max,
+                         (r & DT_CFG_MAX_OPEN) ? ')' : ']');
+            else if (r & DT_CFG_HAS_MIN)
+                snprintf(type + l, sizeof type - l, " %s %.10g",
+                         (r & DT_CFG_MIN_OPEN) ? ">" : ">=", key->min);
+        }
+        const char *t = type[0] == ' ' ? type + 1 : type;
+        snprintf(def, sizeof def, "%s", key->def[0] ? key->def : "\"\"");
+        fprintf(f, "  %-26s %-30s default %-10s %s\n", key->name, t, def, key->help);
+    }
+}

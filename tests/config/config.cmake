@@ -1,0 +1,5 @@
+# Config (YAML schema, overrides, errors) and the memory plan (`dtrain plan`).
+dt_test(NAME config_unit SOURCES config/test_config.c LABELS unit)
+dt_test(NAME config_plan SOURCES config/test_plan.c LABELS unit ARGS ${PROJECT_SOURCE_DIR})
+dt_test(NAME config_plan_cli SOURCES config/test_plan_cli.c ${PROJECT_SOURCE_DIR}/src/cli/plan.c
+        LABELS unit ARGS ${PROJECT_SOURCE_DIR})
