@@ -10,5 +10,10 @@
 #include "dtrain/ops.h"
 #include "dtrain/optim.h"
 #include "dtrain/safetensors.h"
+#include "dtrain/models.h"
+#include "dtrain/generate.h"
+#include "dtrain/data.h"
+#include "dtrain/tokenizer.h"
+#include "dtrain/config.h"
 
 #endif

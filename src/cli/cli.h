@@ -4,5 +4,6 @@
 #define DTRAIN_CLI_H
 
 int dt_cli_demo(int argc, char **argv);
+int dt_cli_generate(int argc, char **argv);
 
 #endif
