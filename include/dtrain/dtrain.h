@@ -15,5 +15,6 @@
 #include "dtrain/data.h"
 #include "dtrain/tokenizer.h"
 #include "dtrain/config.h"
+#include "dtrain/trainer.h"
 
 #endif

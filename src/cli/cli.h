@@ -5,5 +5,6 @@
 
 int dt_cli_demo(int argc, char **argv);
 int dt_cli_generate(int argc, char **argv);
+int dt_cli_train(int argc, char **argv);
 
 #endif

@@ -19,6 +19,7 @@ static void usage(FILE *f) {
             "  --max-seq N        KV-cache length (default: prompt + max-new)\n"
             "  --temperature T    0 = greedy (default 0)\n"
             "  --top-p P  --top-k K  --seed S  --ignore-eos  --threads N\n"
+            "  --dump-logits FILE write the prompt's last-position logits (f32 safetensors)\n"
             "Prints the generated text (or ids, with --ids or no tokenizer).\n");
 }
 
@@ -54,7 +55,7 @@ static int parse_ids(const char *s, int32_t **out, int *n) {
 }
 
 int dt_cli_generate(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *ids_arg = NULL, *tok_path = NULL;
+    const char *model = NULL, *prompt = NULL, *ids_arg = NULL, *tok_path = NULL, *dump = NULL;
     int max_new = 64, max_seq = 0, threads = 0;
     dt_sample_opts o = {0};
     for (int i = 1; i < argc; i++) {
@@ -71,6 +72,7 @@ int dt_cli_generate(int argc, char **argv) {
         else if (ARG("--top-k")) o.top_k = atoi(v);
         else if (ARG("--seed")) o.seed = strtoull(v, NULL, 10);
         else if (ARG("--threads")) threads = atoi(v);
+        else if (ARG("--dump-logits")) dump = v;
         else if (!strcmp(a, "--ignore-eos")) o.ignore_eos = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout), 0;
         else {
@@ -123,8 +125,25 @@ int dt_cli_generate(int argc, char **argv) {
     dt_llm *m = NULL;
     int32_t *out = malloc((size_t)max_new * sizeof *out);
     int n_out = 0;
-    if (dt_llm_load(model, max_seq > 0 ? max_seq : n + max_new, &m) != DT_OK ||
-        dt_llm_generate(m, ids, n, max_new, &o, out, &n_out) != DT_OK) {
+    if (dt_llm_load(model, max_seq > 0 ? max_seq : n + max_new, &m) != DT_OK) {
+        fprintf(stderr, "dtrain generate: %s\n", dt_last_error());
+        goto done;
+    }
+    if (dump) { /* for checks against other implementations */
+        int64_t V = dt_llm_config(m)->vocab_size;
+        float *lg = malloc((size_t)V * sizeof *lg);
+        dt_tensor t;
+        dt_tensor_init(&t, lg, DT_F32, 1, &V);
+        dt_st_entry e = {"logits", &t};
+        dt_status st = lg ? dt_llm_logits(m, ids, n, lg) : DT_ERR_NOMEM;
+        if (st == DT_OK) st = dt_st_save(dump, &e, 1, NULL, NULL, 0);
+        free(lg);
+        if (st != DT_OK) {
+            fprintf(stderr, "dtrain generate: %s\n", dt_last_error());
+            goto done;
+        }
+    }
+    if (dt_llm_generate(m, ids, n, max_new, &o, out, &n_out) != DT_OK) {
         fprintf(stderr, "dtrain generate: %s\n", dt_last_error());
         goto done;
     }

@@ -1,0 +1,79 @@
+/* The trainer: one config -> model, data, optimizer -> a trained, evaluated, exported model.
+ *
+ *   dt_config *cfg;  dt_config_from_args("run.yaml", n, overrides, &cfg);
+ *   dt_trainer *t;   dt_trainer_create(cfg, NULL, &t);     // NULL: the model of the config
+ *   dt_trainer_run(t);                                       // loop, eval, export
+ *   dt_trainer_free(t);
+ *
+ * One optimizer step = train.grad_accum micro-batches of data.batch samples: data -> forward ->
+ * backward (gradients accumulate in the flat buffer, each micro-batch's loss scaled by
+ * 1/grad_accum) -> global-norm clipping -> schedule -> optimizer. Classifiers report loss and
+ * top-1 accuracy, language models loss and perplexity.
+ *
+ * Custom models: pass a dt_model_def; build() declares parameters and ops with the public graph
+ * API and returns the logits node ([B, classes] for an image batch x [B, C, H, W] f32, or
+ * [B, T, vocab] for token ids x [B, T] i32). The rest (loss, data, optimizer, eval, logging) is
+ * the trainer's; exporting writes every parameter by name to model.safetensors. */
+#ifndef DTRAIN_TRAINER_H
+#define DTRAIN_TRAINER_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include "dtrain/config.h"
+#include "dtrain/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_model_def {
+    const char *name;
+    int (*build)(dt_graph *g, int x, void *ud);
+    dt_status (*init)(dt_graph *g, uint64_t seed, void *ud); /* NULL: N(0, 0.02), norms 1 */
+    void *ud;
+} dt_model_def;
+
+typedef struct dt_eval_result {
+    double loss;       /* mean over evaluated targets */
+    double accuracy;   /* classifiers: top-1 in [0, 1]; language models: next-token top-1 */
+    double perplexity; /* language models: exp(loss) */
+    int64_t samples;   /* images or target tokens evaluated */
+} dt_eval_result;
+
+typedef struct dt_train_progress {
+    int64_t step, total_steps, epoch;
+    double loss;        /* last optimizer step's mean micro-batch loss */
+    double lr, grad_norm;
+    double samples_per_s; /* over the last log interval */
+    double data_wait;     /* share of step time spent waiting for data, last interval */
+    double elapsed_s;
+} dt_train_progress;
+
+typedef struct dt_trainer dt_trainer;
+
+/* Builds everything and checks that model and data fit (channels, classes, vocabulary) before
+ * any work: such errors come back as DT_ERR_INVALID with a one-line message. */
+dt_status dt_trainer_create(const dt_config *cfg, const dt_model_def *custom, dt_trainer **out);
+/* One optimizer step. */
+dt_status dt_trainer_step(dt_trainer *t);
+/* Steps until the configured end, evaluating every train.eval_every steps and at the end, then
+ * exports the model (output.export) into the run directory. */
+dt_status dt_trainer_run(dt_trainer *t);
+/* One pass over data.val in eval mode. */
+dt_status dt_trainer_evaluate(dt_trainer *t, dt_eval_result *r);
+/* Writes the model: ResNet/custom -> DIR/model.safetensors (torchvision names), Llama -> a
+ * Hugging Face folder DIR. */
+dt_status dt_trainer_export(dt_trainer *t, const char *dir);
+const dt_train_progress *dt_trainer_progress(const dt_trainer *t);
+const dt_eval_result *dt_trainer_last_eval(const dt_trainer *t);
+/* The run directory (output.dir/experiment/run_name). */
+const char *dt_trainer_run_dir(const dt_trainer *t);
+dt_graph *dt_trainer_graph(dt_trainer *t);
+/* Log lines go here (default stdout; NULL: silent). */
+void dt_trainer_set_log(dt_trainer *t, FILE *f);
+void dt_trainer_free(dt_trainer *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,192 @@
+/* The training loop: micro-batches with accumulation, clipping, schedule, optimizer; evaluation;
+ * log lines; export. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include "dtrain/dtrain.h"
+#include "train/train_impl.h"
+
+double dt_train_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int64_t dt_train_feed(dt_trainer *t, const dt_batch *b) {
+    int64_t n = b->n;
+    int32_t *y = dt_graph_value(t->g, t->y)->data;
+    if (t->task == DT_TASK_IMAGE) {
+        float *x = dt_graph_value(t->g, t->x)->data;
+        size_t per = (size_t)(t->C * t->H * t->W);
+        memcpy(x, b->images, (size_t)n * per * sizeof(float));
+        memset(x + (size_t)n * per, 0, (size_t)(t->B - n) * per * sizeof(float));
+        for (int64_t i = 0; i < t->B; i++) y[i] = i < n ? b->labels[i] : -100;
+    } else {
+        int32_t *x = dt_graph_value(t->g, t->x)->data;
+        int64_t T = t->T;
+        memcpy(x, b->inputs, (size_t)(n * T) * sizeof(int32_t));
+        memset(x + n * T, 0, (size_t)((t->B - n) * T) * sizeof(int32_t));
+        for (int64_t i = 0; i < t->B * T; i++)
+            y[i] = (i < n * T && b->loss_mask[i] > 0.0f) ? b->targets[i] : -100;
+    }
+    return n;
+}
+
+dt_status dt_trainer_step(dt_trainer *t) {
+    int64_t accum = t->v.train.grad_accum, step = t->prog.step;
+    double t0 = dt_train_now(), wait = 0, loss = 0;
+    dt_graph_set_loss_scale(t->g, 1.0f / (float)accum);
+    for (int64_t m = 0; m < accum; m++) {
+        dt_batch b;
+        double w0 = dt_train_now();
+        dt_status st = dt_loader_next(t->train_ld, &b);
+        wait += dt_train_now() - w0;
+        if (st != DT_OK) return st;
+        if (b.n != t->B)
+            return dt_error_set(DT_ERR_STATE, "trainer: short training batch (%lld of %lld)",
+                                (long long)b.n, (long long)t->B);
+        dt_train_feed(t, &b);
+        t->prog.epoch = b.epoch;
+        dt_graph_set_accumulate(t->g, m > 0);
+        dt_graph_set_rng(t->g, (uint64_t)t->v.train.seed, (uint64_t)(step * accum + m), 0);
+        if ((st = dt_graph_forward(t->g, 1)) != DT_OK || (st = dt_graph_backward(t->g)) != DT_OK)
+            return st;
+        loss += *(const float *)dt_graph_value(t->g, t->loss)->data;
+    }
+    double norm;
+    if (t->v.optim.clip_norm > 0)
+        norm = dt_grad_clip_norm(t->gr, t->n, (float)t->v.optim.clip_norm);
+    else
+        norm = sqrt(dt_grad_sumsq(t->gr, t->n));
+    float lr = dt_lr_at(&t->sched, step);
+    dt_status st = dt_optim_step(t->opt, t->p, t->gr, lr);
+    if (st != DT_OK) return st;
+    if (!isfinite(loss))
+        return dt_error_set(DT_ERR_STATE, "trainer: loss is %g at step %lld (diverged; lower "
+                                          "optim.lr or set optim.clip_norm)",
+                            loss, (long long)step);
+    t->prog.step = step + 1;
+    t->prog.loss = loss / (double)accum;
+    t->prog.lr = lr;
+    t->prog.grad_norm = norm;
+    t->wait_sum += wait;
+    t->step_time_sum += dt_train_now() - t0;
+    t->samples_since += t->B * accum;
+    return DT_OK;
+}
+
+static void log_line(dt_trainer *t) {
+    double now = dt_train_now(), dt = now - t->t_last;
+    t->prog.samples_per_s = dt > 0 ? (double)t->samples_since / dt : 0;
+    t->prog.data_wait = t->step_time_sum > 0 ? t->wait_sum / t->step_time_sum : 0;
+    t->prog.elapsed_s = now - t->t_start;
+    if (t->log)
+        fprintf(t->log,
+                "step %6lld/%lld  epoch %lld  loss %.4f  lr %.3g  |g| %.3g  %.0f %s/s  "
+                "data-wait %.1f%%  %.0fs\n",
+                (long long)t->prog.step, (long long)t->prog.total_steps,
+                (long long)t->prog.epoch + 1, t->prog.loss, t->prog.lr, t->prog.grad_norm,
+                t->prog.samples_per_s * (t->task == DT_TASK_LM ? (double)t->T : 1.0),
+                t->task == DT_TASK_LM ? "tok" : "img", 100 * t->prog.data_wait, t->prog.elapsed_s);
+    if (t->log) fflush(t->log);
+    t->t_last = now, t->wait_sum = t->step_time_sum = 0, t->samples_since = 0;
+}
+
+dt_status dt_trainer_evaluate(dt_trainer *t, dt_eval_result *r) {
+    memset(r, 0, sizeof *r);
+    if (!t->val_ld) return dt_error_set(DT_ERR_STATE, "evaluate: no data.val configured");
+    dt_data_cursor saved;
+    dt_loader_cursor(t->val_ld, &saved); /* every evaluation sees the same pass */
+    int64_t nb = dt_loader_batches_per_epoch(t->val_ld), V = t->classes;
+    double loss_sum = 0;
+    int64_t counted = 0, correct = 0;
+    for (int64_t k = 0; k < nb; k++) {
+        dt_batch b;
+        dt_status st = dt_loader_next(t->val_ld, &b);
+        if (st != DT_OK) return st;
+        dt_train_feed(t, &b);
+        if ((st = dt_graph_forward(t->g, 0)) != DT_OK) return st;
+        const int32_t *y = dt_graph_value(t->g, t->y)->data;
+        const float *lg = dt_graph_value(t->g, t->logits)->data;
+        int64_t rows = t->task == DT_TASK_LM ? t->B * t->T : t->B, valid = 0;
+        for (int64_t i = 0; i < rows; i++) {
+            if (y[i] < 0) continue;
+            valid++;
+            const float *row = lg + i * V;
+            int64_t best = 0;
+            for (int64_t c = 1; c < V; c++)
+                if (row[c] > row[best]) best = c;
+            correct += best == y[i];
+        }
+        /* the loss node is the mean over this batch's valid targets */
+        loss_sum += (double)*(const float *)dt_graph_value(t->g, t->loss)->data * (double)valid;
+        counted += valid;
+    }
+    dt_loader_seek(t->val_ld, &saved);
+    r->samples = counted;
+    r->loss = counted ? loss_sum / (double)counted : NAN;
+    r->accuracy = counted ? (double)correct / (double)counted : 0;
+    r->perplexity = exp(r->loss);
+    t->eval = *r;
+    t->have_eval = 1;
+    return DT_OK;
+}
+
+static dt_status eval_and_log(dt_trainer *t) {
+    dt_eval_result r;
+    dt_status st = dt_trainer_evaluate(t, &r);
+    if (st != DT_OK) return st;
+    if (t->log) {
+        if (t->task == DT_TASK_LM)
+            fprintf(t->log, "eval  step %lld  loss %.4f  perplexity %.2f  top-1 %.2f%%  (%lld tokens)\n",
+                    (long long)t->prog.step, r.loss, r.perplexity, 100 * r.accuracy,
+                    (long long)r.samples);
+        else
+            fprintf(t->log, "eval  step %lld  loss %.4f  accuracy %.2f%%  (%lld images)\n",
+                    (long long)t->prog.step, r.loss, 100 * r.accuracy, (long long)r.samples);
+        fflush(t->log);
+    }
+    return DT_OK;
+}
+
+dt_status dt_trainer_export(dt_trainer *t, const char *dir) {
+    char p[4200];
+    if (t->model == DT_MODEL_LLAMA) return dt_llama_save_hf(t->g, &t->lc, dir, (size_t)4 << 30);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    int64_t batches = t->model == DT_MODEL_RESNET ? t->prog.step * t->v.train.grad_accum : -1;
+    return dt_model_save(t->g, p, batches);
+}
+
+dt_status dt_trainer_run(dt_trainer *t) {
+    const dt_config_values *v = &t->v;
+    if (t->log) {
+        const dt_dataset_info *in = dt_dataset_get_info(t->train_ds);
+        fprintf(t->log,
+                "dtrain train: %s, %zu parameters; %s: %lld %s; batch %lld x %lld accumulation; "
+                "%lld steps; run %s\n",
+                t->model == DT_MODEL_RESNET ? "resnet" : t->model == DT_MODEL_LLAMA ? "llama"
+                                                                                    : t->custom.name,
+                t->n, in->name, (long long)in->records,
+                t->task == DT_TASK_IMAGE ? "images" : "documents", (long long)t->B,
+                (long long)v->train.grad_accum, (long long)t->prog.total_steps, t->run_dir);
+        fflush(t->log);
+    }
+    dt_status st;
+    while (t->prog.step < t->prog.total_steps) {
+        if ((st = dt_trainer_step(t)) != DT_OK) return st;
+        if (t->prog.step % v->train.log_every == 0 || t->prog.step == t->prog.total_steps)
+            log_line(t);
+        if (t->val_ld && v->train.eval_every && t->prog.step % v->train.eval_every == 0 &&
+            t->prog.step != t->prog.total_steps && (st = eval_and_log(t)) != DT_OK)
+            return st;
+    }
+    if (t->val_ld && (st = eval_and_log(t)) != DT_OK) return st;
+    if (v->output.export_model) {
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s%s", t->run_dir, t->model == DT_MODEL_LLAMA ? "/model" : "");
+        if ((st = dt_trainer_export(t, dir)) != DT_OK) return st;
+        if (t->log) fprintf(t->log, "model written to %s\n", dir);
+    }
+    return DT_OK;
+}

@@ -1,0 +1,43 @@
+/* Internal state of the trainer (src/train/trainer.c builds it, loop.c runs it). */
+#ifndef DTRAIN_TRAIN_IMPL_H
+#define DTRAIN_TRAIN_IMPL_H
+
+#include "dtrain/data.h"
+#include "dtrain/models.h"
+#include "dtrain/optim.h"
+#include "dtrain/trainer.h"
+
+enum { DT_TASK_IMAGE = 0, DT_TASK_LM = 1 };
+enum { DT_MODEL_RESNET = 0, DT_MODEL_LLAMA = 1, DT_MODEL_CUSTOM = 2 };
+
+struct dt_trainer {
+    dt_config_values v; /* a copy: the trainer does not depend on the config's lifetime */
+    int task, model;
+    dt_model_def custom;
+    dt_resnet_config rc;
+    dt_llama_config lc;
+    dt_dataset *train_ds, *val_ds;
+    dt_loader *train_ld, *val_ld;
+    int64_t B, T, C, H, W, classes; /* classes: image labels or vocabulary */
+    dt_graph *g;
+    int x, y, logits, loss;
+    dt_optim *opt;
+    dt_lr_schedule sched;
+    float *p, *gr;
+    size_t n;
+    dt_train_progress prog;
+    dt_eval_result eval;
+    int have_eval;
+    char run_dir[4096];
+    FILE *log;
+    /* interval statistics for the log line */
+    double t_start, t_last, wait_sum, step_time_sum;
+    int64_t samples_since;
+};
+
+double dt_train_now(void);
+/* Copies a loader batch into the graph's inputs; pads a short (eval) batch with ignored
+ * targets. Returns the number of real samples. */
+int64_t dt_train_feed(dt_trainer *t, const dt_batch *b);
+
+#endif

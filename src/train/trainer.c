@@ -1,0 +1,322 @@
+/* Trainer construction: config -> datasets, loaders, model graph, optimizer, run directory.
+ * Every model/data mismatch is found here, before any work. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include "dtrain/dtrain.h"
+#include "dtrain/runtime.h"
+#include "train/train_impl.h"
+
+static dt_status mkdirs(const char *path) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", p, strerror(errno));
+        *s = '/';
+    }
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+        return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", p, strerror(errno));
+    return DT_OK;
+}
+
+static dt_status open_data(dt_trainer *t, const dt_config *cfg) {
+    char path[4096];
+    if (!t->v.data.train[0])
+        return dt_error_set(DT_ERR_INVALID, "data.train: no training dataset given");
+    dt_config_resolve_path(cfg, t->v.data.train, path, sizeof path);
+    if (dt_dataset_open(path, 0, &t->train_ds) != DT_OK) {
+        char m[1024];
+        snprintf(m, sizeof m, "%s", dt_last_error());
+        return dt_error_set(DT_ERR_INVALID, "data.train: %s", m);
+    }
+    if (t->v.data.val[0]) {
+        dt_config_resolve_path(cfg, t->v.data.val, path, sizeof path);
+        if (dt_dataset_open(path, 0, &t->val_ds) != DT_OK) {
+            char m[1024];
+            snprintf(m, sizeof m, "%s", dt_last_error());
+            return dt_error_set(DT_ERR_INVALID, "data.val: %s", m);
+        }
+    }
+    const dt_dataset_info *ti = dt_dataset_get_info(t->train_ds);
+    if (t->val_ds) {
+        const dt_dataset_info *vi = dt_dataset_get_info(t->val_ds);
+        if (vi->kind != ti->kind || vi->channels != ti->channels || vi->height != ti->height ||
+            vi->width != ti->width)
+            return dt_error_set(DT_ERR_INVALID,
+                                "data.val: does not match data.train (kind or image shape)");
+    }
+    t->task = ti->kind == DT_DATA_IMAGE ? DT_TASK_IMAGE : DT_TASK_LM;
+    return DT_OK;
+}
+
+/* Per-channel mean/std of the training images (first 2000 in dataset order), so inputs are
+ * normalised for any dataset without hand-entered constants. */
+static void image_stats(const dt_dataset *d, const dt_dataset_info *in, float *mean, float *std) {
+    int64_t n = in->records < 2000 ? in->records : 2000, px = (int64_t)in->height * in->width;
+    int c = in->channels;
+    double s[4] = {0}, s2[4] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        int32_t lab;
+        const uint8_t *im = dt_dataset_image(d, i, &lab);
+        for (int64_t k = 0; im && k < px * c; k++) {
+            double v = im[k] / 255.0;
+            s[k % c] += v, s2[k % c] += v * v;
+        }
+    }
+    for (int k = 0; k < c && k < 4; k++) {
+        double m = s[k] / (double)(n * px), var = s2[k] / (double)(n * px) - m * m;
+        mean[k] = (float)m;
+        std[k] = (float)(var > 1e-12 ? sqrt(var) : 1.0);
+    }
+}
+
+static dt_status make_loaders(dt_trainer *t) {
+    const dt_dataset_info *in = dt_dataset_get_info(t->train_ds);
+    dt_loader_config lc;
+    dt_loader_config_default(&lc);
+    lc.batch_size = t->B;
+    lc.seed = (uint64_t)t->v.train.seed;
+    lc.shuffle = t->v.data.shuffle;
+    lc.drop_last = 1; /* a static graph: every training batch is full */
+    lc.prefetch_threads = (int)t->v.data.workers;
+    lc.seq_len = t->T;
+    if (t->task == DT_TASK_IMAGE) {
+        image_stats(t->train_ds, in, lc.mean, lc.std);
+        lc.augment = t->v.data.augment;
+    }
+    if (dt_loader_create(t->train_ds, &lc, &t->train_ld) != DT_OK) return DT_ERR_INVALID;
+    if (dt_loader_batches_per_epoch(t->train_ld) < 1)
+        return dt_error_set(DT_ERR_INVALID, "data.batch: %lld is larger than the training set",
+                            (long long)t->B);
+    if (t->val_ds) {
+        lc.shuffle = 0, lc.augment = 0, lc.drop_last = 0;
+        if (dt_loader_create(t->val_ds, &lc, &t->val_ld) != DT_OK) return DT_ERR_INVALID;
+    }
+    return DT_OK;
+}
+
+/* Model/data fit and the model's graph. */
+static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
+    const dt_dataset_info *in = dt_dataset_get_info(t->train_ds);
+    const dt_config_values *v = &t->v;
+    dt_graph *g = t->g = dt_graph_init();
+    if (!g) return DT_ERR_NOMEM;
+    t->B = v->data.batch;
+    if (t->task == DT_TASK_IMAGE) {
+        t->C = in->channels, t->H = in->height, t->W = in->width, t->classes = in->classes;
+        if (v->data.image_size && (v->data.image_size != t->H || v->data.image_size != t->W))
+            return dt_error_set(DT_ERR_INVALID,
+                                "data.image_size: %lld, but the images are %dx%d (resizing is "
+                                "not supported; use 0)",
+                                (long long)v->data.image_size, in->height, in->width);
+        if (t->model == DT_MODEL_LLAMA)
+            return dt_error_set(DT_ERR_INVALID,
+                                "model.kind: llama needs a token dataset, data.train holds images");
+        if (t->model == DT_MODEL_RESNET) {
+            if (v->model.in_channels != t->C)
+                return dt_error_set(DT_ERR_INVALID,
+                                    "model.in_channels: %lld, but the images have %lld channel%s",
+                                    (long long)v->model.in_channels, (long long)t->C,
+                                    t->C == 1 ? "" : "s");
+            if (v->model.num_classes < t->classes)
+                return dt_error_set(DT_ERR_INVALID,
+                                    "model.num_classes: %lld, but the labels go up to %lld",
+                                    (long long)v->model.num_classes, (long long)t->classes - 1);
+        }
+        t->x = dt_graph_input(g, "x", DT_F32, 4, (int64_t[]){t->B, t->C, t->H, t->W}, 0);
+        t->y = dt_graph_input(g, "y", DT_I32, 1, (int64_t[]){t->B}, 0);
+    } else {
+        t->T = v->data.seq_len;
+        t->classes = in->vocab_size;
+        if (t->model == DT_MODEL_RESNET)
+            return dt_error_set(DT_ERR_INVALID,
+                                "model.kind: resnet needs an image dataset, data.train holds tokens");
+        t->x = dt_graph_input(g, "ids", DT_I32, 2, (int64_t[]){t->B, t->T}, 0);
+        t->y = dt_graph_input(g, "targets", DT_I32, 1, (int64_t[]){t->B * t->T}, 0);
+    }
+    if (t->model == DT_MODEL_RESNET) {
+        t->rc = (dt_resnet_config){.depth = (int)v->model.depth, .in_channels = (int)t->C,
+                                   .num_classes = (int)v->model.num_classes,
+                                   .small_stem = v->model.small_stem, .width = (int)v->model.width,
+                                   .recompute = v->model.recompute};
+        t->logits = dt_resnet_build(g, &t->rc, t->x);
+    } else if (t->model == DT_MODEL_LLAMA) {
+        char path[4096];
+        if (!v->model.hf_path[0])
+            return dt_error_set(DT_ERR_INVALID, "model.hf_path: a Llama needs a config.json");
+        dt_config_resolve_path(cfg, v->model.hf_path, path, sizeof path);
+        if (dt_llama_config_load(path, &t->lc) != DT_OK) {
+            char m[1024];
+            snprintf(m, sizeof m, "%s", dt_last_error());
+            return dt_error_set(DT_ERR_INVALID, "model.hf_path: %s", m);
+        }
+        if (t->classes > t->lc.vocab_size)
+            return dt_error_set(DT_ERR_INVALID,
+                                "model.hf_path: vocab_size %d, but the dataset's token ids go up "
+                                "to %lld (tokenizer and model do not match)",
+                                t->lc.vocab_size, (long long)t->classes - 1);
+        t->lc.recompute = v->model.recompute;
+        t->classes = t->lc.vocab_size;
+        t->logits = dt_llama_build(g, &t->lc, t->x);
+    } else {
+        t->logits = t->custom.build(g, t->x, t->custom.ud);
+    }
+    if (t->logits < 0) return DT_ERR_INVALID;
+    int flat = t->logits;
+    if (t->task == DT_TASK_LM) {
+        const dt_tensor *ls = dt_graph_shape(g, t->logits);
+        flat = dt_reshape(g, t->logits, 2, (int64_t[]){t->B * t->T, ls->shape[ls->ndim - 1]});
+    }
+    t->loss = dt_cross_entropy(g, flat, t->y, 0.0f, -100);
+    if (t->loss < 0 || dt_graph_keep(g, t->logits) != DT_OK) return DT_ERR_INVALID;
+    return dt_graph_compile(g, t->loss, NULL);
+}
+
+static dt_status init_weights(dt_trainer *t, const dt_config *cfg) {
+    const dt_config_values *v = &t->v;
+    uint64_t seed = (uint64_t)v->train.seed;
+    if (v->model.init == DT_CFG_INIT_PRETRAINED) {
+        char path[4096];
+        static const char *const ignore[] = {"num_batches_tracked", "rotary_emb.inv_freq", NULL};
+        dt_config_resolve_path(cfg, v->model.hf_path, path, sizeof path);
+        return dt_model_load(t->g, path, ignore);
+    }
+    if (t->model == DT_MODEL_RESNET) return dt_resnet_init(t->g, seed);
+    if (t->model == DT_MODEL_LLAMA) return dt_llama_init(t->g, seed);
+    if (t->custom.init) return t->custom.init(t->g, seed, t->custom.ud);
+    return dt_llama_init(t->g, seed); /* N(0, 0.02) matrices, ones elsewhere */
+}
+
+static dt_status make_optim(dt_trainer *t) {
+    const dt_config_values *v = &t->v;
+    dt_optim_config oc = dt_optim_config_default(v->optim.name == DT_CFG_OPTIM_SGD ? DT_OPTIM_SGD
+                                                                                   : DT_OPTIM_ADAMW);
+    oc.weight_decay = v->optim.weight_decay;
+    oc.momentum = v->optim.momentum;
+    oc.nesterov = v->optim.nesterov;
+    oc.beta1 = v->optim.beta1, oc.beta2 = v->optim.beta2, oc.eps = v->optim.eps;
+    t->p = dt_graph_flat_param(t->g, &t->n);
+    t->gr = dt_graph_flat_grad(t->g, NULL);
+    int cap = dt_graph_param_count(t->g) + 1, ng = 0;
+    dt_optim_group *groups = calloc((size_t)cap, sizeof *groups);
+    dt_status st = DT_ERR_NOMEM;
+    if (groups) {
+        st = v->optim.no_decay_norm_bias ? dt_optim_groups_from_graph(t->g, groups, cap, &ng)
+                                         : DT_OK;
+        if (st == DT_OK) st = dt_optim_init(&oc, t->n, 0, t->n, groups, ng, &t->opt);
+    }
+    free(groups);
+    if (st != DT_OK) return st;
+    int64_t per_epoch = dt_loader_batches_per_epoch(t->train_ld) / v->train.grad_accum;
+    t->prog.total_steps = v->train.steps > 0 ? v->train.steps : v->train.epochs * per_epoch;
+    if (t->prog.total_steps < 1)
+        return dt_error_set(DT_ERR_INVALID,
+                            "train.grad_accum: %lld micro-batches per step, but an epoch has only "
+                            "%lld batches",
+                            (long long)v->train.grad_accum,
+                            (long long)dt_loader_batches_per_epoch(t->train_ld));
+    t->sched = (dt_lr_schedule){
+        .kind = (dt_lr_kind)v->schedule.kind, .base_lr = (float)v->optim.lr,
+        .warmup_steps = v->schedule.warmup_steps,
+        .total_steps = v->schedule.total_steps ? v->schedule.total_steps : t->prog.total_steps,
+        .min_lr = (float)v->schedule.min_lr, .step_size = v->schedule.step_size,
+        .gamma = (float)v->schedule.gamma};
+    if (t->sched.kind != DT_LR_CONSTANT && t->sched.kind != DT_LR_STEP &&
+        t->sched.total_steps <= t->sched.warmup_steps)
+        return dt_error_set(DT_ERR_INVALID,
+                            "schedule.warmup_steps: %lld, but the run has only %lld steps",
+                            (long long)t->sched.warmup_steps, (long long)t->sched.total_steps);
+    if (dt_lr_check(&t->sched) != DT_OK) {
+        char m[512];
+        snprintf(m, sizeof m, "%s", dt_last_error());
+        return dt_error_set(DT_ERR_INVALID, "schedule: %s", m);
+    }
+    return DT_OK;
+}
+
+static dt_status make_run_dir(dt_trainer *t, const dt_config *cfg) {
+    const dt_config_values *v = &t->v;
+    char name[DT_CFG_STR_MAX];
+    if (v->output.run_name[0]) {
+        snprintf(name, sizeof name, "%s", v->output.run_name);
+    } else {
+        time_t now = time(NULL);
+        struct tm tmv;
+        gmtime_r(&now, &tmv);
+        strftime(name, sizeof name, "%Y%m%d-%H%M%S", &tmv);
+    }
+    const char *root = v->output.dir;
+    if (!strncmp(root, "file://", 7)) root += 7;
+    if (!strncmp(root, "s3://", 5))
+        return dt_error_set(DT_ERR_INVALID,
+                            "output.dir: s3:// run directories are not supported yet (use a path)");
+    snprintf(t->run_dir, sizeof t->run_dir, "%s/%s/%s", root, v->output.experiment, name);
+    dt_status st = mkdirs(t->run_dir);
+    if (st != DT_OK) return st;
+    char p[4200];
+    snprintf(p, sizeof p, "%s/config.yaml", t->run_dir);
+    return dt_config_save_yaml(cfg, p);
+}
+
+dt_status dt_trainer_create(const dt_config *cfg, const dt_model_def *custom, dt_trainer **out) {
+    *out = NULL;
+    dt_trainer *t = calloc(1, sizeof *t);
+    if (!t) return dt_error_set(DT_ERR_NOMEM, "trainer: out of memory");
+    t->v = *dt_config_get_values(cfg);
+    t->log = stdout;
+    if (custom) {
+        if (!custom->build) {
+            free(t);
+            return dt_error_set(DT_ERR_INVALID, "trainer: custom model '%s' has no build function",
+                                custom->name ? custom->name : "");
+        }
+        t->custom = *custom, t->model = DT_MODEL_CUSTOM;
+    } else {
+        t->model = t->v.model.kind == DT_CFG_MODEL_LLAMA ? DT_MODEL_LLAMA : DT_MODEL_RESNET;
+    }
+    if (t->v.lora.enabled) {
+        free(t);
+        return dt_error_set(DT_ERR_INVALID, "lora.enabled: LoRA finetuning is not built yet");
+    }
+    if (t->v.dist.zero_stage != 0) {
+        long long z = (long long)t->v.dist.zero_stage;
+        free(t);
+        return dt_error_set(DT_ERR_INVALID,
+                            "dist.zero_stage: %lld needs distributed training (not built yet)", z);
+    }
+    dt_threads_set((int)t->v.train.threads);
+    dt_status st;
+    if ((st = open_data(t, cfg)) != DT_OK || (st = build_model(t, cfg)) != DT_OK ||
+        (st = make_loaders(t)) != DT_OK || (st = init_weights(t, cfg)) != DT_OK ||
+        (st = make_optim(t)) != DT_OK || (st = make_run_dir(t, cfg)) != DT_OK) {
+        dt_trainer_free(t);
+        return st;
+    }
+    t->t_start = t->t_last = dt_train_now();
+    *out = t;
+    return DT_OK;
+}
+
+void dt_trainer_free(dt_trainer *t) {
+    if (!t) return;
+    dt_loader_free(t->train_ld), dt_loader_free(t->val_ld);
+    dt_dataset_close(t->train_ds), dt_dataset_close(t->val_ds);
+    dt_optim_free(t->opt);
+    dt_graph_free(t->g);
+    free(t);
+}
+
+const dt_train_progress *dt_trainer_progress(const dt_trainer *t) { return &t->prog; }
+const dt_eval_result *dt_trainer_last_eval(const dt_trainer *t) {
+    return t->have_eval ? &t->eval : NULL;
+}
+const char *dt_trainer_run_dir(const dt_trainer *t) { return t->run_dir; }
+dt_graph *dt_trainer_graph(dt_trainer *t) { return t->g; }
+void dt_trainer_set_log(dt_trainer *t, FILE *f) { t->log = f; }

@@ -1,0 +1,28 @@
+# The trainer end to end on real data. The datasets are imported once by fixtures with the
+# dtrain CLI: Fashion-MNIST (Debian dataset-fashion-mnist) and fortunes (Debian fortunes) with
+# the tiny Llama's tokenizer.
+set(DT_TRAIN_DATA ${CMAKE_BINARY_DIR}/train-data)
+add_test(NAME import_fmnist COMMAND sh -c
+  "rm -rf ${DT_TRAIN_DATA}/fmnist && $<TARGET_FILE:dtrain> data import fashion-mnist ${DT_FMNIST_DIR} -o ${DT_TRAIN_DATA}/fmnist -q")
+set_tests_properties(import_fmnist PROPERTIES FIXTURES_SETUP fmnist_data LABELS "e2e;data")
+add_test(NAME import_fortunes COMMAND sh -c
+  "rm -rf ${DT_TRAIN_DATA}/fortunes && $<TARGET_FILE:dtrain> data import text /usr/share/games/fortunes -o ${DT_TRAIN_DATA}/fortunes --doc-sep % --val 0.05 --tokenizer ${PROJECT_SOURCE_DIR}/examples/llama-tiny/tokenizer.json -q")
+set_tests_properties(import_fortunes PROPERTIES FIXTURES_SETUP fortunes_data LABELS "e2e;data")
+
+foreach(case fmnist repeat fortunes)
+  dt_test(NAME train_${case} SOURCES train/test_train.c LABELS e2e TIMEOUT 600
+          ARGS ${DT_TRAIN_DATA} ${PROJECT_SOURCE_DIR} ${case})
+  # RUN_SERIAL: two trainings with 2 threads each on 2 cores only slow each other down.
+  set_tests_properties(train_${case} PROPERTIES WORKING_DIRECTORY ${CMAKE_BINARY_DIR}
+                       FIXTURES_REQUIRED "fmnist_data;fortunes_data" RUN_SERIAL TRUE)
+endforeach()
+set_tests_properties(train_fortunes PROPERTIES FIXTURES_SETUP fortunes_model)
+# The exported Hugging Face folder gives the same logits in transformers as in dtrain.
+add_test(NAME train_fortunes_export_hf COMMAND ${DT_VENV_PYTHON}
+         ${PROJECT_SOURCE_DIR}/tests/ref/check_trained_llama.py
+         ${CMAKE_BINARY_DIR}/runs-test/llama-tiny-fortunes/fortunes/model $<TARGET_FILE:dtrain>)
+set_tests_properties(train_fortunes_export_hf PROPERTIES LABELS "e2e;parity"
+                     FIXTURES_REQUIRED fortunes_model)
+add_test(NAME train_cli_errors COMMAND ${PROJECT_SOURCE_DIR}/tests/train/cli_errors.sh
+         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA})
+set_tests_properties(train_cli_errors PROPERTIES LABELS "unit;e2e" FIXTURES_REQUIRED fmnist_data)
