@@ -26,3 +26,8 @@ set_tests_properties(train_fortunes_export_hf PROPERTIES LABELS "e2e;parity"
 add_test(NAME train_cli_errors COMMAND ${PROJECT_SOURCE_DIR}/tests/train/cli_errors.sh
          $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA})
 set_tests_properties(train_cli_errors PROPERTIES LABELS "unit;e2e" FIXTURES_REQUIRED fmnist_data)
+# The C-API example: a custom MLP trained by the trainer (> 80% on Fashion-MNIST).
+add_test(NAME train_custom_model COMMAND custom_model ${DT_TRAIN_DATA}/fmnist 400)
+set_tests_properties(train_custom_model PROPERTIES LABELS e2e FIXTURES_REQUIRED fmnist_data
+                     WORKING_DIRECTORY ${CMAKE_BINARY_DIR} RUN_SERIAL TRUE
+                     ENVIRONMENT "GOMP_SPINCOUNT=1000")
