@@ -53,6 +53,25 @@ static void test_fmnist(void) {
     dt_trainer_free(t);
 }
 
+/* The full example (ResNet-18 width 64, augmentation, 15 epochs): >= 92% (label slow). */
+static void test_fmnist_full(void) {
+    char yaml[1024], train[1200], val[1200];
+    snprintf(yaml, sizeof yaml, "%s/examples/resnet18-fmnist.yaml", repo);
+    snprintf(train, sizeof train, "data.train=%s/fmnist/train", data_dir);
+    snprintf(val, sizeof val, "data.val=%s/fmnist/test", data_dir);
+    char *over[] = {train, val, "output.dir=runs-test", "output.run_name=fmnist-full",
+                    "ckpt.every_steps=0"};
+    double t0 = now();
+    dt_trainer *t = make(yaml, sizeof over / sizeof over[0], over);
+    if (!t) return;
+    CHECK_OK(dt_trainer_run(t));
+    const dt_eval_result *r = dt_trainer_last_eval(t);
+    CHECK(r && r->accuracy >= 0.92, "full ResNet-18 accuracy %.2f%% >= 92%%",
+          r ? 100 * r->accuracy : 0);
+    printf("  fmnist full: %.2f%% in %.0f s\n", r ? 100 * r->accuracy : 0, now() - t0);
+    dt_trainer_free(t);
+}
+
 static float *train_params(const char *seed, const char *name, size_t *n) {
     char yaml[1024], train[1024], sd[64], rn[64];
     snprintf(yaml, sizeof yaml, "%s/examples/resnet18-fmnist.yaml", repo);
@@ -149,5 +168,6 @@ int main(int argc, char **argv) {
     if (!*only || !strcmp(only, "fmnist")) test_fmnist();
     if (!*only || !strcmp(only, "repeat")) test_repeat();
     if (!*only || !strcmp(only, "fortunes")) test_fortunes();
+    if (!strcmp(only, "fmnist_full")) test_fmnist_full();
     return dt_test_finish("test_train");
 }

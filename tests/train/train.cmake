@@ -31,3 +31,8 @@ add_test(NAME train_custom_model COMMAND custom_model ${DT_TRAIN_DATA}/fmnist 40
 set_tests_properties(train_custom_model PROPERTIES LABELS e2e FIXTURES_REQUIRED fmnist_data
                      WORKING_DIRECTORY ${CMAKE_BINARY_DIR} RUN_SERIAL TRUE
                      ENVIRONMENT "GOMP_SPINCOUNT=1000")
+# The full ResNet-18 example to >= 92%: hours on 2 cores, so only `make test-slow` runs it.
+dt_test(NAME train_fmnist_full SOURCES train/test_train.c LABELS "slow;e2e" TIMEOUT 36000
+        ARGS ${DT_TRAIN_DATA} ${PROJECT_SOURCE_DIR} fmnist_full)
+set_tests_properties(train_fmnist_full PROPERTIES WORKING_DIRECTORY ${CMAKE_BINARY_DIR}
+                     FIXTURES_REQUIRED fmnist_data RUN_SERIAL TRUE)
