@@ -7,7 +7,7 @@ set -euo pipefail
 pkgs=(
   build-essential cmake ninja-build pkg-config git
   libopenblas-dev libopenblas-openmp-dev libdnnl-dev libcjson-dev libxxhash-dev
-  python3 python3-venv python3-numpy python3-torch
+  python3 python3-venv python3-numpy python3-torch python3-torchvision
   libpcre2-dev zlib1g-dev dataset-fashion-mnist fortunes
   libyaml-dev
 )

@@ -5,12 +5,12 @@
  * stays scalar. The exp/erf/tanh below are plain arithmetic and selects that GCC vectorises
  * inside `omp simd` loops. Accuracy: exp about 2 ulp (Cephes polynomial), tanh about 2 ulp,
  * erf 1.5e-7 absolute (Abramowitz & Stegun 7.1.26: the same formula PyTorch's vectorised CPU
- * erf uses, so GELU matches PyTorch closely). softmax.c keeps its own copy of act_expf. */
+ * erf uses, so GELU matches PyTorch closely). The exponential is dt_vexpf (ops/vmath.h). */
 #include <math.h>
 #include "dtrain/ops_nn.h"
 #include "graph/op.h"
 
-/* The clamps and selects in act_expf and friends are FP compares; under the default
+/* The clamps and selects in dt_vexpf (ops/vmath.h) and friends are FP compares; under the default
  * -ftrapping-math GCC will not if-convert the branches that jump threading makes of them, and
  * then no loop here vectorises. Nothing in dtrain reads FP exception flags, so trapping math
  * buys nothing (values are unchanged: IEEE results are the same either way). */
@@ -18,35 +18,10 @@
 #pragma GCC optimize("no-trapping-math")
 #endif
 
+#include "ops/vmath.h"
+
 #define ACT_PAR_MIN 32768 /* elements below which a parallel region costs more than it saves */
 
-/* e^x. Cody-Waite reduction x = n ln2 + r (|r| <= ln2/2), Cephes degree-5 polynomial, then
- * scaling by 2^n as two factors 2^(n/2) 2^(n - n/2) so that both stay normal: results under
- * 2^-126 underflow gradually to 0 and over FLT_MAX overflow to inf, like expf. */
-static inline float act_expf(float x) {
-    /* Clamps as two independent selects (no nested ternary): see the pragma above. */
-    float xc = x < -104.0f ? -104.0f : x;
-    xc = xc > 89.0f ? 89.0f : xc;
-    /* Round to nearest with the 1.5 * 2^23 trick: vectorises where rintf may not. */
-    const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    const float y = p * r * r + r + 1.0f;
-    /* NaN compares false above and stays NaN in y; (int32_t)NaN is only reached in that case
-     * and its value does not matter (cvttss2si gives INT_MIN, no trap). */
-    const int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;
-    union {
-        int32_t i;
-        float f;
-    } s1 = {.i = (n1 + 127) * (1 << 23)}, s2 = {.i = (n2 + 127) * (1 << 23)};
-    return y * s1.f * s2.f;
-}
 
 /* tanh: Cephes odd polynomial for |x| < 0.625 (no cancellation near 0), else
  * 1 - 2 / (e^(2|x|) + 1) with the sign restored. */
@@ -59,7 +34,7 @@ static inline float act_tanhf(float x) {
     p = p * z + 1.33314422036e-1f;
     p = p * z - 3.33332819422e-1f;
     const float small = p * z * x + x;
-    const float e = act_expf(2.0f * (ax > 20.0f ? 20.0f : ax));
+    const float e = dt_vexpf(2.0f * (ax > 20.0f ? 20.0f : ax));
     const float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
     return ax < 0.625f ? small : big;
 }
@@ -73,12 +48,12 @@ static inline float act_erff(float x) {
     r = r * t + 1.421413741f;
     r = r * t - 0.284496736f;
     r = r * t + 0.254829592f;
-    const float y = 1.0f - r * t * act_expf(-ax * ax);
+    const float y = 1.0f - r * t * dt_vexpf(-ax * ax);
     return copysignf(y, x);
 }
 
 static inline float act_sigmoidf(float x) {
-    return 1.0f / (1.0f + act_expf(-x));
+    return 1.0f / (1.0f + dt_vexpf(-x));
 }
 
 #define GELU_K0 0.7978845608028654f /* sqrt(2 / pi) */
@@ -90,7 +65,7 @@ static inline float act_sigmoidf(float x) {
 /* GELU erf: Phi(x) + x phi(x). */
 static inline float gelu_erf_grad(float v) {
     const float cdf = 0.5f * (1.0f + act_erff(v * GELU_SQRT1_2));
-    const float pdf = GELU_INV_SQRT_2PI * act_expf(-0.5f * v * v);
+    const float pdf = GELU_INV_SQRT_2PI * dt_vexpf(-0.5f * v * v);
     return cdf + v * pdf;
 }
 /* GELU tanh: 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 k1 x^2), t = tanh(u). */

@@ -20,35 +20,15 @@
 #include "dtrain/ops_nn.h"
 #include "graph/op.h"
 
-/* See activation.c: lets GCC if-convert the selects in sm_expf so the loops vectorise. */
+/* See activation.c: lets GCC if-convert the selects in dt_vexpf so the loops vectorise. */
 #if defined(__GNUC__) && !defined(__clang__) /* clang if-converts these anyway */
 #pragma GCC optimize("no-trapping-math")
 #endif
 
+#include "ops/vmath.h"
+
 #define SM_PAR_MIN 16384 /* elements below which a parallel region costs more than it saves */
 
-/* e^x, vectorisable (a copy of act_expf in activation.c; about 1 ulp, exact 0 / inf at the
- * ends): Cody-Waite reduction, Cephes polynomial, scaling by 2^n in two normal factors. */
-static inline float sm_expf(float x) {
-    float xc = x < -104.0f ? -104.0f : x;
-    xc = xc > 89.0f ? 89.0f : xc;
-    const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    const float y = p * r * r + r + 1.0f;
-    const int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;
-    union {
-        int32_t i;
-        float f;
-    } s1 = {.i = (n1 + 127) * (1 << 23)}, s2 = {.i = (n2 + 127) * (1 << 23)};
-    return y * s1.f * s2.f;
-}
 
 /* max_c x[c]; x [C]. -inf for an all -inf row (softmax is then NaN, as in PyTorch). Eight
  * running maxima in a fixed-size inner loop: both GCC and clang turn it into one vector max
@@ -77,7 +57,7 @@ static void softmax_forward_f32(float *y, const float *x, int64_t rows, int64_t 
         float s = 0.0f;
 #pragma omp simd reduction(+ : s)
         for (int64_t c = 0; c < C; c++) {
-            yr[c] = sm_expf(xr[c] - m);
+            yr[c] = dt_vexpf(xr[c] - m);
             s += yr[c];
         }
         const float inv = 1.0f / s;
@@ -144,7 +124,7 @@ static void ce_forward_rows_f32(float *lse, float *row_loss, const float *logits
         float s = 0.0f, sx = 0.0f;
 #pragma omp simd reduction(+ : s, sx)
         for (int64_t c = 0; c < C; c++) {
-            s += sm_expf(xr[c] - m);
+            s += dt_vexpf(xr[c] - m);
             sx += xr[c];
         }
         const float l = m + logf(s);
@@ -176,10 +156,10 @@ static void ce_backward_f32(float *dx, float beta, const float *logits, const vo
         const float l = lse[i];
         if (beta == 0.0f) {
 #pragma omp simd
-            for (int64_t c = 0; c < C; c++) dr[c] = g * sm_expf(xr[c] - l) - ga;
+            for (int64_t c = 0; c < C; c++) dr[c] = g * dt_vexpf(xr[c] - l) - ga;
         } else {
 #pragma omp simd
-            for (int64_t c = 0; c < C; c++) dr[c] += g * sm_expf(xr[c] - l) - ga;
+            for (int64_t c = 0; c < C; c++) dr[c] += g * dt_vexpf(xr[c] - l) - ga;
         }
         dr[tg] -= gt;
     }
