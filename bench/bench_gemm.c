@@ -1,21 +1,25 @@
 /* GEMM-backed ops against raw library GEMM.
  *
  * For each shape (M rows, K in, N out) it prints GFLOP/s of
- *   raw   cblas_sgemm: forward alone, and the three GEMMs of forward + backward
- *         (y = x w^T, dx = g w, dW = g^T x for linear; the matching ones for matmul)
- *   ours  the same through a compiled graph (loss = sum(y)): dt_linear / dt_matmul forward,
- *         forward + backward
- * and ours/raw. Flops: 2*M*N*K per GEMM (forward 1 GEMM, forward + backward 3). The graph's
- * time includes its loss (a sum over y and the fill of dL/dy), which is part of the price of
+ *   cblas   raw cblas_sgemm (OpenBLAS): forward alone, and the three GEMMs of forward +
+ *           backward (y = x w^T, dx = g w, dW = g^T x for linear; the matching ones for matmul)
+ *   onednn  the same with raw dnnl_sgemm (oneDNN's f32 GEMM, which our ops use by default;
+ *           DT_SGEMM=openblas switches them to cblas_sgemm)
+ *   ours    the same through a compiled graph (loss = sum(y)): dt_linear / dt_matmul forward,
+ *           forward + backward
+ * and ours/cblas, ours/onednn. Flops: 2*M*N*K per GEMM (forward 1 GEMM, forward + backward 3).
+ * The graph's time includes its loss (a sum over y and the fill of dL/dy): part of the price of
  * running an op in a graph.
- * For the bf16-weight linear it adds raw oneDNN bf16 matmul (x already bf16) and ours
- * (dt_linear with a frozen bf16 weight: convert x, matmul; backward: convert g, matmul;
- * 2 GEMMs for forward + backward since there is no dW).
- * Times are the best of several repetitions (at least 3, about 0.5 s per figure).
+ * For the bf16-weight linear (dt_linear with a frozen bf16 weight: convert x, bf16 matmul;
+ * backward: convert g, bf16 matmul; 2 GEMMs for forward + backward since there is no dW) the
+ * onednn column is oneDNN's raw bf16 matmul with x already in bf16 (forward only).
+ * Times are the best of several repetitions (at least 3, and about SECONDS per figure: on a
+ * shared machine the best of a longer window filters out other processes' interference).
  *
- * usage: bench_gemm [threads=2] [quick]   ("quick": the two smallest shapes only) */
+ * usage: bench_gemm [threads=2] [all|quick] [SECONDS=0.5]   (quick: the two smallest shapes) */
 #include <cblas.h>
 #include <dnnl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,17 +34,30 @@ static double now(void) {
 
 typedef void (*work_fn)(void *arg);
 
-/* Best time of fn(arg) over at least 3 runs and ~0.5 s, after one warm-up run. */
-static double best_time(work_fn fn, void *arg) {
-    fn(arg);
-    double best = 1e30, start = now();
-    for (int i = 0; i < 3 || (now() - start < 0.5 && i < 50); i++) {
-        double t = now();
-        fn(arg);
-        t = now() - t;
-        if (t < best) best = t;
+static double window = 0.5; /* seconds of repetitions per figure */
+
+/* Best times of n workloads, run in turns (one warm-up each, then rounds of one run each,
+ * at least 3 rounds and about n * window seconds) so that interference from other processes
+ * hits them alike. Only workloads on the same threads (OpenMP: oneDNN and ours) share rounds:
+ * after a cblas_sgemm, OpenBLAS's own worker threads keep spinning for a while and would slow
+ * whatever OpenMP work follows; cblas_sgemm is timed in its own call, followed by settle(). */
+static void best_times(int n, work_fn *fn, void **arg, double *best) {
+    for (int k = 0; k < n; k++) fn[k](arg[k]), best[k] = 1e30;
+    double start = now();
+    for (int i = 0; i < 3 || (now() - start < n * window && i < 1000); i++) {
+        for (int k = 0; k < n; k++) {
+            double t = now();
+            fn[k](arg[k]);
+            t = now() - t;
+            if (t < best[k]) best[k] = t;
+        }
     }
-    return best;
+}
+
+/* Lets OpenBLAS's worker threads stop spinning (they sleep after a timeout). */
+static void settle(void) {
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
 }
 
 static float *fill(int64_t n, uint64_t seed) {
@@ -91,64 +108,75 @@ static void raw_fwdbwd(void *p) {
     }
 }
 
-/* Best times of forward and forward + backward with cblas_sgemm (raw[0..1]) and, for
- * comparison, oneDNN's dnnl_sgemm (raw[2..3]). */
-static void raw_measure(int M, int K, int N, int linear, int no_dw, double t[4]) {
+static void raw_init(raw *r, int M, int K, int N, int linear, int no_dw, int onednn) {
     int64_t mk = (int64_t)M * K, kn = (int64_t)K * N, mn = (int64_t)M * N;
-    raw r = {.M = M, .K = K, .N = N, .linear = linear, .no_dw = no_dw};
-    r.x = fill(mk, 1), r.w = fill(kn, 2), r.y = fill(mn, 3), r.g = fill(mn, 4);
-    r.dx = fill(mk, 5), r.dw = fill(kn, 6);
-    for (r.onednn = 0; r.onednn < 2; r.onednn++) {
-        t[2 * r.onednn] = best_time(raw_fwd, &r);
-        t[2 * r.onednn + 1] = best_time(raw_fwdbwd, &r);
-    }
-    free(r.x), free(r.w), free(r.y), free(r.g), free(r.dx), free(r.dw);
+    *r = (raw){.M = M, .K = K, .N = N, .linear = linear, .no_dw = no_dw, .onednn = onednn};
+    r->x = fill(mk, 1), r->w = fill(kn, 2), r->y = fill(mn, 3), r->g = fill(mn, 4);
+    r->dx = fill(mk, 5), r->dw = fill(kn, 6);
+}
+
+static void raw_free(raw *r) {
+    free(r->x), free(r->w), free(r->y), free(r->g), free(r->dx), free(r->dw);
 }
 
 /* ---- raw oneDNN bf16 matmul (x already bf16): the ceiling for the bf16 linear ----------- */
 
-static double dnnl_bf16_measure(int M, int K, int N) {
+typedef struct bf16mm {
     dnnl_engine_t eng;
     dnnl_stream_t st;
-    dnnl_memory_desc_t src, wei, dst;
-    dnnl_matmul_desc_t md;
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t prim;
-    dnnl_memory_t ms, mw, md_;
-    if (dnnl_engine_create(&eng, dnnl_cpu, 0) || dnnl_stream_create(&st, eng, 0)) return 0;
-    dnnl_memory_desc_init_by_strides(&src, 2, (dnnl_dims_t){M, K}, dnnl_bf16, (dnnl_dims_t){K, 1});
-    dnnl_memory_desc_init_by_strides(&wei, 2, (dnnl_dims_t){K, N}, dnnl_bf16, (dnnl_dims_t){1, K});
-    dnnl_memory_desc_init_by_strides(&dst, 2, (dnnl_dims_t){M, N}, dnnl_f32, (dnnl_dims_t){N, 1});
-    if (dnnl_matmul_desc_init(&md, &src, &wei, NULL, &dst) ||
-        dnnl_primitive_desc_create(&pd, &md, NULL, eng, NULL) || dnnl_primitive_create(&prim, pd))
-        return 0;
-    void *a = calloc((size_t)M * K, 2), *b = calloc((size_t)K * N, 2),
-         *c = calloc((size_t)M * N, 4);
-    dnnl_memory_create(&ms, &src, eng, a);
-    dnnl_memory_create(&mw, &wei, eng, b);
-    dnnl_memory_create(&md_, &dst, eng, c);
-    /* small non-zero data: zeros could take shortcuts */
-    for (int64_t i = 0; i < (int64_t)M * K; i++)
-        ((uint16_t *)a)[i] = dt_bf16_from_f32(0.01f * (float)(i % 97));
-    for (int64_t i = 0; i < (int64_t)K * N; i++)
-        ((uint16_t *)b)[i] = dt_bf16_from_f32(0.01f * (float)(i % 89));
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md_}};
-    double best = 1e30, start;
-    dnnl_primitive_execute(prim, st, 3, args);
-    dnnl_stream_wait(st);
-    start = now();
-    for (int i = 0; i < 3 || (now() - start < 0.5 && i < 50); i++) {
-        double t = now();
-        dnnl_primitive_execute(prim, st, 3, args);
-        dnnl_stream_wait(st);
-        t = now() - t;
-        if (t < best) best = t;
+    dnnl_memory_t m[3];
+    void *buf[3];
+} bf16mm;
+
+/* y [M, N] f32 = x [M, K] bf16 @ w^T, w [N, K] bf16. Returns 0 on success. */
+static int bf16mm_init(bf16mm *b, int M, int K, int N) {
+    dnnl_memory_desc_t md[3];
+    dnnl_matmul_desc_t mm;
+    memset(b, 0, sizeof *b);
+    if (dnnl_engine_create(&b->eng, dnnl_cpu, 0) || dnnl_stream_create(&b->st, b->eng, 0))
+        return -1;
+    dnnl_memory_desc_init_by_strides(&md[0], 2, (dnnl_dims_t){M, K}, dnnl_bf16,
+                                     (dnnl_dims_t){K, 1});
+    dnnl_memory_desc_init_by_strides(&md[1], 2, (dnnl_dims_t){K, N}, dnnl_bf16,
+                                     (dnnl_dims_t){1, K});
+    dnnl_memory_desc_init_by_strides(&md[2], 2, (dnnl_dims_t){M, N}, dnnl_f32, (dnnl_dims_t){N, 1});
+    if (dnnl_matmul_desc_init(&mm, &md[0], &md[1], NULL, &md[2]) ||
+        dnnl_primitive_desc_create(&b->pd, &mm, NULL, b->eng, NULL) ||
+        dnnl_primitive_create(&b->prim, b->pd))
+        return -1;
+    size_t n[3] = {(size_t)M * K * 2, (size_t)K * N * 2, (size_t)M * N * 4};
+    for (int i = 0; i < 3; i++) {
+        b->buf[i] = malloc(n[i]);
+        if (!b->buf[i]) return -1;
+        dnnl_memory_create(&b->m[i], &md[i], b->eng, b->buf[i]);
     }
-    dnnl_memory_destroy(ms), dnnl_memory_destroy(mw), dnnl_memory_destroy(md_);
-    dnnl_primitive_destroy(prim), dnnl_primitive_desc_destroy(pd);
-    dnnl_stream_destroy(st), dnnl_engine_destroy(eng);
-    free(a), free(b), free(c);
-    return best;
+    /* small non-zero data: zeros could take shortcuts */
+    for (size_t i = 0; i < n[0] / 2; i++)
+        ((uint16_t *)b->buf[0])[i] = dt_bf16_from_f32(0.01f * (float)(i % 97));
+    for (size_t i = 0; i < n[1] / 2; i++)
+        ((uint16_t *)b->buf[1])[i] = dt_bf16_from_f32(0.01f * (float)(i % 89));
+    return 0;
+}
+
+static void bf16mm_run(void *p) {
+    bf16mm *b = p;
+    dnnl_exec_arg_t args[3] = {
+        {DNNL_ARG_SRC, b->m[0]}, {DNNL_ARG_WEIGHTS, b->m[1]}, {DNNL_ARG_DST, b->m[2]}};
+    dnnl_primitive_execute(b->prim, b->st, 3, args);
+    dnnl_stream_wait(b->st);
+}
+
+static void bf16mm_free(bf16mm *b) {
+    for (int i = 0; i < 3; i++) {
+        if (b->m[i]) dnnl_memory_destroy(b->m[i]);
+        free(b->buf[i]);
+    }
+    if (b->prim) dnnl_primitive_destroy(b->prim);
+    if (b->pd) dnnl_primitive_desc_destroy(b->pd);
+    if (b->st) dnnl_stream_destroy(b->st);
+    if (b->eng) dnnl_engine_destroy(b->eng);
 }
 
 /* ---- ours: through a compiled graph ---------------------------------------------------- */
@@ -163,7 +191,8 @@ static void g_fwdbwd(void *p) {
     if (dt_graph_backward(p) != DT_OK) fprintf(stderr, "backward: %s\n", dt_last_error());
 }
 
-static int ours_measure(int op, int M, int K, int N, double *fwd, double *both) {
+/* x [M, K] (with a gradient) -> op -> y [M, N]; loss = sum(y). NULL on failure. */
+static dt_graph *ours_init(int op, int M, int K, int N) {
     dt_graph *g = dt_graph_init();
     int x = dt_graph_input(g, "x", DT_F32, 2, (int64_t[]){M, K}, 1);
     int w, y;
@@ -179,7 +208,7 @@ static int ours_measure(int op, int M, int K, int N, double *fwd, double *both) 
     if (loss < 0 || dt_graph_compile(g, loss, NULL) != DT_OK) {
         fprintf(stderr, "graph: %s\n", dt_last_error());
         dt_graph_free(g);
-        return -1;
+        return NULL;
     }
     const dt_tensor *xv = dt_graph_value(g, x), *wv = dt_graph_value(g, w);
     dt_rng_normal(xv->data, (int64_t)M * K, 1, 0, 0, 0.0f, 1.0f);
@@ -189,24 +218,46 @@ static int ours_measure(int op, int M, int K, int N, double *fwd, double *both) 
         for (int64_t i = 0; i < (int64_t)K * N; i++)
             ((uint16_t *)wv->data)[i] = dt_bf16_from_f32(0.01f * (float)(i % 89));
     }
-    *fwd = best_time(g_fwd, g);
-    *both = best_time(g_fwdbwd, g);
-    dt_graph_free(g);
-    return 0;
+    return g;
 }
 
-static void row(const char *name, double flop, double t_raw, double t_ours) {
-    double gr = flop / t_raw * 1e-9, go = flop / t_ours * 1e-9;
-    printf("  %-22s raw %7.1f  ours %7.1f GFLOP/s  ours/raw %.3f\n", name, gr, go, go / gr);
+/* The loss alone: y [M, N] (an input with a gradient) -> sum. Its time is subtracted from ours
+ * for the "op only" figure. */
+static dt_graph *loss_init(int M, int N) {
+    dt_graph *g = dt_graph_init();
+    int y = dt_graph_input(g, "y", DT_F32, 2, (int64_t[]){M, N}, 1);
+    if (dt_graph_compile(g, dt_sum(g, y), NULL) != DT_OK) {
+        fprintf(stderr, "graph: %s\n", dt_last_error());
+        dt_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+/* One line: GFLOP/s of raw cblas, raw oneDNN (t_dnnl <= 0: not measured) and ours. */
+static void row(const char *name, double flop, double t_cblas, double t_dnnl, double t_ours,
+                double t_loss) {
+    double gc = flop / t_cblas * 1e-9, gd = t_dnnl > 0 ? flop / t_dnnl * 1e-9 : 0;
+    /* "op only" subtracts the loss; a loss that took over half the time means interference */
+    double go = flop / t_ours * 1e-9;
+    double gop = t_loss < 0.5 * t_ours ? flop / (t_ours - t_loss) * 1e-9 : NAN;
+    printf("  %-16s cblas %6.1f  onednn %6.1f  ours %6.1f (op only %6.1f) GFLOP/s   ours/cblas "
+           "%.2f (%.2f)",
+           name, gc, gd, go, gop, go / gc, gop / gc);
+    if (gd > 0) printf("  ours/onednn %.2f (%.2f)", go / gd, gop / gd);
+    printf("\n");
 }
 
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 2;
     int quick = argc > 2 && strcmp(argv[2], "quick") == 0;
+    if (argc > 3 && atof(argv[3]) > 0) window = atof(argv[3]);
     threads = dt_threads_set(threads);
     const char *ct = getenv("OPENBLAS_CORETYPE"), *l2 = getenv("OPENBLAS_L2_SIZE");
-    printf("bench_gemm: %d threads, OPENBLAS_CORETYPE=%s OPENBLAS_L2_SIZE=%s\n", threads,
-           ct ? ct : "(unset)", l2 ? l2 : "(unset)");
+    const char *be = getenv("DT_SGEMM");
+    printf("bench_gemm: %d threads, OPENBLAS_CORETYPE=%s OPENBLAS_L2_SIZE=%s, ours on %s\n",
+           threads, ct ? ct : "(unset)", l2 ? l2 : "(unset)",
+           be && strcmp(be, "openblas") == 0 ? "cblas_sgemm" : "dnnl_sgemm");
     printf("  OpenBLAS config: %s\n", openblas_get_config());
 
     static const struct {
@@ -227,25 +278,43 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
         if (quick && i >= 2) break;
         int M = cases[i].M, K = cases[i].K, N = cases[i].N, op = cases[i].op;
-        double flop = 2.0 * M * N * K, of, ob;
-        const char *opn = op == OP_MATMUL ? "dt_matmul" : "dt_linear";
-        printf("%s (M=%d K=%d N=%d, %s%s)\n", cases[i].what, M, K, N, opn,
+        double flop = 2.0 * M * N * K, t[3];
+        printf("%s (M=%d K=%d N=%d, %s%s)\n", cases[i].what, M, K, N,
+               op == OP_MATMUL ? "dt_matmul" : "dt_linear",
                op == OP_LINEAR_BF16 ? ", bf16 weight" : "");
-        double t[4];
-        raw_measure(M, K, N, op != OP_MATMUL, op == OP_LINEAR_BF16, t);
-        if (ours_measure(op, M, K, N, &of, &ob)) continue;
-        int nb = op == OP_LINEAR_BF16 ? 2 : 3; /* GEMMs in forward + backward (bf16: no dW) */
-        if (op == OP_LINEAR_BF16) {
-            double d = dnnl_bf16_measure(M, K, N);
-            row("forward vs sgemm", flop, t[0], of);
-            if (d > 0) row("forward vs onednn bf16", flop, d, of);
-            row("fwd+bwd vs sgemm", nb * flop, t[1], ob);
+        dt_graph *g = ours_init(op, M, K, N), *gl = loss_init(M, N);
+        if (!g || !gl) continue;
+        raw rc, rd;
+        raw_init(&rc, M, K, N, op != OP_MATMUL, op == OP_LINEAR_BF16, 0);
+        rd = rc;
+        rd.onednn = 1;
+        double tc[2], tl[2]; /* cblas and the loss alone: forward, forward + backward */
+        best_times(1, (work_fn[]){raw_fwd}, (void *[]){&rc}, tc);
+        best_times(1, (work_fn[]){raw_fwdbwd}, (void *[]){&rc}, tc + 1);
+        settle();
+        if (op == OP_LINEAR_BF16) { /* 2 GEMMs in forward + backward: no dW */
+            bf16mm b;
+            int ok = bf16mm_init(&b, M, K, N) == 0;
+            best_times(2 + ok, (work_fn[]){g_fwd, g_fwd, bf16mm_run}, (void *[]){g, gl, &b}, t);
+            tl[0] = t[1];
+            row("forward", flop, tc[0], ok ? t[2] : 0, t[0], tl[0]);
+            best_times(2, (work_fn[]){g_fwdbwd, g_fwdbwd}, (void *[]){g, gl}, t);
+            tl[1] = t[1];
+            row("forward+backward", 2 * flop, tc[1], 0, t[0], tl[1]);
+            bf16mm_free(&b);
         } else {
-            row("forward", flop, t[0], of);
-            row("forward+backward", nb * flop, t[1], ob);
+            best_times(3, (work_fn[]){raw_fwd, g_fwd, g_fwd}, (void *[]){&rd, g, gl}, t);
+            tl[0] = t[2];
+            row("forward", flop, tc[0], t[0], t[1], tl[0]);
+            best_times(3, (work_fn[]){raw_fwdbwd, g_fwdbwd, g_fwdbwd}, (void *[]){&rd, g, gl}, t);
+            tl[1] = t[2];
+            row("forward+backward", 3 * flop, tc[1], t[0], t[1], tl[1]);
         }
-        printf("  (raw dnnl_sgemm f32: forward %.1f, forward+backward %.1f GFLOP/s)\n",
-               flop / t[2] * 1e-9, nb * flop / t[3] * 1e-9);
+        printf("  (the loss alone, sum over [%d, %d]: forward %.2f ms, forward+backward %.2f ms)\n",
+               M, N, tl[0] * 1e3, tl[1] * 1e3);
+        dt_graph_free(gl);
+        raw_free(&rc);
+        dt_graph_free(g);
         fflush(stdout);
     }
     return 0;

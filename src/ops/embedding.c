@@ -28,8 +28,9 @@ static dt_status embedding_forward(const dt_op_ctx *c) {
         int64_t id = id_at(ids, is64, i);
         if (id < 0 || id >= V)
             return dt_error_set(DT_ERR_RANGE,
-                                "embedding: id %lld at position %lld outside [0, %lld)",
-                                (long long)id, (long long)i, (long long)V);
+                                "embedding: id %lld at position %lld is outside [0, V) for table "
+                                "[V, D] = [%lld, %lld]",
+                                (long long)id, (long long)i, (long long)V, (long long)D);
     }
     float *out = c->out.data;
 #pragma omp parallel for schedule(static)

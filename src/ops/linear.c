@@ -1,16 +1,57 @@
-/* nn.Linear: y = x w^T + b, as one sgemm over the flattened leading dims of x.
+/* nn.Linear: y = x w^T + b, as one GEMM over the flattened leading dims of x.
  *
- * The builder picks the kernel pair by the weight's dtype: f32 weights here (cblas_sgemm for
- * forward and for all three gradients), bf16 weights (frozen, no gradient) in linear_bf16.c
- * (oneDNN bf16 x bf16 -> f32). The bias helpers below are shared with linear_bf16.c. */
+ * The builder picks the kernel pair by the weight's dtype: f32 weights here (one f32 GEMM for
+ * forward and one per gradient), bf16 weights (frozen, no gradient) in linear_bf16.c (oneDNN
+ * bf16 x bf16 -> f32). The f32 GEMM dispatcher and the bias helpers below are shared with
+ * linear_matmul.c and linear_bf16.c.
+ *
+ * Which f32 GEMM: oneDNN's dnnl_sgemm by default, OpenBLAS's cblas_sgemm with DT_SGEMM=openblas.
+ * Measured with bench/bench_gemm (2 threads; M=N=K 512..2048 and the Llama shapes): raw
+ * dnnl_sgemm 450-515 GFLOP/s whatever OPENBLAS_CORETYPE says; raw cblas_sgemm 240-260 as this
+ * environment runs it (Haswell kernels) and 460-490 with the OPENBLAS variables unset. What
+ * decides it is the graph: dnnl_sgemm runs on the same OpenMP threads as every other kernel,
+ * while Debian's pthread OpenBLAS has threads of its own that fight libgomp's spinning workers
+ * for the two cores after each OpenMP region. With a loss (an OpenMP sum) next to the GEMM,
+ * dt_linear on cblas_sgemm reached 0.47-0.86 of raw cblas_sgemm; on dnnl_sgemm 0.88-1.0 of raw
+ * dnnl_sgemm (0.99-1.05 without the loss's own time). */
 #include <cblas.h>
+#include <dnnl.h>
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "dtrain/ops_linear.h"
 #include "graph/op.h"
 
 extern const dt_op_def dt_linear_bf16_op; /* linear_bf16.c */
+
+/* 1 if DT_SGEMM=openblas, read once (a benign race: every thread computes the same value). */
+int dt_linear_use_openblas(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("DT_SGEMM");
+        v = e && strcmp(e, "openblas") == 0;
+    }
+    return v;
+}
+
+/* Row-major C [M, N] = op(A) [M, K] op(B) [K, N] + beta C; lda/ldb/ldc are row strides. */
+dt_status dt_linear_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                          int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                          int64_t ldc) {
+    if (dt_linear_use_openblas()) {
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+        return DT_OK;
+    }
+    dnnl_status_t st =
+        dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    if (st != dnnl_success)
+        return dt_error_set(DT_ERR_INTERNAL,
+                            "sgemm: oneDNN failed (status %d) for M %lld N %lld K %lld", (int)st,
+                            (long long)M, (long long)N, (long long)K);
+    return DT_OK;
+}
 
 /* Columns per block when a loop over rows is split by columns: 16 floats = one cache line, so
  * two threads never write the same line. */
@@ -18,14 +59,15 @@ extern const dt_op_def dt_linear_bf16_op; /* linear_bf16.c */
 
 /* y[r, o] = b[o] for every row: the bias is laid down first so the sgemm can add into it with
  * beta = 1, which costs nothing extra inside the GEMM.  y: [R, O], b: [O]. */
-void dt_linear_bias_fill(float *y, const float *b, int64_t R, int64_t O) {
+static void bias_fill(float *y, const float *b, int64_t R, int64_t O) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < R; r++) memcpy(y + r * O, b, (size_t)O * sizeof(float));
 }
 
 /* db[o] = beta * db[o] + sum_r g[r, o].  g: [R, O], db: [O].
- * Each thread owns a range of columns and walks all rows in order, so the sum is deterministic
- * (same order for any run) and reads stay row-contiguous. */
+ * Each thread owns a range of columns and walks all rows in order: every column is summed in
+ * the same order whatever the thread count (bitwise reproducible), and reads stay row-contiguous.
+ */
 void dt_linear_bias_grad(float *db, const float *g, int64_t R, int64_t O, float beta) {
     int64_t nblk = (O + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel
@@ -68,13 +110,11 @@ static dt_status linear_forward(const dt_op_ctx *c) {
     float *y = c->out.data;
     float beta = 0.0f;
     if (ip[3]) {
-        dt_linear_bias_fill(y, c->in[2].data, R, out);
+        bias_fill(y, c->in[2].data, R, out);
         beta = 1.0f;
     }
     /* y = x w^T: w is stored [out, in], exactly the transposed operand sgemm wants. */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)out, (int)in, 1.0f, x,
-                (int)in, w, (int)in, beta, y, (int)out);
-    return DT_OK;
+    return dt_linear_sgemm(0, 1, R, out, in, x, in, w, in, beta, y, out);
 }
 
 /* Backward.  g: [R, out].  dx = g w: [R, in];  dW = g^T x: [out, in];  db = sum_r g: [out].
@@ -83,12 +123,12 @@ static dt_status linear_backward(const dt_op_ctx *c) {
     const int64_t *ip = c->node->ip;
     int64_t R = ip[0], in = ip[1], out = ip[2];
     const float *x = c->in[0].data, *w = c->in[1].data, *g = c->gout.data;
+    dt_status st = DT_OK;
     if (c->gin[0].data)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)R, (int)in, (int)out, 1.0f, g,
-                    (int)out, w, (int)in, c->gin_beta[0], c->gin[0].data, (int)in);
-    if (c->gin[1].data)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out, (int)in, (int)R, 1.0f, g,
-                    (int)out, x, (int)in, c->gin_beta[1], c->gin[1].data, (int)in);
+        st = dt_linear_sgemm(0, 0, R, in, out, g, out, w, in, c->gin_beta[0], c->gin[0].data, in);
+    if (!st && c->gin[1].data)
+        st = dt_linear_sgemm(1, 0, out, in, R, g, out, x, in, c->gin_beta[1], c->gin[1].data, in);
+    if (st) return st;
     if (ip[3] && c->gin[2].data) dt_linear_bias_grad(c->gin[2].data, g, R, out, c->gin_beta[2]);
     return DT_OK;
 }

@@ -13,8 +13,8 @@
 #include "graph/op.h"
 #include "ops/dnnl_util.h"
 
-void dt_linear_bias_grad(float *db, const float *g, int64_t R, int64_t O,
-                         float beta); /* linear.c */
+/* linear.c */
+void dt_linear_bias_grad(float *db, const float *g, int64_t R, int64_t O, float beta);
 
 enum { CVT_X, FWD, CVT_G, BWD, BWD_ACC, NPRIM };
 

@@ -1,4 +1,5 @@
-/* Batched matrix multiply: C = op_a(A) op_b(B), f32 through cblas_sgemm.
+/* Batched matrix multiply: C = op_a(A) op_b(B), f32 through the family's sgemm (oneDNN, or
+ * OpenBLAS with DT_SGEMM=openblas: see linear.c).
  *
  * Shapes (per batch entry; `batch` = product of the leading dims):
  *   A: [M, K], or [K, M] with trans_a        B: [K, N], or [N, K] with trans_b
@@ -11,86 +12,110 @@
  *   dA = G op_b(B)^T          (trans_a = 0)      dA = op_b(B) G^T        (trans_a = 1)
  *   dB = op_a(A)^T G          (trans_b = 0)      dB = G^T op_a(A)        (trans_b = 1)
  * with beta = gin_beta; a shared dB sums over the batch (beta = 1 after the first entry). */
-#include <cblas.h>
+#include <omp.h>
 #include <string.h>
 #include "dtrain/ops_linear.h"
 #include "graph/op.h"
 
+/* linear.c */
 int dt_linear_dtype_error(const char *op, const char *what, int n, const char *const *names,
-                          const dt_tensor *const *ts); /* linear.c */
+                          const dt_tensor *const *ts);
+int dt_linear_use_openblas(void);
+dt_status dt_linear_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                          int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                          int64_t ldc);
 
 enum { P_TA, P_TB, P_M, P_K, P_N, P_BATCH, P_SHARED };
 
-static CBLAS_TRANSPOSE tr(int t) {
-    return t ? CblasTrans : CblasNoTrans;
+/* Many small products (attention heads: batch 64 of 256 x 64 x 256) run one per thread, each
+ * GEMM single-threaded (oneDNN does so inside a parallel region): a threaded GEMM of that size
+ * spends its time synchronising. Large products use all threads inside each GEMM. Not with
+ * OpenBLAS, whose own threads would be started from every OpenMP thread. */
+static int per_thread(int64_t batch, int64_t M, int64_t N, int64_t K) {
+    return batch >= 2 * omp_get_max_threads() && M * N * K <= (1 << 24) &&
+           !dt_linear_use_openblas();
+}
+
+/* One product of the batch loop: which = 0 forward, 1 dA, 2 dB (not shared). */
+static dt_status product(const dt_op_ctx *c, int which, int64_t i) {
+    const int64_t *p = c->node->ip;
+    int ta = (int)p[P_TA], tb = (int)p[P_TB];
+    int64_t M = p[P_M], K = p[P_K], N = p[P_N], lda = ta ? M : K, ldb = tb ? K : N;
+    int64_t sa = M * K, sb = p[P_SHARED] ? 0 : K * N, sc = M * N;
+    const float *A = (const float *)c->in[0].data + i * sa,
+                *B = (const float *)c->in[1].data + i * sb;
+    if (which == 0) /* C [M, N] = op_a(A) op_b(B) */
+        return dt_linear_sgemm(ta, tb, M, N, K, A, lda, B, ldb, 0.0f, (float *)c->out.data + i * sc,
+                               N);
+    const float *G = (const float *)c->gout.data + i * sc;
+    if (which == 1) {
+        float *dA = (float *)c->gin[0].data + i * sa;
+        if (!ta) /* dA [M, K] = G [M, N] op_b(B)^T [N, K] */
+            return dt_linear_sgemm(0, !tb, M, K, N, G, N, B, ldb, c->gin_beta[0], dA, K);
+        /* dA [K, M] = op_b(B) [K, N] G^T [N, M] */
+        return dt_linear_sgemm(tb, 1, K, M, N, B, ldb, G, N, c->gin_beta[0], dA, M);
+    }
+    /* dB of a shared B accumulates over the batch: beta = 1 after the first entry */
+    float *dB = (float *)c->gin[1].data + i * sb;
+    float beta = p[P_SHARED] && i > 0 ? 1.0f : c->gin_beta[1];
+    if (!tb) /* dB [K, N] = op_a(A)^T [K, M] G [M, N] */
+        return dt_linear_sgemm(!ta, 0, K, N, M, A, lda, G, N, beta, dB, N);
+    /* dB [N, K] = G^T [N, M] op_a(A) [M, K] */
+    return dt_linear_sgemm(1, ta, N, K, M, G, N, A, lda, beta, dB, K);
+}
+
+/* Runs product(which, i) for every batch entry; in parallel over entries when they are many
+ * and small (and independent: never for a shared dB). */
+static dt_status batch_loop(const dt_op_ctx *c, int which) {
+    const int64_t *p = c->node->ip;
+    int64_t batch = p[P_BATCH];
+    if (per_thread(batch, p[P_M], p[P_N], p[P_K]) && !(which == 2 && p[P_SHARED])) {
+        int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+        for (int64_t i = 0; i < batch; i++) bad |= product(c, which, i) != DT_OK;
+        if (bad) /* the worker's message stayed on its thread */
+            return dt_error_set(DT_ERR_INTERNAL, "matmul: sgemm failed in a batch of %lld",
+                                (long long)batch);
+        return DT_OK;
+    }
+    for (int64_t i = 0; i < batch; i++) {
+        dt_status st = product(c, which, i);
+        if (st) return st;
+    }
+    return DT_OK;
 }
 
 /* Forward: C_i = op_a(A_i) op_b(B_i) for each batch entry i. */
 static dt_status matmul_forward(const dt_op_ctx *c) {
     const int64_t *p = c->node->ip;
-    int ta = (int)p[P_TA], tb = (int)p[P_TB], M = (int)p[P_M], K = (int)p[P_K], N = (int)p[P_N];
-    int64_t batch = p[P_BATCH];
-    int lda = ta ? M : K, ldb = tb ? K : N;
-    const float *A = c->in[0].data, *B = c->in[1].data;
-    float *C = c->out.data;
-    if (p[P_SHARED] && !ta) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, tr(tb), (int)(batch * M), N, K, 1.0f, A, K, B, ldb,
-                    0.0f, C, N);
-        return DT_OK;
-    }
-    int64_t sa = (int64_t)M * K, sb = p[P_SHARED] ? 0 : (int64_t)K * N, sc = (int64_t)M * N;
-    for (int64_t i = 0; i < batch; i++)
-        cblas_sgemm(CblasRowMajor, tr(ta), tr(tb), M, N, K, 1.0f, A + i * sa, lda, B + i * sb, ldb,
-                    0.0f, C + i * sc, N);
-    return DT_OK;
+    int64_t batch = p[P_BATCH], M = p[P_M], K = p[P_K], N = p[P_N];
+    if (p[P_SHARED] && !p[P_TA]) /* one tall GEMM: A as [batch*M, K] */
+        return dt_linear_sgemm(0, (int)p[P_TB], batch * M, N, K, c->in[0].data, K, c->in[1].data,
+                               p[P_TB] ? K : N, 0.0f, c->out.data, N);
+    return batch_loop(c, 0);
 }
 
 static dt_status matmul_backward(const dt_op_ctx *c) {
     const int64_t *p = c->node->ip;
-    int ta = (int)p[P_TA], tb = (int)p[P_TB], M = (int)p[P_M], K = (int)p[P_K], N = (int)p[P_N];
-    int64_t batch = p[P_BATCH];
-    int shared = (int)p[P_SHARED];
-    int lda = ta ? M : K, ldb = tb ? K : N;
+    int tb = (int)p[P_TB];
+    int64_t batch = p[P_BATCH], M = p[P_M], K = p[P_K], N = p[P_N], ldb = tb ? K : N;
     const float *A = c->in[0].data, *B = c->in[1].data, *G = c->gout.data;
     float *dA = c->gin[0].data, *dB = c->gin[1].data;
-    int64_t sa = (int64_t)M * K, sb = shared ? 0 : (int64_t)K * N, sc = (int64_t)M * N;
-    if (shared && !ta) {
-        /* One tall GEMM each: A, dA, G as [batch*M, K] / [batch*M, N]. */
-        int MT = (int)(batch * M);
+    dt_status st = DT_OK;
+    if (p[P_SHARED] && !p[P_TA]) {
+        /* One tall GEMM each: A, dA as [MT, K] and G as [MT, N] with MT = batch*M. */
+        int64_t MT = batch * M;
         if (dA) /* dA [MT, K] = G [MT, N] op_b(B)^T */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, tr(!tb), MT, K, N, 1.0f, G, N, B, ldb,
-                        c->gin_beta[0], dA, K);
-        if (dB && !tb) /* dB [K, N] = A^T [K, MT] G [MT, N] */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, N, MT, 1.0f, A, K, G, N,
-                        c->gin_beta[1], dB, N);
-        if (dB && tb) /* dB [N, K] = G^T [N, MT] A [MT, K] */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, MT, 1.0f, G, N, A, K,
-                        c->gin_beta[1], dB, K);
-        return DT_OK;
+            st = dt_linear_sgemm(0, !tb, MT, K, N, G, N, B, ldb, c->gin_beta[0], dA, K);
+        if (!st && dB && !tb) /* dB [K, N] = A^T [K, MT] G [MT, N] */
+            st = dt_linear_sgemm(1, 0, K, N, MT, A, K, G, N, c->gin_beta[1], dB, N);
+        if (!st && dB && tb) /* dB [N, K] = G^T [N, MT] A [MT, K] */
+            st = dt_linear_sgemm(1, 0, N, K, MT, G, N, A, K, c->gin_beta[1], dB, K);
+        return st;
     }
-    for (int64_t i = 0; i < batch; i++) {
-        const float *Ai = A + i * sa, *Bi = B + i * sb, *Gi = G + i * sc;
-        if (dA) {
-            float *dAi = dA + i * sa;
-            if (!ta) /* dA [M, K] = G [M, N] op_b(B)^T [N, K] */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, tr(!tb), M, K, N, 1.0f, Gi, N, Bi, ldb,
-                            c->gin_beta[0], dAi, K);
-            else /* dA [K, M] = op_b(B) [K, N] G^T [N, M] */
-                cblas_sgemm(CblasRowMajor, tr(tb), CblasTrans, K, M, N, 1.0f, Bi, ldb, Gi, N,
-                            c->gin_beta[0], dAi, M);
-        }
-        if (dB) {
-            float *dBi = dB + i * sb;
-            float beta = shared && i > 0 ? 1.0f : c->gin_beta[1];
-            if (!tb) /* dB [K, N] = op_a(A)^T [K, M] G [M, N] */
-                cblas_sgemm(CblasRowMajor, tr(!ta), CblasNoTrans, K, N, M, 1.0f, Ai, lda, Gi, N,
-                            beta, dBi, N);
-            else /* dB [N, K] = G^T [N, M] op_a(A) [M, K] */
-                cblas_sgemm(CblasRowMajor, CblasTrans, tr(ta), N, K, M, 1.0f, Gi, N, Ai, lda, beta,
-                            dBi, K);
-        }
-    }
-    return DT_OK;
+    if (dA) st = batch_loop(c, 1);
+    if (!st && dB) st = batch_loop(c, 2);
+    return st;
 }
 
 static const dt_op_def matmul_op = {

@@ -4,3 +4,6 @@ dt_test(NAME linear_fd SOURCES ops/linear_fd.c LABELS unit)
 dt_test(NAME linear_errors SOURCES ops/linear_errors.c LABELS unit)
 dt_test(NAME linear_parity SOURCES ops/linear_parity.c LABELS parity
         FIXTURES_REQUIRED ref_linear)
+# The same with OpenBLAS as the f32 GEMM (DT_SGEMM=openblas; the default is oneDNN).
+dt_test(NAME linear_parity_openblas SOURCES ops/linear_parity.c LABELS parity
+        FIXTURES_REQUIRED ref_linear ENV DT_SGEMM=openblas)

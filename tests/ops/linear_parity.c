@@ -4,7 +4,8 @@
  * runs forward + backward and compares the output and every input/weight gradient.
  * Tolerances (|ours - ref| <= atol + rtol |ref|):
  *   f32 matmul / linear / embedding:   atol 2e-5, rtol 1e-5 (f32 sums of <= 30 terms of size ~1;
- *                                      the embedding forward is a copy and must be exact)
+ *                                      the embedding forward is a copy)
+ *   embedding with a frozen bf16 table: bit-exact (the widened bf16 rows)
  *   bf16 linear vs exact reference:    atol 1e-4, rtol 1e-4 (bf16 products are exact in f32;
  *                                      only the f32 accumulation order differs)
  *   bf16 linear vs PyTorch's bf16 path: atol 2e-2, rtol 1e-2 (PyTorch rounds its result to
@@ -112,6 +113,34 @@ static int build_embedding(dt_graph *g, const int *ids, const int *arg) {
     return dt_embedding(g, ids[0], ids[1]);
 }
 
+/* A frozen bf16 table: the output must be exactly the widened bf16 rows (the reference table
+ * rounded to bf16 here, so its f32 image is exact). */
+static void embedding_bf16(void) {
+    const dt_tensor *ids = get("emb_i64", "ids", 1), *tab = get("emb_i64", "table", 0);
+    if (!ids || !tab) return;
+    int64_t V = tab->shape[0], D = tab->shape[1], n = dt_tensor_numel(ids);
+    dt_graph *g = dt_graph_init();
+    int id = dt_graph_input(g, "ids", ids->dtype, ids->ndim, ids->shape, 0);
+    int t = dt_graph_param(g, "table", DT_BF16, 2, tab->shape, DT_PARAM_FROZEN);
+    int y = dt_embedding(g, id, t);
+    CHECK(y >= 0, "embedding bf16: %s", dt_last_error());
+    CHECK_OK(dt_graph_keep(g, y));
+    CHECK_OK(dt_graph_compile(g, dt_sum(g, y), &(dt_graph_opts){.no_backward = 1}));
+    dt_test_set(g, id, ids);
+    dt_test_set(g, t, tab); /* rounds to bf16 */
+    CHECK_OK(dt_graph_forward(g, 0));
+    const float *out = dt_graph_value(g, y)->data;
+    const uint16_t *tb = dt_graph_value(g, t)->data;
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t row = (int64_t)dt_tensor_get(ids, i);
+        for (int64_t d = 0; d < D && row < V; d++)
+            bad += out[i * D + d] != dt_bf16_to_f32(tb[row * D + d]);
+    }
+    CHECK(bad == 0, "embedding bf16: %d elements differ from the bf16 table rows", bad);
+    dt_graph_free(g);
+}
+
 int main(void) {
     ref = dt_ref_load("linear.safetensors");
     if (!ref) return dt_test_finish("linear_parity");
@@ -154,6 +183,7 @@ int main(void) {
         run_case("emb_i64", 2, lv, build_embedding, NULL, "out", TOL_F32, NULL, NULL, 0, 0);
         run_case("emb_i32", 2, lv, build_embedding, NULL, "out", TOL_F32, NULL, NULL, 0, 0);
     }
+    embedding_bf16();
     dt_ref_free(ref);
     return dt_test_finish("linear_parity");
 }
