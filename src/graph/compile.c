@@ -12,6 +12,7 @@
  * offset that does not collide with a buffer whose lifetime overlaps). */
 #include <stdlib.h>
 #include <string.h>
+#include "dtrain/runtime.h"
 #include "graph/graph_impl.h"
 
 #define ALIGN 64
@@ -405,6 +406,7 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
         return dt_error_set(DT_ERR_SHAPE, "compile: loss '%s' must be one f32 value, has %lld %s",
                             dt_graph_name(g, loss), (long long)dt_tensor_numel(&ln->t),
                             dt_dtype_name(ln->t.dtype));
+    dt_runtime_tune_malloc();
     dt_graph_opts o = opts ? *opts : (dt_graph_opts){0};
     if (getenv("DT_PLAN_NO_REUSE")) o.no_reuse = 1; /* debugging aid: rule the planner out */
     g->loss = loss;

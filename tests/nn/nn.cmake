@@ -13,3 +13,4 @@ set_tests_properties(cli_generate_ids PROPERTIES LABELS parity FIXTURES_REQUIRED
                      PASS_REGULAR_EXPRESSION "^[0-9]+(,[0-9]+)+")
 add_test(NAME cli_generate_bad_ids COMMAND dtrain generate --model ${DT_REF_DIR}/gen_gqa --ids 1,x)
 set_tests_properties(cli_generate_bad_ids PROPERTIES LABELS unit WILL_FAIL TRUE)
+dt_test(NAME test_steady SOURCES nn/test_steady.c LABELS unit)
