@@ -161,25 +161,47 @@ int dt_scale(dt_graph *g, int a, float s) {
     return dt_node_add(g, &scale_def, 1, &a, DT_F32, t->ndim, t->shape, NULL, 0, &s, 1);
 }
 
-/* ---- sum / mean of all elements: out [] = k * sum(a), k = 1 or 1/n ---- */
+/* ---- sum / mean of all elements: out [] = k * sum(a), k = 1 or 1/n ----
+ * Fixed chunks of SUM_CHUNK floats are summed in f32 (vectorised, in parallel), then the chunk
+ * sums in double in chunk order: the result does not depend on the thread count, and the loss
+ * of a large batch keeps double accuracy where it matters. ws holds the chunk sums. */
+#define SUM_CHUNK 2048
+
+static int64_t sum_chunks(int64_t n) { return (n + SUM_CHUNK - 1) / SUM_CHUNK; }
+
+static dt_status sum_prepare(dt_graph *g, dt_node *n) {
+    (void)g;
+    n->ws_fwd = (size_t)sum_chunks(dt_tensor_numel(&dt_graph_node(g, n->in[0])->t)) * sizeof(double);
+    return DT_OK;
+}
+
 static dt_status sum_forward(const dt_op_ctx *c) {
     const float *A = c->in[0].data;
-    int64_t n = dt_tensor_numel(&c->in[0]);
-    double acc = 0; /* double: the loss of a large batch should not depend on summation order */
-#pragma omp parallel for reduction(+ : acc) schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; i++) acc += A[i];
+    int64_t n = dt_tensor_numel(&c->in[0]), nc = sum_chunks(n);
+    double *part = c->ws, acc = 0;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t k = 0; k < nc; k++) {
+        int64_t lo = k * SUM_CHUNK, hi = lo + SUM_CHUNK < n ? lo + SUM_CHUNK : n;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = lo; i < hi; i++) s += A[i];
+        part[k] = s;
+    }
+    for (int64_t k = 0; k < nc; k++) acc += part[k];
     ((float *)c->out.data)[0] = (float)(acc * c->node->fp[0]);
     return DT_OK;
 }
+
 static dt_status sum_backward(const dt_op_ctx *c) {
     if (!c->gin[0].data) return DT_OK;
     float g = ((const float *)c->gout.data)[0] * c->node->fp[0], beta = c->gin_beta[0];
     float *GA = c->gin[0].data;
     int64_t n = dt_tensor_numel(&c->in[0]);
+#pragma omp parallel for simd schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; i++) GA[i] = beta * GA[i] + g;
     return DT_OK;
 }
-static const dt_op_def sum_def = {"sum", 0, NULL, sum_forward, sum_backward, NULL};
+static const dt_op_def sum_def = {"sum", 0, sum_prepare, sum_forward, sum_backward, NULL};
 
 static int reduce(dt_graph *g, int a, const char *name, int mean) {
     if (dt_ids_bad(g, name, 1, &a)) return -1;
