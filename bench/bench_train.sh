@@ -12,7 +12,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$build/dtrain" data import fashion-mnist /usr/share/datasets/fashion-mnist -o "$tmp/fm" -q
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$build/dtrain" train \
   "$repo/examples/resnet18-fmnist.yaml" data.train="$tmp/fm/train" data.val= \
-  train.steps="$steps" train.log_every=20 output.dir="$tmp/runs" output.export=false \
+  train.steps="$steps" train.log_every=20 schedule.warmup_steps=0 output.dir="$tmp/runs" output.export=false \
   ckpt.every_steps=0 | tee "$tmp/log"
 echo "data-wait share per 20-step interval (target < 2%):" \
   $(grep -o 'data-wait [0-9.]*%' "$tmp/log" | awk '{print $2}')

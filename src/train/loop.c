@@ -173,8 +173,12 @@ dt_status dt_trainer_run(dt_trainer *t) {
         fflush(t->log);
     }
     dt_status st;
+    if ((st = dt_train_record(t, "running")) != DT_OK) return st;
     while (t->prog.step < t->prog.total_steps) {
-        if ((st = dt_trainer_step(t)) != DT_OK) return st;
+        if ((st = dt_trainer_step(t)) != DT_OK) {
+            dt_train_record(t, "failed");
+            return st;
+        }
         if (t->prog.step % v->train.log_every == 0 || t->prog.step == t->prog.total_steps)
             log_line(t);
         if (t->val_ld && v->train.eval_every && t->prog.step % v->train.eval_every == 0 &&
@@ -188,5 +192,5 @@ dt_status dt_trainer_run(dt_trainer *t) {
         if ((st = dt_trainer_export(t, dir)) != DT_OK) return st;
         if (t->log) fprintf(t->log, "model written to %s\n", dir);
     }
-    return DT_OK;
+    return dt_train_record(t, "done");
 }

@@ -39,5 +39,7 @@ double dt_train_now(void);
 /* Copies a loader batch into the graph's inputs; pads a short (eval) batch with ignored
  * targets. Returns the number of real samples. */
 int64_t dt_train_feed(dt_trainer *t, const dt_batch *b);
+/* Writes run.json (status "running", "done" or "failed") into the run directory. */
+dt_status dt_train_record(dt_trainer *t, const char *status);
 
 #endif

@@ -23,9 +23,14 @@ add_test(NAME train_fortunes_export_hf COMMAND ${DT_VENV_PYTHON}
          ${CMAKE_BINARY_DIR}/runs-test/llama-tiny-fortunes/fortunes/model $<TARGET_FILE:dtrain>)
 set_tests_properties(train_fortunes_export_hf PROPERTIES LABELS "e2e;parity"
                      FIXTURES_REQUIRED fortunes_model)
-add_test(NAME train_cli_errors COMMAND ${PROJECT_SOURCE_DIR}/tests/train/cli_errors.sh
-         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA})
-set_tests_properties(train_cli_errors PROPERTIES LABELS "unit;e2e" FIXTURES_REQUIRED fmnist_data)
+# Config errors: exit code 2, one line naming the key/file, no training step. One test a case.
+foreach(case typo unknown-override wrong-type out-of-range bad-enum bad-depth malformed-yaml
+        missing-config missing-data channels classes model-data-kind lora-resnet)
+  add_test(NAME train_cli_error_${case} COMMAND ${PROJECT_SOURCE_DIR}/tests/train/cli_errors.sh
+           $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${case})
+  set_tests_properties(train_cli_error_${case} PROPERTIES LABELS "unit;e2e"
+                       FIXTURES_REQUIRED fmnist_data)
+endforeach()
 # The C-API example: a custom MLP trained by the trainer (> 80% on Fashion-MNIST).
 add_test(NAME train_custom_model COMMAND custom_model ${DT_TRAIN_DATA}/fmnist 400)
 set_tests_properties(train_custom_model PROPERTIES LABELS e2e FIXTURES_REQUIRED fmnist_data
