@@ -24,6 +24,13 @@ int dt_check_(int ok, const char *file, int line, const char *expr, const char *
     return 0;
 }
 
+void dt_expect_fail_(int id, const char *what, const char *const *want) {
+    const char *msg = dt_last_error();
+    CHECK(id < 0, "%s: builder accepted a bad call (id %d)", what, id);
+    for (int i = 0; want[i]; i++)
+        CHECK(strstr(msg, want[i]) != NULL, "%s: message \"%s\" lacks \"%s\"", what, msg, want[i]);
+}
+
 int dt_test_finish(const char *name) {
     printf("%s: %d passed, %d failed\n", name, n_pass, n_fail);
     return n_fail ? 1 : (n_pass ? 0 : 1);

@@ -19,6 +19,11 @@ int dt_check_(int ok, const char *file, int line, const char *expr, const char *
         dt_check_(s_ == DT_OK, __FILE__, __LINE__, #expr, "status %d: %s", (int)s_,              \
                   dt_last_error());                                                                \
     } while (0)
+/* A builder call that must fail: the id is negative and dt_last_error() contains every one of
+ * the given strings (op name, shapes, ...). Use as EXPECT_FAIL(dt_add(g, a, b), "add", "[2, 3]"). */
+void dt_expect_fail_(int id, const char *what, const char *const *want);
+#define EXPECT_FAIL(call, ...)                                                                     \
+    dt_expect_fail_((call), #call, (const char *const[]){__VA_ARGS__, NULL})
 /* Prints "<name>: N passed, N failed" and returns the process exit code. */
 int dt_test_finish(const char *name);
 

@@ -4,14 +4,6 @@
 #include "harness.h"
 
 /* The builder result must be negative and the message must contain every string in `want`. */
-static void expect_fail(int id, const char *what, const char *const *want) {
-    const char *msg = dt_last_error();
-    CHECK(id < 0, "%s: builder accepted a bad call (id %d)", what, id);
-    for (int i = 0; want[i]; i++)
-        CHECK(strstr(msg, want[i]) != NULL, "%s: message \"%s\" lacks \"%s\"", what, msg, want[i]);
-}
-#define EXPECT_FAIL(call, ...) expect_fail((call), #call, (const char *const[]){__VA_ARGS__, NULL})
-
 static int in(dt_graph *g, const char *name, dt_dtype dt, int ndim, const int64_t *shape) {
     return dt_graph_input(g, name, dt, ndim, shape, 0);
 }
