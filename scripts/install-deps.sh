@@ -10,6 +10,7 @@ pkgs=(
   python3 python3-venv python3-numpy python3-torch python3-torchvision
   libpcre2-dev zlib1g-dev dataset-fashion-mnist fortunes
   libyaml-dev
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()

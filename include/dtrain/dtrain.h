@@ -16,5 +16,6 @@
 #include "dtrain/tokenizer.h"
 #include "dtrain/config.h"
 #include "dtrain/trainer.h"
+#include "dtrain/dist.h"
 
 #endif

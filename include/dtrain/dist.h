@@ -1,0 +1,173 @@
+/* Distributed training: the communicator and data-parallel gradient synchronisation.
+ *
+ *   dt_comm *c;  dt_comm_init("auto", &argc, &argv, &c);    // MPI under mpirun/srun, else single
+ *   ... build and compile the graph; dt_model_init on every rank ...
+ *   dt_ddp *d;   dt_ddp_init(g, c, NULL, &d);                // buckets, comm thread
+ *   dt_ddp_broadcast_params(d);                              // rank 0's weights to all
+ *   for each step:
+ *       for each micro-batch m of M:
+ *           dt_ddp_set_enabled(d, m == M - 1);               // communicate on the last only
+ *           dt_graph_forward(g, 1); dt_graph_backward(g);    // buckets all-reduce as they finish
+ *           dt_ddp_wait(d);                                  // then every rank holds the mean
+ *       clip, optimizer step (identical on every rank)
+ *   dt_ddp_free(d); dt_comm_free(c);
+ *
+ * Collectives work on flat buffers the caller allocated once; they allocate nothing per call
+ * (the MPI library may). All of them must be called by every rank in the same order with the same
+ * sizes (MPI's rule). Errors return a dt_status with a message that names the operation, the rank
+ * and the MPI error string ("comm broadcast: rank 0 of 3: MPI error 8: MPI_ERR_ROOT: invalid
+ * root"). Argument errors are found before any communication, identically on every rank.
+ *
+ * Clipping: after dt_ddp_wait every rank holds the same full gradient, so dt_grad_clip_norm on
+ * it gives every rank the same coefficient. dt_comm_allreduce_f64 sums partial squared norms
+ * (dt_grad_sumsq) when each rank holds only a shard (ZeRO-2/3), and loss sums for the log.
+ *
+ * Threads: a dt_comm may be used from two threads -- the caller's and a dt_ddp's communication
+ * thread -- but not for two collectives at once: while a dt_ddp step is in flight (from the first
+ * dt_graph_backward that reports gradients to dt_ddp_wait) do not call collectives on the same
+ * communicator. MPI is initialised with MPI_THREAD_MULTIPLE when the library offers it, else
+ * MPI_THREAD_SERIALIZED (calls are then serialised by a lock; DT_MPI_THREAD=serialized asks for
+ * that level). Open MPI is told to yield the core while it waits (mpi_yield_when_idle, unless the
+ * environment or mpirun --mca sets it): the communication thread shares cores with compute. */
+#ifndef DTRAIN_DIST_H
+#define DTRAIN_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "dtrain/graph.h"
+#include "dtrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Communicator ------------------------------------------------------------------------ */
+
+typedef struct dt_comm dt_comm;
+
+/* backend: "auto" -- MPI when the process was started by a launcher (mpirun/mpiexec of Open MPI
+ * or MPICH, srun: any of OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK, PMI_SIZE,
+ * SLURM_STEP_NUM_TASKS is set), else "single"; "mpi" -- MPI, and an error (DT_ERR_STATE) naming
+ * the fix when there is no launcher or dtrain was built without MPI; "single" -- one process,
+ * world size 1, collectives are copies or no-ops. NULL means "auto". argc/argv may be NULL; MPI
+ * may consume its own arguments from them. MPI is initialised here unless the program already did
+ * (then dt_comm_free leaves it initialised), and finalised by dt_comm_free. One dt_comm per
+ * process. */
+dt_status dt_comm_init(const char *backend, int *argc, char ***argv, dt_comm **out);
+/* Finalises MPI -- except after a failed collective or dt_comm_set_failed: MPI_Finalize waits
+ * for every rank, and after an error some may be gone or stuck. The process should then exit
+ * nonzero; mpirun/srun notice it and end the other ranks (the job fails; nothing hangs). */
+void dt_comm_free(dt_comm *c);
+/* Marks the job failed on this rank (e.g. the trainer hit a data error), so dt_comm_free does not
+ * wait for the others in MPI_Finalize. */
+void dt_comm_set_failed(dt_comm *c);
+
+int dt_comm_rank(const dt_comm *c);
+int dt_comm_size(const dt_comm *c);
+int dt_comm_local_rank(const dt_comm *c); /* rank among the processes on this host */
+int dt_comm_local_size(const dt_comm *c);
+const char *dt_comm_backend(const dt_comm *c); /* "single" or "mpi" */
+/* The MPI thread level obtained: "multiple", "serialized" ("-" for single). */
+const char *dt_comm_thread_level(const dt_comm *c);
+/* 1 when this build can use MPI. */
+int dt_comm_have_mpi(void);
+
+/* The all-reduce algorithm of float sums (DT_COMM_ALGO in the environment sets it at init:
+ * "native" or "ring").
+ *   NATIVE: MPI_Allreduce. Deterministic for a given MPI library, world size and message size:
+ *           Open MPI's tuned component picks its algorithm from (ranks, bytes) by fixed rules
+ *           and its algorithms give each rank the same bits (float addition is commutative,
+ *           and the ring and reduce-scatter algorithms reduce each block at one rank and copy
+ *           it; tests/dist checks it for 2-4 ranks). Another MPI build or MCA setting may change
+ *           the bits.
+ *   RING:   our own reduce-scatter + all-gather ring over MPI_Sendrecv: block b of N is summed
+ *           in the fixed order b, b+1, ..., b-1 (mod N) at one rank and copied to the others,
+ *           whatever MPI library is underneath, so the bits depend only on the world size. */
+typedef enum dt_comm_algo { DT_COMM_ALGO_NATIVE = 0, DT_COMM_ALGO_RING = 1 } dt_comm_algo;
+dt_status dt_comm_set_algo(dt_comm *c, dt_comm_algo algo);
+dt_comm_algo dt_comm_get_algo(const dt_comm *c);
+
+/* Flags of the float reductions. */
+enum { DT_COMM_AVG = 1 << 0 /* multiply the sum by 1/size afterwards */ };
+
+/* buf [bytes] on every rank <- root's. */
+dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t bytes, int root);
+/* buf [n] f32 <- sum over ranks of buf (in place); with DT_COMM_AVG times 1/size. */
+dt_status dt_comm_allreduce(dt_comm *c, float *buf, size_t n, unsigned flags);
+/* buf [n] f64 <- sum over ranks (in place): loss sums, squared gradient norms. */
+dt_status dt_comm_allreduce_f64(dt_comm *c, double *buf, size_t n);
+/* send [size * shard] f32 (a padded flat buffer: shard r is send[r*shard, (r+1)*shard))
+ * -> recv [shard] = sum over ranks of this rank's shard (DT_COMM_AVG: times 1/size).
+ * recv must not overlap send. */
+dt_status dt_comm_reduce_scatter(dt_comm *c, const float *send, float *recv, size_t shard,
+                                 unsigned flags);
+/* send [shard] from every rank -> recv [size * shard], rank r's at recv + r*shard. send may be
+ * recv + rank*shard (in place). */
+dt_status dt_comm_allgather(dt_comm *c, const float *send, float *recv, size_t shard);
+dt_status dt_comm_barrier(dt_comm *c);
+
+/* Equal shards of a flat buffer of n elements over `world` ranks: shard = ceil(n / world)
+ * rounded up to 16 elements (so every shard starts 64-byte aligned), padded = world * shard. No
+ * tensor has to divide by the world size. */
+size_t dt_comm_shard_size(size_t n, int world);
+
+/* ---- Data parallelism -------------------------------------------------------------------- */
+
+typedef struct dt_ddp dt_ddp;
+
+typedef struct dt_ddp_opts {
+    double bucket_mb; /* bucket size in MiB (> 0); dist.bucket_mb. Default 25 */
+    int overlap;      /* 1: all-reduce each bucket as soon as backward finished it (default);
+                         0: all buckets after backward, in dt_ddp_wait (same numbers) */
+    int average;      /* 1: gradients become the mean over ranks (default); 0: the sum */
+} dt_ddp_opts;
+dt_ddp_opts dt_ddp_opts_default(void);
+
+/* Splits the flat gradient buffer of a compiled graph into buckets: contiguous slices that
+ * follow the parameters in reverse order (the order in which backward completes them), each a
+ * whole number of parameters of about bucket_mb, a parameter larger than that alone in its own;
+ * registers dt_graph_on_grad_ready on the graph (replacing any other callback) and starts the
+ * communication thread. opts NULL: defaults. Every rank must build the same graph. */
+dt_status dt_ddp_init(dt_graph *g, dt_comm *c, const dt_ddp_opts *opts, dt_ddp **out);
+/* Stops the thread and unregisters the callback. */
+void dt_ddp_free(dt_ddp *d);
+
+/* 0: the next backward passes do not communicate (accumulation micro-steps: gradients add up
+ * locally with dt_graph_set_accumulate); 1 (default): they do. Set it before dt_graph_backward. */
+void dt_ddp_set_enabled(dt_ddp *d, int on);
+void dt_ddp_set_overlap(dt_ddp *d, int on);
+/* After dt_graph_backward: waits until every bucket is reduced (with overlap off, reduces them
+ * now), so the flat gradient buffer holds the mean (or sum) over ranks. Returns at once when
+ * communication is disabled. Errors: a failed collective (the message names bucket, op and
+ * rank), or a backward that did not report every parameter. */
+dt_status dt_ddp_wait(dt_ddp *d);
+
+/* Rank 0's trainable parameters and state buffers (batchnorm running statistics) to every rank.
+ * Call once after initialising or loading weights. Frozen parameters (a LoRA base) are not sent:
+ * every rank loads them from the same files. */
+dt_status dt_ddp_broadcast_params(dt_ddp *d);
+/* Rank 0's state buffers only (batchnorm running statistics). Batch statistics in training are
+ * per rank (as PyTorch DDP without SyncBatchNorm); calling this before each forward gives
+ * torch DDP's default broadcast_buffers=True, before evaluation or export at least makes every
+ * rank's model the same. */
+dt_status dt_ddp_broadcast_state(dt_ddp *d);
+
+/* Bucket table: bucket i covers flat gradient elements [lo, hi) (bucket 0 holds the last
+ * parameters). */
+int dt_ddp_bucket_count(const dt_ddp *d);
+void dt_ddp_bucket_range(const dt_ddp *d, int i, size_t *lo, size_t *hi);
+
+typedef struct dt_ddp_stats {
+    double wait_s;       /* last communicating step: time in dt_ddp_wait (exposed comm) */
+    double comm_s;       /* last communicating step: time the comm thread spent in collectives */
+    double wait_total_s; /* sums over all communicating steps */
+    double comm_total_s;
+    int64_t steps;         /* communicating steps (dt_ddp_wait calls with communication on) */
+    size_t bytes_per_step; /* gradient bytes all-reduced per step */
+} dt_ddp_stats;
+void dt_ddp_get_stats(const dt_ddp *d, dt_ddp_stats *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

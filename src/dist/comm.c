@@ -1,0 +1,206 @@
+/* The communicator's public face: backend choice, argument checks (done before any
+ * communication, so every rank refuses a bad call the same way), averaging, failure state. */
+#include <stdlib.h>
+#include <string.h>
+#include "dist/comm_impl.h"
+
+/* Variables that mpirun/mpiexec (Open MPI, MPICH's hydra) or srun set in every process they
+ * start; a shell inside an sbatch allocation has SLURM_NTASKS but not SLURM_STEP_NUM_TASKS. */
+static const char *const launcher_vars[] = {
+    "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "SLURM_STEP_NUM_TASKS", NULL};
+
+const char *dt_comm_launcher_env(void) {
+    for (int i = 0; launcher_vars[i]; i++)
+        if (getenv(launcher_vars[i])) return launcher_vars[i];
+    return NULL;
+}
+
+int dt_comm_have_mpi(void) {
+#ifdef DT_HAVE_MPI
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+dt_status dt_comm_init(const char *backend, int *argc, char ***argv, dt_comm **out) {
+    if (!out) return dt_error_set(DT_ERR_INVALID, "comm init: out is NULL");
+    *out = NULL;
+    if (!backend) backend = "auto";
+    int want_mpi;
+    const char *env = dt_comm_launcher_env();
+    if (!strcmp(backend, "auto")) {
+        want_mpi = env != NULL;
+        if (want_mpi && !dt_comm_have_mpi())
+            return dt_error_set(DT_ERR_STATE,
+                                "comm init: started by an MPI launcher (%s is set) but dtrain was "
+                                "built without MPI; install libopenmpi-dev and rebuild, or run "
+                                "without mpirun",
+                                env);
+    } else if (!strcmp(backend, "mpi")) {
+        want_mpi = 1;
+        if (!dt_comm_have_mpi())
+            return dt_error_set(DT_ERR_STATE, "comm init: dist.backend=mpi but dtrain was built "
+                                              "without MPI (install libopenmpi-dev and rebuild)");
+        if (!env)
+            return dt_error_set(DT_ERR_STATE,
+                                "comm init: dist.backend=mpi but no MPI launcher started this "
+                                "process (none of OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK, "
+                                "PMI_SIZE, SLURM_STEP_NUM_TASKS is set); run it under "
+                                "'mpirun -np N' or 'srun', or set dist.backend=single");
+    } else if (!strcmp(backend, "single")) {
+        want_mpi = 0;
+    } else {
+        return dt_error_set(DT_ERR_INVALID,
+                            "comm init: unknown backend '%s' (expected auto, mpi or single)",
+                            backend);
+    }
+    dt_comm *c = calloc(1, sizeof *c);
+    if (!c) return dt_error_set(DT_ERR_NOMEM, "comm init: out of memory");
+    dt_status st = want_mpi ? dt_comm_mpi_open(c, argc, argv) : dt_comm_single_open(c);
+    if (st != DT_OK) {
+        free(c);
+        return st;
+    }
+    const char *algo = getenv("DT_COMM_ALGO");
+    if (algo && *algo) {
+        if (!strcmp(algo, "ring")) {
+            c->algo = DT_COMM_ALGO_RING;
+        } else if (strcmp(algo, "native")) {
+            c->ops->destroy(c, 1);
+            free(c);
+            return dt_error_set(DT_ERR_INVALID,
+                                "comm init: DT_COMM_ALGO='%s' (expected native or ring)", algo);
+        }
+    }
+    *out = c;
+    return DT_OK;
+}
+
+void dt_comm_free(dt_comm *c) {
+    if (!c) return;
+    c->ops->destroy(c, !c->failed);
+    free(c);
+}
+
+void dt_comm_set_failed(dt_comm *c) {
+    if (c) c->failed = 1;
+}
+
+int dt_comm_rank(const dt_comm *c) {
+    return c ? c->rank : 0;
+}
+int dt_comm_size(const dt_comm *c) {
+    return c ? c->size : 1;
+}
+int dt_comm_local_rank(const dt_comm *c) {
+    return c ? c->local_rank : 0;
+}
+int dt_comm_local_size(const dt_comm *c) {
+    return c ? c->local_size : 1;
+}
+const char *dt_comm_backend(const dt_comm *c) {
+    return c ? c->ops->name : "none";
+}
+const char *dt_comm_thread_level(const dt_comm *c) {
+    return c ? c->thread_level : "-";
+}
+
+dt_status dt_comm_set_algo(dt_comm *c, dt_comm_algo algo) {
+    if (!c) return dt_error_set(DT_ERR_INVALID, "comm set_algo: comm is NULL");
+    if (algo != DT_COMM_ALGO_NATIVE && algo != DT_COMM_ALGO_RING)
+        return dt_error_set(DT_ERR_INVALID, "comm set_algo: unknown algorithm %d", (int)algo);
+    c->algo = algo;
+    return DT_OK;
+}
+
+dt_comm_algo dt_comm_get_algo(const dt_comm *c) {
+    return c ? c->algo : DT_COMM_ALGO_NATIVE;
+}
+
+size_t dt_comm_shard_size(size_t n, int world) {
+    if (world < 1) world = 1;
+    size_t s = (n + (size_t)world - 1) / (size_t)world;
+    return (s + 15) & ~(size_t)15;
+}
+
+/* Shared checks; the message names the op and the rank. */
+static dt_status check(dt_comm *c, const char *op, const void *p, size_t n) {
+    if (!c) return dt_error_set(DT_ERR_INVALID, "comm %s: comm is NULL", op);
+    if (n && !p)
+        return dt_error_set(DT_ERR_INVALID, "comm %s: rank %d of %d: NULL buffer of %zu elements",
+                            op, c->rank, c->size, n);
+    return DT_OK;
+}
+
+static dt_status done(dt_comm *c, dt_status st) {
+    if (st != DT_OK) c->failed = 1;
+    return st;
+}
+
+/* buf [n] *= s, for DT_COMM_AVG. A multiply, like torch DDP's division by world size would be
+ * for powers of two; for other sizes it differs from a division in the last bit at most. */
+static void scale(float *buf, size_t n, float s) {
+    for (size_t i = 0; i < n; i++) buf[i] *= s;
+}
+
+dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t bytes, int root) {
+    dt_status st = check(c, "broadcast", buf, bytes);
+    if (st != DT_OK) return st;
+    if (root < 0 || root >= c->size)
+        return dt_error_set(DT_ERR_RANGE, "comm broadcast: rank %d of %d: root %d out of range",
+                            c->rank, c->size, root);
+    if (!bytes) return DT_OK;
+    return done(c, c->ops->broadcast(c, buf, bytes, root));
+}
+
+dt_status dt_comm_allreduce(dt_comm *c, float *buf, size_t n, unsigned flags) {
+    dt_status st = check(c, "allreduce", buf, n);
+    if (st != DT_OK) return st;
+    if (!n) return DT_OK;
+    if ((st = c->ops->allreduce_f32(c, buf, n)) != DT_OK) return done(c, st);
+    if ((flags & DT_COMM_AVG) && c->size > 1) scale(buf, n, 1.0f / (float)c->size);
+    return DT_OK;
+}
+
+dt_status dt_comm_allreduce_f64(dt_comm *c, double *buf, size_t n) {
+    dt_status st = check(c, "allreduce_f64", buf, n);
+    if (st != DT_OK) return st;
+    if (!n) return DT_OK;
+    return done(c, c->ops->allreduce_f64(c, buf, n));
+}
+
+dt_status dt_comm_reduce_scatter(dt_comm *c, const float *send, float *recv, size_t shard,
+                                 unsigned flags) {
+    dt_status st = check(c, "reduce_scatter", send, shard);
+    if (st == DT_OK) st = check(c, "reduce_scatter", recv, shard);
+    if (st != DT_OK) return st;
+    if (!shard) return DT_OK;
+    const float *se = send + (size_t)c->size * shard, *re = recv + shard;
+    if (recv < se && send < re)
+        return dt_error_set(DT_ERR_INVALID,
+                            "comm reduce_scatter: rank %d of %d: recv overlaps send", c->rank,
+                            c->size);
+    if ((st = c->ops->reduce_scatter(c, send, recv, shard)) != DT_OK) return done(c, st);
+    if ((flags & DT_COMM_AVG) && c->size > 1) scale(recv, shard, 1.0f / (float)c->size);
+    return DT_OK;
+}
+
+dt_status dt_comm_allgather(dt_comm *c, const float *send, float *recv, size_t shard) {
+    dt_status st = check(c, "allgather", send, shard);
+    if (st == DT_OK) st = check(c, "allgather", recv, shard);
+    if (st != DT_OK) return st;
+    if (!shard) return DT_OK;
+    const float *mine = recv + (size_t)c->rank * shard;
+    if (send != mine && send + shard > recv && send < recv + (size_t)c->size * shard)
+        return dt_error_set(DT_ERR_INVALID,
+                            "comm allgather: rank %d of %d: send overlaps recv but is not this "
+                            "rank's slot (recv + rank * shard)",
+                            c->rank, c->size);
+    return done(c, c->ops->allgather(c, send, recv, shard));
+}
+
+dt_status dt_comm_barrier(dt_comm *c) {
+    if (!c) return dt_error_set(DT_ERR_INVALID, "comm barrier: comm is NULL");
+    return done(c, c->ops->barrier(c));
+}

@@ -1,0 +1,41 @@
+/* Internal communicator interface: a small vtable per backend (single process, MPI; a GPU
+ * communicator would be a third). comm.c checks arguments, applies DT_COMM_AVG and records
+ * failures; a backend only moves and sums data. */
+#ifndef DT_DIST_COMM_IMPL_H
+#define DT_DIST_COMM_IMPL_H
+
+#include <stddef.h>
+#include "dtrain/dist.h"
+
+typedef struct dt_comm_ops {
+    const char *name;
+    /* buf [bytes] <- root's */
+    dt_status (*broadcast)(dt_comm *c, void *buf, size_t bytes, int root);
+    /* buf [n] <- sum over ranks, in place, with the algorithm c->algo */
+    dt_status (*allreduce_f32)(dt_comm *c, float *buf, size_t n);
+    dt_status (*allreduce_f64)(dt_comm *c, double *buf, size_t n);
+    /* send [size * shard] -> recv [shard] (sum of this rank's shard) */
+    dt_status (*reduce_scatter)(dt_comm *c, const float *send, float *recv, size_t shard);
+    /* send [shard] -> recv [size * shard]; send may be recv + rank * shard */
+    dt_status (*allgather)(dt_comm *c, const float *send, float *recv, size_t shard);
+    dt_status (*barrier)(dt_comm *c);
+    /* Releases the backend; finalize = 0 after an error (see dt_comm_free). */
+    void (*destroy)(dt_comm *c, int finalize);
+} dt_comm_ops;
+
+struct dt_comm {
+    const dt_comm_ops *ops;
+    int rank, size, local_rank, local_size;
+    dt_comm_algo algo;
+    const char *thread_level;
+    int failed; /* a collective failed: MPI_Finalize would wait for ranks that may be gone */
+    void *impl; /* backend state */
+};
+
+/* Backends fill c (ops, rank, size, local_*, thread_level, impl). */
+dt_status dt_comm_single_open(dt_comm *c);
+dt_status dt_comm_mpi_open(dt_comm *c, int *argc, char ***argv);
+/* The name of the launcher variable found in the environment, or NULL. */
+const char *dt_comm_launcher_env(void);
+
+#endif

@@ -1,0 +1,223 @@
+/* The MPI communicator (Open MPI or MPICH). Works on a duplicate of MPI_COMM_WORLD with
+ * MPI_ERRORS_RETURN, so a failed call comes back as a dt_status whose message names the op, the
+ * rank and MPI's error string instead of aborting the job from inside MPI. */
+#include "dist/comm_impl.h"
+
+#ifndef DT_HAVE_MPI
+
+dt_status dt_comm_mpi_open(dt_comm *c, int *argc, char ***argv) {
+    return dt_error_set(DT_ERR_STATE, "comm init: dtrain was built without MPI");
+}
+
+#else
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include "dist/comm_mpi.h"
+#include "dtrain/runtime.h"
+
+/* MPI counts are ints: larger buffers go in pieces of this many elements. */
+#define MPI_PIECE ((size_t)1 << 30)
+
+static dt_mpi *state(dt_comm *c) {
+    return (dt_mpi *)c->impl;
+}
+
+/* Under MPI_THREAD_SERIALIZED two threads must not be inside MPI at once. */
+static void lock(dt_mpi *m) {
+    if (!m->multiple) pthread_mutex_lock(&m->lock);
+}
+static void unlock(dt_mpi *m) {
+    if (!m->multiple) pthread_mutex_unlock(&m->lock);
+}
+
+dt_status dt_mpi_fail(dt_comm *c, const char *op, int err) {
+    char s[MPI_MAX_ERROR_STRING + 1];
+    int len = 0;
+    if (MPI_Error_string(err, s, &len) != MPI_SUCCESS) len = 0;
+    s[len] = 0;
+    return dt_error_set(DT_ERR_IO, "comm %s: rank %d of %d: MPI error %d: %s", op, c->rank, c->size,
+                        err, len ? s : "(no message)");
+}
+
+static dt_status mpi_broadcast(dt_comm *c, void *buf, size_t bytes, int root) {
+    dt_mpi *m = state(c);
+    int err = MPI_SUCCESS;
+    lock(m);
+    for (size_t off = 0; off < bytes && err == MPI_SUCCESS; off += MPI_PIECE) {
+        size_t k = bytes - off < MPI_PIECE ? bytes - off : MPI_PIECE;
+        err = MPI_Bcast((char *)buf + off, (int)k, MPI_BYTE, root, m->comm);
+    }
+    unlock(m);
+    return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "broadcast", err);
+}
+
+static dt_status mpi_allreduce_f32(dt_comm *c, float *buf, size_t n) {
+    dt_mpi *m = state(c);
+    lock(m);
+    dt_status st = DT_OK;
+    if (c->algo == DT_COMM_ALGO_RING) {
+        st = dt_mpi_ring_allreduce(c, m, buf, n);
+    } else {
+        int err = MPI_SUCCESS;
+        for (size_t off = 0; off < n && err == MPI_SUCCESS; off += MPI_PIECE) {
+            size_t k = n - off < MPI_PIECE ? n - off : MPI_PIECE;
+            err = MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)k, MPI_FLOAT, MPI_SUM, m->comm);
+        }
+        if (err != MPI_SUCCESS) st = dt_mpi_fail(c, "allreduce", err);
+    }
+    unlock(m);
+    return st;
+}
+
+static dt_status mpi_allreduce_f64(dt_comm *c, double *buf, size_t n) {
+    dt_mpi *m = state(c);
+    int err = MPI_SUCCESS;
+    lock(m);
+    for (size_t off = 0; off < n && err == MPI_SUCCESS; off += MPI_PIECE) {
+        size_t k = n - off < MPI_PIECE ? n - off : MPI_PIECE;
+        err = MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)k, MPI_DOUBLE, MPI_SUM, m->comm);
+    }
+    unlock(m);
+    return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "allreduce_f64", err);
+}
+
+/* send [size * shard] -> recv [shard]. The shard is one MPI count, so it must fit an int. */
+static dt_status mpi_reduce_scatter(dt_comm *c, const float *send, float *recv, size_t shard) {
+    if (shard > INT_MAX)
+        return dt_error_set(DT_ERR_RANGE,
+                            "comm reduce_scatter: rank %d of %d: shard of %zu elements exceeds "
+                            "MPI's int count",
+                            c->rank, c->size, shard);
+    dt_mpi *m = state(c);
+    lock(m);
+    int err = MPI_Reduce_scatter_block(send, recv, (int)shard, MPI_FLOAT, MPI_SUM, m->comm);
+    unlock(m);
+    return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "reduce_scatter", err);
+}
+
+/* send [shard] -> recv [size * shard] */
+static dt_status mpi_allgather(dt_comm *c, const float *send, float *recv, size_t shard) {
+    if (shard > INT_MAX)
+        return dt_error_set(DT_ERR_RANGE,
+                            "comm allgather: rank %d of %d: shard of %zu elements exceeds MPI's "
+                            "int count",
+                            c->rank, c->size, shard);
+    dt_mpi *m = state(c);
+    const void *s = send == recv + (size_t)c->rank * shard ? MPI_IN_PLACE : (const void *)send;
+    lock(m);
+    int err = MPI_Allgather(s, (int)shard, MPI_FLOAT, recv, (int)shard, MPI_FLOAT, m->comm);
+    unlock(m);
+    return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "allgather", err);
+}
+
+static dt_status mpi_barrier(dt_comm *c) {
+    dt_mpi *m = state(c);
+    lock(m);
+    int err = MPI_Barrier(m->comm);
+    unlock(m);
+    return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "barrier", err);
+}
+
+static void mpi_destroy(dt_comm *c, int finalize) {
+    dt_mpi *m = state(c);
+    if (!m) return;
+    int fin = 0;
+    MPI_Finalized(&fin);
+    /* After an error a peer may be dead or blocked in a collective: freeing the communicator and
+     * MPI_Finalize could wait for it forever. Leave both to process exit. */
+    if (finalize && !fin) {
+        MPI_Comm_free(&m->comm);
+        if (m->we_init) MPI_Finalize();
+    }
+    if (!m->multiple) pthread_mutex_destroy(&m->lock);
+    free(m->scratch);
+    free(m);
+    c->impl = NULL;
+}
+
+static const dt_comm_ops mpi_ops = {
+    .name = "mpi",
+    .broadcast = mpi_broadcast,
+    .allreduce_f32 = mpi_allreduce_f32,
+    .allreduce_f64 = mpi_allreduce_f64,
+    .reduce_scatter = mpi_reduce_scatter,
+    .allgather = mpi_allgather,
+    .barrier = mpi_barrier,
+    .destroy = mpi_destroy,
+};
+
+dt_status dt_comm_mpi_open(dt_comm *c, int *argc, char ***argv) {
+    int inited = 0, fin = 0, provided = 0;
+    MPI_Finalized(&fin);
+    if (fin) return dt_error_set(DT_ERR_STATE, "comm init: MPI was already finalized");
+    /* Open MPI keeps freed scratch buffers of large messages only if malloc does not hand them
+     * back to the OS; otherwise every all-reduce above ~32 MiB pays first-touch page faults
+     * (DESIGN.md section 5: 5-6 GB/s fell to 0.3 GB/s). */
+    dt_runtime_tune_malloc();
+    MPI_Initialized(&inited);
+    int we_init = !inited;
+    if (we_init) {
+        /* A rank runs its compute threads plus our communication thread, which waits inside
+         * blocking collectives. Open MPI busy-polls there unless it thinks the node is
+         * oversubscribed, taking a core away from backward: measured with 2 ranks on 2 cores,
+         * 110 ms/step waiting instead of 0.6. Yielding costs microseconds of latency. Only the
+         * default: a value set by the user (environment or mpirun --mca) wins. */
+        setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+        /* DT_MPI_THREAD=serialized asks for less (MULTIPLE makes some MPI builds lock every
+         * call; it also lets the tests cover the serialised path). */
+        const char *lv = getenv("DT_MPI_THREAD");
+        int want = lv && !strcmp(lv, "serialized") ? MPI_THREAD_SERIALIZED : MPI_THREAD_MULTIPLE;
+        int err = MPI_Init_thread(argc, argv, want, &provided);
+        if (err != MPI_SUCCESS)
+            return dt_error_set(DT_ERR_STATE,
+                                "comm init: MPI_Init_thread failed (error %d); is "
+                                "the MPI runtime installed and the job launched "
+                                "with mpirun?",
+                                err);
+    } else {
+        MPI_Query_thread(&provided);
+    }
+    if (provided < MPI_THREAD_SERIALIZED) {
+        /* A communication thread needs at least SERIALIZED; fail here, not mid-training. */
+        if (we_init) MPI_Finalize();
+        return dt_error_set(DT_ERR_STATE,
+                            "comm init: the MPI library offers thread level %d only; dtrain's "
+                            "communication thread needs MPI_THREAD_SERIALIZED or higher",
+                            provided);
+    }
+    dt_mpi *m = calloc(1, sizeof *m);
+    if (!m) return dt_error_set(DT_ERR_NOMEM, "comm init: out of memory");
+    m->we_init = we_init;
+    m->multiple = provided >= MPI_THREAD_MULTIPLE;
+    if (!m->multiple) pthread_mutex_init(&m->lock, NULL);
+    c->impl = m;
+    c->ops = &mpi_ops;
+    c->thread_level = m->multiple ? "multiple" : "serialized";
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int err = MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
+    MPI_Comm local = MPI_COMM_NULL;
+    if (err == MPI_SUCCESS) err = MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+    if (err == MPI_SUCCESS) err = MPI_Comm_rank(m->comm, &c->rank);
+    if (err == MPI_SUCCESS) err = MPI_Comm_size(m->comm, &c->size);
+    if (err == MPI_SUCCESS)
+        err = MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &local);
+    if (err == MPI_SUCCESS) err = MPI_Comm_rank(local, &c->local_rank);
+    if (err == MPI_SUCCESS) err = MPI_Comm_size(local, &c->local_size);
+    if (local != MPI_COMM_NULL) MPI_Comm_free(&local);
+    if (err == MPI_SUCCESS && !(m->scratch = malloc(DT_RING_SEG * sizeof(float)))) {
+        mpi_destroy(c, 1);
+        return dt_error_set(DT_ERR_NOMEM, "comm init: out of memory");
+    }
+    if (err != MPI_SUCCESS) {
+        dt_status st = dt_mpi_fail(c, "init", err);
+        mpi_destroy(c, 0);
+        return st;
+    }
+    memset(m->scratch, 0, DT_RING_SEG * sizeof(float)); /* fault the pages in now */
+    return DT_OK;
+}
+
+#endif

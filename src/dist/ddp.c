@@ -1,0 +1,296 @@
+/* Data-parallel gradient synchronisation with overlap (PyTorch DDP's reducer, on flat buffers).
+ *
+ * The flat gradient buffer is cut into buckets: contiguous slices following the parameters in
+ * reverse order, because backward finishes the last layers first. Backward reports parameters
+ * as their gradients become final (dt_graph_on_grad_ready); when a bucket's last parameter is
+ * reported, the backward thread puts the bucket on a queue and a communication thread
+ * all-reduces it while backward goes on with earlier layers. dt_ddp_wait then waits for the
+ * tail. Every rank runs the same graph, so buckets complete -- and are all-reduced -- in the same
+ * order on every rank, which MPI's collective matching needs.
+ *
+ * Nothing is allocated per step: the queue holds at most one entry per bucket per step. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "dist/comm_impl.h"
+
+typedef struct ddp_bucket {
+    size_t lo, hi; /* flat gradient elements [lo, hi) */
+    int n_params;  /* parameters in it */
+    int pending;   /* parameters not yet reported in this backward */
+    int queued;    /* handed to the comm thread in this step */
+} ddp_bucket;
+
+struct dt_ddp {
+    dt_graph *g;
+    dt_comm *c;
+    float *grad;
+    size_t n;
+    int n_params;   /* size of the graph's param table */
+    int *bucket_of; /* [n_params] bucket of each trainable parameter, -1 for others */
+    ddp_bucket *b;
+    int nb;
+    int enabled, overlap, average;
+    /* Backward thread only (no lock): buckets complete in this step, misuse seen. */
+    int n_complete, twice;
+    /* Shared with the communication thread, under mu. */
+    pthread_t thread;
+    int have_thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    int *queue; /* [nb] bucket ids in the order they were handed over this step */
+    int q_head, q_tail, n_done, quit;
+    dt_status err;
+    char err_msg[1024];
+    double comm_s; /* time in collectives this step */
+    dt_ddp_stats stats;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The communication thread: all-reduces queued buckets in queue order until told to quit. After
+ * a failure it keeps draining the queue without communicating, so dt_ddp_wait returns. */
+static void *comm_main(void *arg) {
+    dt_ddp *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (d->q_head == d->q_tail && !d->quit) pthread_cond_wait(&d->work, &d->mu);
+        if (d->q_head == d->q_tail) break; /* quit with an empty queue */
+        int k = d->queue[d->q_head++];
+        int skip = d->err != DT_OK;
+        pthread_mutex_unlock(&d->mu);
+
+        const ddp_bucket *bk = &d->b[k];
+        double t0 = now_s();
+        dt_status st = DT_OK;
+        if (!skip)
+            st = dt_comm_allreduce(d->c, d->grad + bk->lo, bk->hi - bk->lo,
+                                   d->average ? DT_COMM_AVG : 0);
+        double t = now_s() - t0;
+
+        pthread_mutex_lock(&d->mu);
+        d->comm_s += t;
+        if (st != DT_OK && d->err == DT_OK) {
+            /* dt_last_error() is per thread: carry the message to the waiting thread. */
+            d->err = st;
+            snprintf(d->err_msg, sizeof d->err_msg, "ddp: gradient bucket %d [%zu, %zu): %s", k,
+                     bk->lo, bk->hi, dt_last_error());
+        }
+        d->n_done++;
+        pthread_cond_broadcast(&d->done);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+static void enqueue(dt_ddp *d, int k) {
+    d->b[k].queued = 1;
+    pthread_mutex_lock(&d->mu);
+    d->queue[d->q_tail++] = k;
+    pthread_cond_signal(&d->work);
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* dt_graph_on_grad_ready callback, on the backward thread. */
+static void on_ready(void *ud, const int *params, int n) {
+    dt_ddp *d = ud;
+    if (!d->enabled) return;
+    for (int i = 0; i < n; i++) {
+        int p = params[i];
+        int k = p >= 0 && p < d->n_params ? d->bucket_of[p] : -1;
+        if (k < 0) continue;
+        if (d->b[k].pending == 0) {
+            d->twice = 1; /* a second backward before dt_ddp_wait */
+            continue;
+        }
+        if (--d->b[k].pending == 0) {
+            d->n_complete++;
+            if (d->overlap) enqueue(d, k);
+        }
+    }
+}
+
+dt_ddp_opts dt_ddp_opts_default(void) {
+    dt_ddp_opts o = {.bucket_mb = 25.0, .overlap = 1, .average = 1};
+    return o;
+}
+
+static int trainable(const dt_param_info *p) {
+    return !(p->flags & (DT_PARAM_FROZEN | DT_PARAM_STATE));
+}
+
+/* Buckets over the trainable parameters, last parameter first. A bucket is closed when the
+ * next parameter would take it past `cap` elements, so a parameter larger than cap sits alone.
+ * The buckets tile [0, n) exactly: bucket k is [lo, previous bucket's lo). */
+static dt_status make_buckets(dt_ddp *d, size_t cap) {
+    int np = d->n_params;
+    d->bucket_of = malloc((size_t)(np ? np : 1) * sizeof(int));
+    d->b = malloc((size_t)(np ? np : 1) * sizeof(ddp_bucket));
+    d->queue = malloc((size_t)(np ? np : 1) * sizeof(int));
+    if (!d->bucket_of || !d->b || !d->queue)
+        return dt_error_set(DT_ERR_NOMEM, "ddp init: out of memory");
+    size_t hi = d->n, size = 0, lo = d->n;
+    int cnt = 0;
+    d->nb = 0;
+    for (int i = np - 1; i >= 0; i--) {
+        const dt_param_info *p = dt_graph_param_info(d->g, i);
+        d->bucket_of[i] = -1;
+        if (!trainable(p)) continue;
+        if (cnt > 0 && size + p->numel > cap) {
+            d->b[d->nb++] = (ddp_bucket){.lo = lo, .hi = hi, .n_params = cnt};
+            hi = lo, size = 0, cnt = 0;
+        }
+        d->bucket_of[i] = d->nb;
+        cnt++, size += p->numel, lo = p->offset;
+    }
+    if (cnt > 0) d->b[d->nb++] = (ddp_bucket){.lo = 0, .hi = hi, .n_params = cnt};
+    for (int k = 0; k < d->nb; k++) d->b[k].pending = d->b[k].n_params;
+    return DT_OK;
+}
+
+void dt_ddp_free(dt_ddp *d) {
+    if (!d) return;
+    if (d->have_thread) {
+        pthread_mutex_lock(&d->mu);
+        d->quit = 1;
+        pthread_cond_signal(&d->work);
+        pthread_mutex_unlock(&d->mu);
+        pthread_join(d->thread, NULL);
+        pthread_cond_destroy(&d->work), pthread_cond_destroy(&d->done);
+        pthread_mutex_destroy(&d->mu);
+    }
+    if (d->g) dt_graph_on_grad_ready(d->g, NULL, NULL);
+    free(d->bucket_of), free(d->b), free(d->queue);
+    free(d);
+}
+
+dt_status dt_ddp_init(dt_graph *g, dt_comm *c, const dt_ddp_opts *opts, dt_ddp **out) {
+    if (!out) return dt_error_set(DT_ERR_INVALID, "ddp init: out is NULL");
+    *out = NULL;
+    if (!g || !c) return dt_error_set(DT_ERR_INVALID, "ddp init: graph or comm is NULL");
+    dt_ddp_opts o = opts ? *opts : dt_ddp_opts_default();
+    if (!(o.bucket_mb > 0) || o.bucket_mb > 1 << 20)
+        return dt_error_set(DT_ERR_INVALID, "ddp init: bucket size %g MiB (expected > 0)",
+                            o.bucket_mb);
+    size_t n = 0;
+    float *grad = dt_graph_flat_grad(g, &n);
+    if (n && !grad)
+        return dt_error_set(DT_ERR_STATE, "ddp init: the graph is not compiled (or was compiled "
+                                          "without backward): no gradient buffer");
+    dt_ddp *d = calloc(1, sizeof *d);
+    if (!d) return dt_error_set(DT_ERR_NOMEM, "ddp init: out of memory");
+    d->g = g, d->c = c, d->grad = grad, d->n = n;
+    d->n_params = dt_graph_param_count(g);
+    d->enabled = 1, d->overlap = o.overlap != 0, d->average = o.average != 0;
+    size_t cap = (size_t)(o.bucket_mb * 1048576.0 / sizeof(float));
+    dt_status st = make_buckets(d, cap ? cap : 1);
+    if (st != DT_OK) {
+        dt_ddp_free(d);
+        return st;
+    }
+    d->stats.bytes_per_step = n * sizeof(float);
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->work, NULL), pthread_cond_init(&d->done, NULL);
+    if (pthread_create(&d->thread, NULL, comm_main, d) != 0) {
+        pthread_cond_destroy(&d->work), pthread_cond_destroy(&d->done);
+        pthread_mutex_destroy(&d->mu);
+        dt_ddp_free(d);
+        return dt_error_set(DT_ERR_STATE, "ddp init: cannot start the communication thread");
+    }
+    d->have_thread = 1;
+    dt_graph_on_grad_ready(g, on_ready, d);
+    *out = d;
+    return DT_OK;
+}
+
+void dt_ddp_set_enabled(dt_ddp *d, int on) {
+    if (d) d->enabled = on != 0;
+}
+
+void dt_ddp_set_overlap(dt_ddp *d, int on) {
+    if (d) d->overlap = on != 0;
+}
+
+dt_status dt_ddp_wait(dt_ddp *d) {
+    if (!d) return dt_error_set(DT_ERR_INVALID, "ddp wait: ddp is NULL");
+    if (!d->enabled) return DT_OK;
+    double t0 = now_s();
+    int complete = d->n_complete, twice = d->twice;
+    /* Overlap off: every bucket now, in bucket order (the same calls, so the same bits). A
+     * bucket already queued (overlap was switched off mid-step) is not reduced twice. */
+    for (int k = 0; k < d->nb; k++)
+        if (d->b[k].pending == 0 && !d->b[k].queued) enqueue(d, k);
+    pthread_mutex_lock(&d->mu);
+    while (d->n_done < d->q_tail) pthread_cond_wait(&d->done, &d->mu);
+    dt_status st = d->err;
+    char msg[sizeof d->err_msg];
+    memcpy(msg, d->err_msg, sizeof msg);
+    double comm = d->comm_s;
+    d->q_head = d->q_tail = d->n_done = 0;
+    d->err = DT_OK;
+    d->comm_s = 0;
+    pthread_mutex_unlock(&d->mu);
+    for (int k = 0; k < d->nb; k++) d->b[k].pending = d->b[k].n_params, d->b[k].queued = 0;
+    d->n_complete = 0, d->twice = 0;
+
+    double w = now_s() - t0;
+    d->stats.wait_s = w, d->stats.comm_s = comm;
+    d->stats.wait_total_s += w, d->stats.comm_total_s += comm;
+    d->stats.steps++;
+    if (st != DT_OK) return dt_error_set(st, "%s", msg);
+    if (twice)
+        return dt_error_set(DT_ERR_STATE,
+                            "ddp wait: rank %d: a parameter's gradient was reported "
+                            "twice (two backward passes without dt_ddp_wait; use "
+                            "dt_ddp_set_enabled(d, 0) for accumulation steps)",
+                            dt_comm_rank(d->c));
+    if (complete < d->nb)
+        return dt_error_set(DT_ERR_STATE,
+                            "ddp wait: rank %d: only %d of %d gradient buckets were completed by "
+                            "backward (was dt_graph_backward run, with this graph?)",
+                            dt_comm_rank(d->c), complete, d->nb);
+    return DT_OK;
+}
+
+dt_status dt_ddp_broadcast_params(dt_ddp *d) {
+    if (!d) return dt_error_set(DT_ERR_INVALID, "ddp broadcast_params: ddp is NULL");
+    size_t n = 0, ns = 0;
+    float *p = dt_graph_flat_param(d->g, &n);
+    float *s = dt_graph_flat_state(d->g, &ns);
+    dt_status st = DT_OK;
+    if (n && p) st = dt_comm_broadcast(d->c, p, n * sizeof(float), 0);
+    if (st == DT_OK && ns && s) st = dt_comm_broadcast(d->c, s, ns * sizeof(float), 0);
+    return st;
+}
+
+dt_status dt_ddp_broadcast_state(dt_ddp *d) {
+    if (!d) return dt_error_set(DT_ERR_INVALID, "ddp broadcast_state: ddp is NULL");
+    size_t ns = 0;
+    float *s = dt_graph_flat_state(d->g, &ns);
+    return ns && s ? dt_comm_broadcast(d->c, s, ns * sizeof(float), 0) : DT_OK;
+}
+
+int dt_ddp_bucket_count(const dt_ddp *d) {
+    return d ? d->nb : 0;
+}
+
+void dt_ddp_bucket_range(const dt_ddp *d, int i, size_t *lo, size_t *hi) {
+    int ok = d && i >= 0 && i < d->nb;
+    if (lo) *lo = ok ? d->b[i].lo : 0;
+    if (hi) *hi = ok ? d->b[i].hi : 0;
+}
+
+void dt_ddp_get_stats(const dt_ddp *d, dt_ddp_stats *s) {
+    if (!s) return;
+    if (!d) {
+        memset(s, 0, sizeof *s);
+        return;
+    }
+    *s = d->stats;
+}

@@ -1,0 +1,47 @@
+# Distributed tests (src/dist): the communicator and data-parallel training, with real ranks
+# started by mpirun (label dist). Every rank runs 1 thread (OMP_NUM_THREADS=1, dt_threads_set(1)).
+set(DT_DIST_ENV "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000")
+dt_test(NAME test_dist_init SOURCES dist/test_dist_init.c LABELS dist TIMEOUT 60 ENV "${DT_DIST_ENV}")
+
+foreach(t test_dist_comm test_dist_ddp)
+  add_executable(${t} dist/${t}.c)
+  target_link_libraries(${t} PRIVATE dt_testutil)
+  # Run directly: the single-process communicator.
+  add_test(NAME ${t}_single COMMAND ${t} 1)
+  set_tests_properties(${t}_single PROPERTIES LABELS dist TIMEOUT 60 ENVIRONMENT "${DT_DIST_ENV}")
+endforeach()
+
+if(NOT MPI_C_FOUND)
+  message(STATUS "dist: MPI not found, only the single-process communicator is tested")
+  return()
+endif()
+
+set(DT_MPIRUN ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe --bind-to none)
+
+# (a) collectives on 1..4 ranks; (b)-(e) training equivalence, overlap, repeat, accumulation.
+foreach(np 1 2 3 4)
+  foreach(t test_dist_comm test_dist_ddp)
+    add_test(NAME ${t}_np${np} COMMAND ${DT_MPIRUN} -np ${np} $<TARGET_FILE:${t}> ${np})
+    set_tests_properties(${t}_np${np} PROPERTIES LABELS dist TIMEOUT 120 PROCESSORS ${np}
+                         ENVIRONMENT "${DT_DIST_ENV}")
+  endforeach()
+endforeach()
+
+# (d) run to run: two separate 3-rank jobs print the same parameter hashes.
+add_test(NAME test_dist_ddp_repeat
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/dist/run_twice.sh
+                 ${DT_MPIRUN} -np 3 $<TARGET_FILE:test_dist_ddp> 3)
+set_tests_properties(test_dist_ddp_repeat PROPERTIES LABELS dist TIMEOUT 180 PROCESSORS 3
+                     ENVIRONMENT "${DT_DIST_ENV}")
+
+# (f) a rank killed at step 3: mpirun must fail (not hang) within 60 s and say why.
+add_test(NAME test_dist_rank_dies
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/dist/expect_fail.sh 60 "signal 9"
+                 ${DT_MPIRUN} -np 3 $<TARGET_FILE:test_dist_ddp> 3 --die-at 3)
+set_tests_properties(test_dist_rank_dies PROPERTIES LABELS dist TIMEOUT 90 PROCESSORS 3
+                     ENVIRONMENT "${DT_DIST_ENV}")
+
+# The MPI_THREAD_SERIALIZED path (calls serialised by a lock) on 2 ranks.
+add_test(NAME test_dist_ddp_serialized COMMAND ${DT_MPIRUN} -np 2 $<TARGET_FILE:test_dist_ddp> 2)
+set_tests_properties(test_dist_ddp_serialized PROPERTIES LABELS dist TIMEOUT 120 PROCESSORS 2
+                     ENVIRONMENT "${DT_DIST_ENV};DT_MPI_THREAD=serialized")
