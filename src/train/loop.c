@@ -49,9 +49,15 @@ dt_status dt_trainer_step(dt_trainer *t) {
         dt_train_feed(t, &b);
         t->prog.epoch = b.epoch;
         dt_graph_set_accumulate(t->g, m > 0);
-        dt_graph_set_rng(t->g, (uint64_t)t->v.train.seed, (uint64_t)(step * accum + m), 0);
+        dt_graph_set_rng(t->g, (uint64_t)t->v.train.seed, (uint64_t)(step * accum + m), t->rank);
+        /* Like PyTorch DDP's default: batchnorm statistics are per rank during the step and
+         * rank 0's are given to all before each step (broadcast_buffers). Gradients are only
+         * all-reduced on the last micro-batch; the others accumulate locally. */
+        if (t->ddp && m == 0 && (st = dt_ddp_broadcast_state(t->ddp)) != DT_OK) return st;
+        if (t->ddp) dt_ddp_set_enabled(t->ddp, m == accum - 1);
         if ((st = dt_graph_forward(t->g, 1)) != DT_OK || (st = dt_graph_backward(t->g)) != DT_OK)
             return st;
+        if (t->ddp && (st = dt_ddp_wait(t->ddp)) != DT_OK) return st;
         loss += *(const float *)dt_graph_value(t->g, t->loss)->data;
     }
     double norm;
@@ -76,7 +82,15 @@ dt_status dt_trainer_step(dt_trainer *t) {
     return DT_OK;
 }
 
-static void log_line(dt_trainer *t) {
+static dt_status log_line(dt_trainer *t) {
+    /* Every rank reaches the same log steps: the mean loss over ranks costs one tiny collective
+     * per log line, not per step. */
+    if (t->world > 1) {
+        double l = t->prog.loss;
+        dt_status st = dt_comm_allreduce_f64(t->comm, &l, 1);
+        if (st != DT_OK) return st;
+        t->prog.loss = l / t->world;
+    }
     double now = dt_train_now(), dt = now - t->t_last;
     t->prog.samples_per_s = dt > 0 ? (double)t->samples_since / dt : 0;
     t->prog.data_wait = t->step_time_sum > 0 ? t->wait_sum / t->step_time_sum : 0;
@@ -87,10 +101,11 @@ static void log_line(dt_trainer *t) {
                 "data-wait %.1f%%  %.0fs\n",
                 (long long)t->prog.step, (long long)t->prog.total_steps,
                 (long long)t->prog.epoch + 1, t->prog.loss, t->prog.lr, t->prog.grad_norm,
-                t->prog.samples_per_s * (t->task == DT_TASK_LM ? (double)t->T : 1.0),
+                t->prog.samples_per_s * t->world * (t->task == DT_TASK_LM ? (double)t->T : 1.0),
                 t->task == DT_TASK_LM ? "tok" : "img", 100 * t->prog.data_wait, t->prog.elapsed_s);
     if (t->log) fflush(t->log);
     t->t_last = now, t->wait_sum = t->step_time_sum = 0, t->samples_since = 0;
+    return DT_OK;
 }
 
 dt_status dt_trainer_evaluate(dt_trainer *t, dt_eval_result *r) {
@@ -124,6 +139,12 @@ dt_status dt_trainer_evaluate(dt_trainer *t, dt_eval_result *r) {
         counted += valid;
     }
     dt_loader_seek(t->val_ld, &saved);
+    if (t->world > 1) { /* each rank evaluated its share of data.val */
+        double sums[3] = {loss_sum, (double)counted, (double)correct};
+        dt_status st = dt_comm_allreduce_f64(t->comm, sums, 3);
+        if (st != DT_OK) return st;
+        loss_sum = sums[0], counted = (int64_t)sums[1], correct = (int64_t)sums[2];
+    }
     r->samples = counted;
     r->loss = counted ? loss_sum / (double)counted : NAN;
     r->accuracy = counted ? (double)correct / (double)counted : 0;
@@ -158,34 +179,53 @@ dt_status dt_trainer_export(dt_trainer *t, const char *dir) {
     return dt_model_save(t->g, p, batches);
 }
 
-dt_status dt_trainer_run(dt_trainer *t) {
+static dt_status run_loop(dt_trainer *t) {
     const dt_config_values *v = &t->v;
-    if (t->log) {
-        const dt_dataset_info *in = dt_dataset_get_info(t->train_ds);
-        fprintf(t->log,
-                "dtrain train: %s, %zu parameters; %s: %lld %s; batch %lld x %lld accumulation; "
-                "%lld steps; run %s\n",
-                t->model == DT_MODEL_RESNET ? "resnet" : t->model == DT_MODEL_LLAMA ? "llama"
-                                                                                    : t->custom.name,
-                t->n, in->name, (long long)in->records,
-                t->task == DT_TASK_IMAGE ? "images" : "documents", (long long)t->B,
-                (long long)v->train.grad_accum, (long long)t->prog.total_steps, t->run_dir);
-        fflush(t->log);
-    }
     dt_status st;
-    if ((st = dt_train_record(t, "running")) != DT_OK) return st;
     while (t->prog.step < t->prog.total_steps) {
-        if ((st = dt_trainer_step(t)) != DT_OK) {
-            dt_train_record(t, "failed");
+        if ((st = dt_trainer_step(t)) != DT_OK) return st;
+        if ((t->prog.step % v->train.log_every == 0 || t->prog.step == t->prog.total_steps) &&
+            (st = log_line(t)) != DT_OK)
             return st;
-        }
-        if (t->prog.step % v->train.log_every == 0 || t->prog.step == t->prog.total_steps)
-            log_line(t);
         if (t->val_ld && v->train.eval_every && t->prog.step % v->train.eval_every == 0 &&
             t->prog.step != t->prog.total_steps && (st = eval_and_log(t)) != DT_OK)
             return st;
     }
     if (t->val_ld && (st = eval_and_log(t)) != DT_OK) return st;
+    return DT_OK;
+}
+
+dt_status dt_trainer_run(dt_trainer *t) {
+    const dt_config_values *v = &t->v;
+    if (t->log) {
+        const dt_dataset_info *in = dt_dataset_get_info(t->train_ds);
+        fprintf(t->log,
+                "dtrain train: %s, %zu parameters; %s: %lld %s; %d worker%s (%s) x batch %lld x "
+                "%lld accumulation = effective batch %lld; %lld steps; run %s\n",
+                t->model == DT_MODEL_RESNET ? "resnet" : t->model == DT_MODEL_LLAMA ? "llama"
+                                                                                    : t->custom.name,
+                t->n, in->name, (long long)in->records,
+                t->task == DT_TASK_IMAGE ? "images" : "documents", t->world,
+                t->world == 1 ? "" : "s", dt_comm_backend(t->comm), (long long)t->B,
+                (long long)v->train.grad_accum,
+                (long long)(t->world * t->B * v->train.grad_accum), (long long)t->prog.total_steps,
+                t->run_dir);
+        fflush(t->log);
+    }
+    dt_status st = DT_OK;
+    if (t->rank == 0) st = dt_train_record(t, "running");
+    if (st == DT_OK) st = run_loop(t);
+    if (st != DT_OK) {
+        t->failed = 1;
+        if (t->rank == 0) {
+            char m[1024];
+            snprintf(m, sizeof m, "%s", dt_last_error());
+            dt_train_record(t, "failed");
+            dt_error_set(st, "%s", m);
+        }
+        return st;
+    }
+    if (t->rank != 0) return DT_OK; /* rank 0 writes the model and the record */
     if (v->output.export_model) {
         char dir[4200];
         snprintf(dir, sizeof dir, "%s%s", t->run_dir, t->model == DT_MODEL_LLAMA ? "/model" : "");

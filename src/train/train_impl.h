@@ -3,6 +3,7 @@
 #define DTRAIN_TRAIN_IMPL_H
 
 #include "dtrain/data.h"
+#include "dtrain/dist.h"
 #include "dtrain/models.h"
 #include "dtrain/optim.h"
 #include "dtrain/trainer.h"
@@ -21,6 +22,10 @@ struct dt_trainer {
     int64_t B, T, C, H, W, classes; /* classes: image labels or vocabulary */
     dt_graph *g;
     int x, y, logits, loss;
+    dt_comm *comm;    /* single process or MPI (dist.backend) */
+    dt_ddp *ddp;      /* gradient all-reduce when world > 1 */
+    int rank, world;
+    int failed;       /* a collective may be left unmatched: do not finalise MPI cleanly */
     dt_optim *opt;
     dt_lr_schedule sched;
     float *p, *gr;

@@ -87,6 +87,8 @@ static dt_status make_loaders(dt_trainer *t) {
     lc.drop_last = 1; /* a static graph: every training batch is full */
     lc.prefetch_threads = (int)t->v.data.workers;
     lc.seq_len = t->T;
+    lc.rank = t->rank, lc.world_size = t->world; /* interleaved: the ranks' batch k together
+                                                    are the one-process batch k of world x b */
     if (t->task == DT_TASK_IMAGE) {
         image_stats(t->train_ds, in, lc.mean, lc.std);
         lc.augment = t->v.data.augment;
@@ -241,6 +243,25 @@ static dt_status make_optim(dt_trainer *t) {
     return DT_OK;
 }
 
+static dt_status make_dist(dt_trainer *t) {
+    static const char *const backends[] = {"auto", "mpi", "single"};
+    int b = t->v.dist.backend;
+    dt_status st = dt_comm_init(backends[b >= 0 && b < 3 ? b : 0], NULL, NULL, &t->comm);
+    if (st != DT_OK) return st;
+    t->rank = dt_comm_rank(t->comm), t->world = dt_comm_size(t->comm);
+    return DT_OK;
+}
+
+/* After the weights exist: DDP, and every rank starts from rank 0's parameters. */
+static dt_status make_ddp(dt_trainer *t) {
+    if (t->world < 2) return DT_OK;
+    dt_ddp_opts o = {.bucket_mb = t->v.dist.bucket_mb, .overlap = 1, .average = 1};
+    dt_status st = dt_ddp_init(t->g, t->comm, &o, &t->ddp);
+    if (st == DT_OK) st = dt_ddp_broadcast_params(t->ddp);
+    if (st == DT_OK) st = dt_ddp_broadcast_state(t->ddp);
+    return st;
+}
+
 static dt_status make_run_dir(dt_trainer *t, const dt_config *cfg) {
     const dt_config_values *v = &t->v;
     char name[DT_CFG_STR_MAX];
@@ -257,7 +278,13 @@ static dt_status make_run_dir(dt_trainer *t, const dt_config *cfg) {
     if (!strncmp(root, "s3://", 5))
         return dt_error_set(DT_ERR_INVALID,
                             "output.dir: s3:// run directories are not supported yet (use a path)");
+    /* Rank 0 names the run; the others take its name so that all agree. */
+    if (t->world > 1) {
+        dt_status bs = dt_comm_broadcast(t->comm, name, sizeof name, 0);
+        if (bs != DT_OK) return bs;
+    }
     snprintf(t->run_dir, sizeof t->run_dir, "%s/%s/%s", root, v->output.experiment, name);
+    if (t->rank != 0) return DT_OK; /* only rank 0 writes run files */
     dt_status st = mkdirs(t->run_dir);
     if (st != DT_OK) return st;
     char p[4200];
@@ -293,12 +320,15 @@ dt_status dt_trainer_create(const dt_config *cfg, const dt_model_def *custom, dt
     }
     dt_threads_set((int)t->v.train.threads);
     dt_status st;
-    if ((st = open_data(t, cfg)) != DT_OK || (st = build_model(t, cfg)) != DT_OK ||
-        (st = make_loaders(t)) != DT_OK || (st = init_weights(t, cfg)) != DT_OK ||
+    if ((st = make_dist(t)) != DT_OK || (st = open_data(t, cfg)) != DT_OK ||
+        (st = build_model(t, cfg)) != DT_OK || (st = make_loaders(t)) != DT_OK ||
+        (st = init_weights(t, cfg)) != DT_OK || (st = make_ddp(t)) != DT_OK ||
         (st = make_optim(t)) != DT_OK || (st = make_run_dir(t, cfg)) != DT_OK) {
+        t->failed = 1;
         dt_trainer_free(t);
         return st;
     }
+    if (t->rank != 0) t->log = NULL;
     t->t_start = t->t_last = dt_train_now();
     *out = t;
     return DT_OK;
@@ -309,7 +339,10 @@ void dt_trainer_free(dt_trainer *t) {
     dt_loader_free(t->train_ld), dt_loader_free(t->val_ld);
     dt_dataset_close(t->train_ds), dt_dataset_close(t->val_ds);
     dt_optim_free(t->opt);
+    dt_ddp_free(t->ddp);
     dt_graph_free(t->g);
+    if (t->comm && t->failed) dt_comm_set_failed(t->comm);
+    dt_comm_free(t->comm);
     free(t);
 }
 
@@ -319,4 +352,4 @@ const dt_eval_result *dt_trainer_last_eval(const dt_trainer *t) {
 }
 const char *dt_trainer_run_dir(const dt_trainer *t) { return t->run_dir; }
 dt_graph *dt_trainer_graph(dt_trainer *t) { return t->g; }
-void dt_trainer_set_log(dt_trainer *t, FILE *f) { t->log = f; }
+void dt_trainer_set_log(dt_trainer *t, FILE *f) { t->log = t->rank == 0 ? f : NULL; }

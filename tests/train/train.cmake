@@ -41,3 +41,16 @@ dt_test(NAME train_fmnist_full SOURCES train/test_train.c LABELS "slow;e2e" TIME
         ARGS ${DT_TRAIN_DATA} ${PROJECT_SOURCE_DIR} fmnist_full)
 set_tests_properties(train_fmnist_full PROPERTIES WORKING_DIRECTORY ${CMAKE_BINARY_DIR}
                      FIXTURES_REQUIRED fmnist_data RUN_SERIAL TRUE)
+# dtrain's trainer under mpirun: N ranks x batch b == 1 process x batch N*b (tiny Llama).
+if(MPI_FOUND)
+  add_executable(train_dist train/test_train_dist.c)
+  target_link_libraries(train_dist PRIVATE dt_testutil)
+  foreach(np 2 3)
+    add_test(NAME train_dist_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root
+             --oversubscribe --bind-to none -np ${np} $<TARGET_FILE:train_dist>
+             ${DT_TRAIN_DATA} ${PROJECT_SOURCE_DIR})
+    set_tests_properties(train_dist_np${np} PROPERTIES LABELS "dist;e2e" TIMEOUT 300
+                         WORKING_DIRECTORY ${CMAKE_BINARY_DIR} FIXTURES_REQUIRED fortunes_data
+                         RUN_SERIAL TRUE ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000")
+  endforeach()
+endif()
