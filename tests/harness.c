@@ -126,6 +126,21 @@ int dt_check_tensor(const char *what, const dt_tensor *a, const dt_tensor *b, do
     return ok;
 }
 
+double dt_max_abs(const dt_tensor *t) {
+    double m = 0;
+    for (int64_t i = 0; i < dt_tensor_numel(t); i++) m = fmax(m, fabs(dt_tensor_get(t, i)));
+    return m;
+}
+
+int dt_check_vs_f64(dt_ref *ref, const char *name, const char *key, const dt_tensor *a) {
+    char what[256], ek[200];
+    snprintf(what, sizeof what, "%s %s", name, key);
+    snprintf(ek, sizeof ek, "err.%s", key);
+    const dt_tensor *r = dt_ref_get(ref, key), *e = dt_ref_get(ref, ek);
+    if (!CHECK(a && r && e, "%s: missing", what)) return 0;
+    return dt_check_tensor(what, a, r, 3 * dt_tensor_get(e, 0) + 1e-5 * dt_max_abs(r), 0);
+}
+
 void dt_test_set(dt_graph *g, int id, const dt_tensor *src) {
     const dt_tensor *v = dt_graph_value(g, id);
     if (!CHECK(v && v->data && src, "dt_test_set: node %d has no value buffer", id)) return;

@@ -43,6 +43,13 @@ int dt_check_close(const char *what, const float *a, const float *b, int64_t n, 
 int dt_check_tensor(const char *what, const dt_tensor *a, const dt_tensor *b, double atol,
                     double rtol);
 
+/* Against a float64 reference written as `key` with `err.<key>` = PyTorch f32's max distance
+ * from it (tests/ref/ref_resnet.py, ref_llama.py): passes when every element satisfies
+ *   |a - exact| <= 3 * err_torch + 1e-5 * max|exact|
+ * i.e. dtrain is as close to the exact answer as PyTorch's own f32 run, with a margin. */
+int dt_check_vs_f64(dt_ref *ref, const char *name, const char *key, const dt_tensor *a);
+double dt_max_abs(const dt_tensor *t);
+
 /* Copies `src` (any dtype) into the node's value buffer (converting to the node's dtype). */
 void dt_test_set(dt_graph *g, int id, const dt_tensor *src);
 /* Fills a node's value buffer with N(0, std^2) (floats) from a deterministic seed. */

@@ -260,29 +260,24 @@ static int inspect_one(const char *dir) {
     return 0;
 }
 
-static int cmd_inspect(int argc, char **argv) {
-    if (argc < 2) {
-        usage(stderr);
-        return 2;
+static int verify_one(const char *dir) {
+    if (dt_dataset_verify(dir) != DT_OK) {
+        fprintf(stderr, "dtrain data verify: FAILED: %s\n", dt_last_error());
+        return 1;
     }
-    int rc = 0;
-    for (int i = 1; i < argc; i++) {
-        char *splits[8];
-        int n = list_splits(argv[i], splits, 8);
-        if (!n) {
-            fprintf(stderr,
-                    "dtrain data inspect: %s: no dataset (no %s here or in its "
-                    "subdirectories)\n",
-                    argv[i], DT_MANIFEST_NAME);
-            rc = 1;
-        }
-        for (int k = 0; k < n; k++) rc |= inspect_one(splits[k]);
-        free_splits(splits, n);
+    dt_dataset *d;
+    if (dt_dataset_open(dir, 0, &d) == DT_OK) {
+        const dt_dataset_info *in = dt_dataset_get_info(d);
+        printf("%s: OK (%d shards, %" PRId64 " records, fingerprint %s)\n", dir, in->n_shards,
+               in->records, in->fingerprint);
+        dt_dataset_close(d);
     }
-    return rc;
+    return 0;
 }
 
-static int cmd_verify(int argc, char **argv) {
+/* `dtrain data inspect|verify DIR...`: each DIR is a split or an import root holding splits;
+ * `one` runs on every split found. */
+static int for_each_split(const char *cmd, int argc, char **argv, int (*one)(const char *)) {
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -293,25 +288,11 @@ static int cmd_verify(int argc, char **argv) {
         int n = list_splits(argv[i], splits, 8);
         if (!n) {
             fprintf(stderr,
-                    "dtrain data verify: %s: no dataset (no %s here or in its "
-                    "subdirectories)\n",
+                    "dtrain data %s: %s: no dataset (no %s here or in its subdirectories)\n", cmd,
                     argv[i], DT_MANIFEST_NAME);
             rc = 1;
         }
-        for (int k = 0; k < n; k++) {
-            if (dt_dataset_verify(splits[k]) != DT_OK) {
-                fprintf(stderr, "dtrain data verify: FAILED: %s\n", dt_last_error());
-                rc = 1;
-                continue;
-            }
-            dt_dataset *d;
-            if (dt_dataset_open(splits[k], 0, &d) == DT_OK) {
-                const dt_dataset_info *in = dt_dataset_get_info(d);
-                printf("%s: OK (%d shards, %" PRId64 " records, fingerprint %s)\n", splits[k],
-                       in->n_shards, in->records, in->fingerprint);
-                dt_dataset_close(d);
-            }
-        }
+        for (int k = 0; k < n; k++) rc |= one(splits[k]);
         free_splits(splits, n);
     }
     return rc;
@@ -324,8 +305,8 @@ int dt_cli_data(int argc, char **argv) {
     }
     const char *sub = argv[1];
     if (!strcmp(sub, "import")) return cmd_import(argc - 1, argv + 1);
-    if (!strcmp(sub, "inspect")) return cmd_inspect(argc - 1, argv + 1);
-    if (!strcmp(sub, "verify")) return cmd_verify(argc - 1, argv + 1);
+    if (!strcmp(sub, "inspect")) return for_each_split("inspect", argc - 1, argv + 1, inspect_one);
+    if (!strcmp(sub, "verify")) return for_each_split("verify", argc - 1, argv + 1, verify_one);
     fprintf(stderr, "dtrain data: unknown subcommand '%s'\n", sub);
     usage(stderr);
     return 2;

@@ -10,19 +10,8 @@
 #include "dtrain/models.h"
 #include "harness.h"
 
-static double max_abs(const dt_tensor *t) {
-    double m = 0;
-    for (int64_t i = 0; i < dt_tensor_numel(t); i++) m = fmax(m, fabs(dt_tensor_get(t, i)));
-    return m;
-}
-
 static int cmp(dt_ref *ref, const char *name, const char *key, const dt_tensor *a) {
-    char what[256], ek[200];
-    snprintf(what, sizeof what, "%s %s", name, key);
-    snprintf(ek, sizeof ek, "err.%s", key);
-    const dt_tensor *r = dt_ref_get(ref, key), *e = dt_ref_get(ref, ek);
-    if (!CHECK(a && r && e, "%s: missing", what)) return 0;
-    return dt_check_tensor(what, a, r, 3 * dt_tensor_get(e, 0) + 1e-5 * max_abs(r), 0);
+    return dt_check_vs_f64(ref, name, key, a);
 }
 
 typedef struct model {
