@@ -98,6 +98,8 @@ typedef struct dt_config_values {
         int64_t zero_stage;
         double bucket_mb;
         int backend; /* DT_CFG_BACKEND_* */
+        int overlap;
+        int sync_batchnorm;
     } dist;
     struct {
         int enabled;

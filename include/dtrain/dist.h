@@ -104,6 +104,18 @@ dt_status dt_comm_reduce_scatter(dt_comm *c, const float *send, float *recv, siz
 /* send [shard] from every rank -> recv [size * shard], rank r's at recv + r*shard. send may be
  * recv + rank*shard (in place). */
 dt_status dt_comm_allgather(dt_comm *c, const float *send, float *recv, size_t shard);
+/* The same on a range [lo, hi) of a padded flat buffer of size * shard elements (ZeRO works
+ * bucket by bucket; a bucket may cover parts of several ranks' shards, or none of this one's):
+ *   reduce_scatter_range: send [hi - lo] holds elements [lo, hi) on every rank; recv receives
+ *     the sum over ranks of this rank's part, [lo, hi) ∩ [rank*shard, (rank+1)*shard)
+ *     (possibly 0 elements; recv may then be NULL). recv must not overlap send, except
+ *     recv == send: in place, the result then lands at send[0, count).
+ *   allgather_range: buf [hi - lo] holds elements [lo, hi); each rank's part of the range is
+ *     sent from its buf to everyone else's, in place.
+ * hi - lo must fit an int (one MPI count); callers use bucket-sized ranges. */
+dt_status dt_comm_reduce_scatter_range(dt_comm *c, const float *send, float *recv, size_t lo,
+                                       size_t hi, size_t shard, unsigned flags);
+dt_status dt_comm_allgather_range(dt_comm *c, float *buf, size_t lo, size_t hi, size_t shard);
 dt_status dt_comm_barrier(dt_comm *c);
 
 /* Equal shards of a flat buffer of n elements over `world` ranks: shard = ceil(n / world)
@@ -120,6 +132,14 @@ typedef struct dt_ddp_opts {
     int overlap;      /* 1: all-reduce each bucket as soon as backward finished it (default);
                          0: all buckets after backward, in dt_ddp_wait (same numbers) */
     int average;      /* 1: gradients become the mean over ranks (default); 0: the sum */
+    int zero_stage;   /* ZeRO (dist.zero_stage), as DeepSpeed defines the stages: 0 plain data
+                         parallelism; 1 each rank updates only its shard of the parameters
+                         (optimizer state for the shard only) and the shards are all-gathered
+                         after the step; 2 also gradients: each bucket is reduce-scattered into
+                         its owners' shards and its full-size memory given back; 3 also
+                         parameters: only the own shard stays resident, each bucket's parameters
+                         are all-gathered just before the schedule first reads them and given
+                         back after their last use in forward and again in backward. */
 } dt_ddp_opts;
 dt_ddp_opts dt_ddp_opts_default(void);
 
@@ -152,6 +172,47 @@ dt_status dt_ddp_broadcast_params(dt_ddp *d);
  * rank's model the same. */
 dt_status dt_ddp_broadcast_state(dt_ddp *d);
 
+/* ---- ZeRO -------------------------------------------------------------------------------
+ *
+ * Shards are equal slices of the flat buffers padded to world x shard elements
+ * (dt_comm_shard_size): rank r owns [r*shard, (r+1)*shard), clamped to the n real elements, so
+ * no tensor has to divide by the world size. Stage >= 1 needs the graph compiled with
+ * dt_graph_opts.flat_capacity >= world * shard (dt_ddp_init checks). A step:
+ *   dt_ddp_zero_grad(d);                            // stage >= 2: the shard's gradients = 0
+ *   for each micro-batch: forward, backward, dt_ddp_wait(d)   // stage >= 2: every micro-batch
+ *                                                   // communicates and adds into the shard
+ *   float *g = dt_ddp_shard(d, &lo, &hi);           // this rank's slice and its gradients
+ *   dt_ddp_clip_grad(d, max_norm, &norm);           // global norm, the same on every rank
+ *   dt_optim_step(opt, param + lo, g, lr);          // optimizer created on [lo, hi)
+ *   dt_ddp_gather_params(d);                        // stages 1, 2: everyone's new shards
+ * Stage 3 keeps parameters gathered only while the schedule needs them (graph entry hooks);
+ * dt_ddp_gather_params gathers all of them and keeps them until dt_ddp_release_params -- for
+ * evaluation (whose batch count may differ between ranks) and export. Memory given back reads
+ * as zeros: page faults return each step (the price of the memory saved). */
+
+/* This rank's slice [lo, hi) of the flat buffers -- [0, n) without ZeRO -- and its gradients
+ * (after dt_ddp_wait): flat_grad + lo, or the reduced shard under stage >= 2. */
+float *dt_ddp_shard(dt_ddp *d, size_t *lo, size_t *hi);
+/* Stage >= 2: zeroes the shard's gradients (each micro-batch's reduced gradients add to them).
+ * Other stages: nothing (the graph's accumulate flag does it). */
+void dt_ddp_zero_grad(dt_ddp *d);
+/* Global L2 norm of the gradients over all ranks' slices (one 8-byte all-reduce under stage
+ * >= 2), and clipping of this rank's slice as dt_grad_clip_norm does (max_norm <= 0: none).
+ * Every rank gets the same norm and coefficient. */
+dt_status dt_ddp_clip_grad(dt_ddp *d, float max_norm, double *norm);
+/* Stage 1, 2: all-gathers every rank's updated slice into the full parameter buffer. Stage 3:
+ * gathers all parameters and keeps them until dt_ddp_release_params. Stage 0: nothing. */
+dt_status dt_ddp_gather_params(dt_ddp *d);
+/* Stage 3: gives back the memory of the parameters outside this rank's shard (the default
+ * state between steps). Other stages: nothing. */
+dt_status dt_ddp_release_params(dt_ddp *d);
+
+/* buf [n] f64 <- sum over ranks, run by the communication thread in queue order: safe while a
+ * step is in flight, ordered with the bucket reductions the same way on every rank. Collectives
+ * called from inside forward/backward (SyncBatchNorm's statistics) must use this rather than
+ * dt_comm_allreduce_f64, which could run concurrently with a bucket's all-reduce. */
+dt_status dt_ddp_allreduce_f64(dt_ddp *d, double *buf, size_t n);
+
 /* Bucket table: bucket i covers flat gradient elements [lo, hi) (bucket 0 holds the last
  * parameters). */
 int dt_ddp_bucket_count(const dt_ddp *d);
@@ -164,6 +225,7 @@ typedef struct dt_ddp_stats {
     double comm_total_s;
     int64_t steps;         /* communicating steps (dt_ddp_wait calls with communication on) */
     size_t bytes_per_step; /* gradient bytes all-reduced per step */
+    double gather_wait_total_s; /* ZeRO-3: time forward/backward waited for parameters */
 } dt_ddp_stats;
 void dt_ddp_get_stats(const dt_ddp *d, dt_ddp_stats *s);
 

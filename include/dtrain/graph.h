@@ -60,6 +60,10 @@ dt_status dt_graph_keep(dt_graph *g, int id);
 typedef struct dt_graph_opts {
     int no_backward; /* plan forward only (inference) */
     int no_reuse;    /* give every buffer its own memory (for debugging the planner) */
+    /* Allocate the flat parameter and gradient buffers with at least this many elements
+     * (0: exactly the trainable parameters). ZeRO pads them to world x shard elements so that
+     * the shards are equal slices; the extra elements are zero and belong to no parameter. */
+    size_t flat_capacity;
 } dt_graph_opts;
 
 /* Derives the backward schedule from `loss` (a scalar), plans memory, allocates every buffer
@@ -80,8 +84,44 @@ void dt_graph_set_accumulate(dt_graph *g, int on);
 typedef void (*dt_grad_ready_fn)(void *ud, const int *params, int n);
 void dt_graph_on_grad_ready(dt_graph *g, dt_grad_ready_fn fn, void *ud);
 void dt_graph_set_loss_scale(dt_graph *g, float s);
+
+/* The compiled schedule, for ZeRO-3 (parameters gathered just before use and released after):
+ * entries [0, n_forward) are the forward pass, [n_forward, count) backward (including
+ * recomputed forward segments). dt_graph_entry_params writes the param-table indices of the
+ * trainable parameters entry k reads (through views too), at most DT_GRAPH_ENTRY_PARAMS, and
+ * returns how many. */
+#define DT_GRAPH_ENTRY_PARAMS 8
+int dt_graph_entry_count(const dt_graph *g, int *n_forward);
+int dt_graph_entry_params(const dt_graph *g, int k, int *params);
+/* Called on the executing thread before (after = 0) and after (after = 1) every entry of
+ * forward and backward; a status other than DT_OK stops the pass and is returned by
+ * dt_graph_forward/backward. NULL removes it. */
+typedef dt_status (*dt_graph_entry_fn)(void *ud, int entry, int after);
+void dt_graph_on_entry(dt_graph *g, dt_graph_entry_fn fn, void *ud);
 /* RNG key material for dropout etc.: key = seed mixed with rank; counter uses step. */
 void dt_graph_set_rng(dt_graph *g, uint64_t seed, uint64_t step, int rank);
+/* Synchronised batch normalisation (torch.nn.SyncBatchNorm). In data-parallel training each
+ * worker normalises its own rows with statistics of its own batch by default (PyTorch DDP's
+ * default), which become noisy when the per-worker batch is small. With a reducer set, every
+ * batchnorm node in training mode (forward, recomputed forward and backward) uses statistics of
+ * the global batch of all workers instead: forward sums per-channel [sum x (C), sum x^2 (C),
+ * element count (1)] -- one call with n = 2C + 1 -- and derives the global mean, the biased
+ * variance (to normalise) and the unbiased variance with the global count (for running_var);
+ * backward sums [sum dy (C), sum dy * xhat (C)] -- one call with n = 2C -- for the input
+ * gradient. weight/bias gradients stay per worker (the data-parallel gradient average sums
+ * them), as in PyTorch. Eval mode uses the running statistics and never calls the reducer.
+ *
+ * fn must sum buf[n] over all workers in place (e.g. dt_comm_allreduce_f64) and return DT_OK,
+ * or an error status with a message; the op then fails with "batchnorm2d: ..." naming what
+ * failed plus the reducer's message. fn runs in the thread of dt_graph_forward/backward, once
+ * per batchnorm node and pass, in schedule order: every worker must run the same graph with the
+ * same setting, so the calls match up. The backward calls happen while a dt_ddp gradient
+ * all-reduce may be in flight on another thread: a reducer must not start a second concurrent
+ * collective on that same communicator (see dtrain/dist.h). fn NULL (the default): per-worker
+ * statistics, exactly the unsynchronised computation. May be changed between steps, not between
+ * a forward and its backward. */
+typedef dt_status (*dt_graph_allreduce_fn)(void *ud, double *buf, size_t n);
+void dt_graph_set_sync_batchnorm(dt_graph *g, dt_graph_allreduce_fn fn, void *ud);
 
 /* Access after compile: the node's value / gradient (NULL data if it has none or its memory
  * was reused; values of kept nodes, inputs and params are always valid). */
@@ -96,6 +136,8 @@ const dt_tensor *dt_graph_shape(const dt_graph *g, int id);
 /* Flat buffers. */
 float *dt_graph_flat_param(dt_graph *g, size_t *n);
 float *dt_graph_flat_grad(dt_graph *g, size_t *n);
+/* Elements allocated in the flat parameter and gradient buffers (>= n; dt_graph_opts). */
+size_t dt_graph_flat_capacity(const dt_graph *g);
 void *dt_graph_flat_frozen(dt_graph *g, size_t *bytes);
 float *dt_graph_flat_state(dt_graph *g, size_t *n);
 

@@ -114,6 +114,12 @@ static const dt_config_key keys[] = {
     {"dist.backend", DT_CFG_ENUM, "auto", 0, 0, 0, "auto|mpi|single",
      "communicator (auto: MPI when started by mpirun/srun, else single process)",
      OFF(dist.backend)},
+    {"dist.overlap", DT_CFG_BOOL, "true", 0, 0, 0, NULL,
+     "all-reduce gradient buckets while backward runs (false: after it; same numbers)",
+     OFF(dist.overlap)},
+    {"dist.sync_batchnorm", DT_CFG_BOOL, "false", 0, 0, 0, NULL,
+     "batchnorm statistics over the global batch of all workers (SyncBatchNorm)",
+     OFF(dist.sync_batchnorm)},
     /* lora */
     {"lora.enabled", DT_CFG_BOOL, "false", 0, 0, 0, NULL,
      "train LoRA adapters on a frozen base model (Llama)", OFF(lora.enabled)},

@@ -1,5 +1,6 @@
 /* The communicator's public face: backend choice, argument checks (done before any
  * communication, so every rank refuses a bad call the same way), averaging, failure state. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include "dist/comm_impl.h"
@@ -62,13 +63,20 @@ dt_status dt_comm_init(const char *backend, int *argc, char ***argv, dt_comm **o
         free(c);
         return st;
     }
+    c->counts = calloc((size_t)c->size, sizeof(int));
+    c->displs = calloc((size_t)c->size, sizeof(int));
+    if (!c->counts || !c->displs) {
+        c->ops->destroy(c, 1);
+        free(c->counts), free(c->displs), free(c);
+        return dt_error_set(DT_ERR_NOMEM, "comm init: out of memory");
+    }
     const char *algo = getenv("DT_COMM_ALGO");
     if (algo && *algo) {
         if (!strcmp(algo, "ring")) {
             c->algo = DT_COMM_ALGO_RING;
         } else if (strcmp(algo, "native")) {
             c->ops->destroy(c, 1);
-            free(c);
+            free(c->counts), free(c->displs), free(c);
             return dt_error_set(DT_ERR_INVALID,
                                 "comm init: DT_COMM_ALGO='%s' (expected native or ring)", algo);
         }
@@ -80,6 +88,7 @@ dt_status dt_comm_init(const char *backend, int *argc, char ***argv, dt_comm **o
 void dt_comm_free(dt_comm *c) {
     if (!c) return;
     c->ops->destroy(c, !c->failed);
+    free(c->counts), free(c->displs);
     free(c);
 }
 
@@ -198,6 +207,57 @@ dt_status dt_comm_allgather(dt_comm *c, const float *send, float *recv, size_t s
                             "rank's slot (recv + rank * shard)",
                             c->rank, c->size);
     return done(c, c->ops->allgather(c, send, recv, shard));
+}
+
+/* counts[r] = |[lo, hi) ∩ shard r| over the padded layout, displs[r] relative to lo. */
+static dt_status range_counts(dt_comm *c, const char *op, size_t lo, size_t hi, size_t shard) {
+    if (lo > hi || (c->size > 1 && shard == 0) || hi > (size_t)c->size * shard)
+        return dt_error_set(DT_ERR_RANGE,
+                            "comm %s: rank %d of %d: range [%zu, %zu) is not within %d shards of "
+                            "%zu",
+                            op, c->rank, c->size, lo, hi, c->size, shard);
+    if (hi - lo > INT_MAX)
+        return dt_error_set(DT_ERR_RANGE,
+                            "comm %s: rank %d of %d: range of %zu elements exceeds MPI's int "
+                            "count",
+                            op, c->rank, c->size, hi - lo);
+    for (int r = 0; r < c->size; r++) {
+        size_t a = (size_t)r * shard, b = a + shard;
+        if (a < lo) a = lo;
+        if (b > hi) b = hi;
+        c->counts[r] = b > a ? (int)(b - a) : 0;
+        c->displs[r] = b > a ? (int)(a - lo) : 0;
+    }
+    return DT_OK;
+}
+
+dt_status dt_comm_reduce_scatter_range(dt_comm *c, const float *send, float *recv, size_t lo,
+                                       size_t hi, size_t shard, unsigned flags) {
+    dt_status st = check(c, "reduce_scatter_range", send, hi > lo);
+    if (st == DT_OK) st = range_counts(c, "reduce_scatter_range", lo, hi, shard);
+    if (st != DT_OK) return st;
+    size_t mine = (size_t)c->counts[c->rank];
+    if (mine && !recv)
+        return dt_error_set(DT_ERR_INVALID,
+                            "comm reduce_scatter_range: rank %d of %d: recv is NULL", c->rank,
+                            c->size);
+    if (mine && recv != send && recv < send + (hi - lo) && send < recv + mine)
+        return dt_error_set(DT_ERR_INVALID,
+                            "comm reduce_scatter_range: rank %d of %d: recv overlaps send", c->rank,
+                            c->size);
+    if (hi == lo) return DT_OK;
+    float none;
+    if (!recv) recv = &none; /* this rank receives 0 elements */
+    if ((st = c->ops->reduce_scatterv(c, send, recv, c->counts)) != DT_OK) return done(c, st);
+    if ((flags & DT_COMM_AVG) && c->size > 1) scale(recv, mine, 1.0f / (float)c->size);
+    return DT_OK;
+}
+
+dt_status dt_comm_allgather_range(dt_comm *c, float *buf, size_t lo, size_t hi, size_t shard) {
+    dt_status st = check(c, "allgather_range", buf, hi > lo);
+    if (st == DT_OK) st = range_counts(c, "allgather_range", lo, hi, shard);
+    if (st != DT_OK || hi == lo) return st;
+    return done(c, c->ops->allgatherv(c, buf, c->counts, c->displs));
 }
 
 dt_status dt_comm_barrier(dt_comm *c) {

@@ -18,6 +18,11 @@ typedef struct dt_comm_ops {
     dt_status (*reduce_scatter)(dt_comm *c, const float *send, float *recv, size_t shard);
     /* send [shard] -> recv [size * shard]; send may be recv + rank * shard */
     dt_status (*allgather)(dt_comm *c, const float *send, float *recv, size_t shard);
+    /* Variable counts (ZeRO buckets): send [sum counts] -> recv [counts[rank]], the sum of
+     * this rank's block (blocks in rank order); buf [sum counts] in place, block r from rank r
+     * (at displs[r]). Counts are ints: comm.c checks they fit. */
+    dt_status (*reduce_scatterv)(dt_comm *c, const float *send, float *recv, const int *counts);
+    dt_status (*allgatherv)(dt_comm *c, float *buf, const int *counts, const int *displs);
     dt_status (*barrier)(dt_comm *c);
     /* Releases the backend; finalize = 0 after an error (see dt_comm_free). */
     void (*destroy)(dt_comm *c, int finalize);
@@ -28,6 +33,7 @@ struct dt_comm {
     int rank, size, local_rank, local_size;
     dt_comm_algo algo;
     const char *thread_level;
+    int *counts, *displs; /* [size] scratch of the range collectives, allocated at init */
     int failed; /* a collective failed: MPI_Finalize would wait for ranks that may be gone */
     void *impl; /* backend state */
 };

@@ -113,6 +113,26 @@ static dt_status mpi_allgather(dt_comm *c, const float *send, float *recv, size_
     return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "allgather", err);
 }
 
+static dt_status mpi_reduce_scatterv(dt_comm *c, const float *send, float *recv,
+                                     const int *counts) {
+    dt_mpi *m = state(c);
+    lock(m);
+    /* recv == send: in place, the result lands at the start of the buffer */
+    const void *sb = send == recv ? MPI_IN_PLACE : (const void *)send;
+    int err = MPI_Reduce_scatter(sb, recv, counts, MPI_FLOAT, MPI_SUM, m->comm);
+    unlock(m);
+    return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "reduce_scatter_range", err);
+}
+
+static dt_status mpi_allgatherv(dt_comm *c, float *buf, const int *counts, const int *displs) {
+    dt_mpi *m = state(c);
+    lock(m);
+    int err =
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, m->comm);
+    unlock(m);
+    return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "allgather_range", err);
+}
+
 static dt_status mpi_barrier(dt_comm *c) {
     dt_mpi *m = state(c);
     lock(m);
@@ -145,6 +165,8 @@ static const dt_comm_ops mpi_ops = {
     .allreduce_f64 = mpi_allreduce_f64,
     .reduce_scatter = mpi_reduce_scatter,
     .allgather = mpi_allgather,
+    .reduce_scatterv = mpi_reduce_scatterv,
+    .allgatherv = mpi_allgatherv,
     .barrier = mpi_barrier,
     .destroy = mpi_destroy,
 };

@@ -9,79 +9,59 @@
  * order on every rank, which MPI's collective matching needs.
  *
  * Nothing is allocated per step: the queue holds at most one entry per bucket per step. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "dist/comm_impl.h"
+#include "dist/ddp_impl.h"
 
-typedef struct ddp_bucket {
-    size_t lo, hi; /* flat gradient elements [lo, hi) */
-    int n_params;  /* parameters in it */
-    int pending;   /* parameters not yet reported in this backward */
-    int queued;    /* handed to the comm thread in this step */
-} ddp_bucket;
-
-struct dt_ddp {
-    dt_graph *g;
-    dt_comm *c;
-    float *grad;
-    size_t n;
-    int n_params;   /* size of the graph's param table */
-    int *bucket_of; /* [n_params] bucket of each trainable parameter, -1 for others */
-    ddp_bucket *b;
-    int nb;
-    int enabled, overlap, average;
-    /* Backward thread only (no lock): buckets complete in this step, misuse seen. */
-    int n_complete, twice;
-    /* Shared with the communication thread, under mu. */
-    pthread_t thread;
-    int have_thread;
-    pthread_mutex_t mu;
-    pthread_cond_t work, done;
-    int *queue; /* [nb] bucket ids in the order they were handed over this step */
-    int q_head, q_tail, n_done, quit;
-    dt_status err;
-    char err_msg[1024];
-    double comm_s; /* time in collectives this step */
-    dt_ddp_stats stats;
-};
-
-static double now_s(void) {
+double dt_ddp_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The communication thread: all-reduces queued buckets in queue order until told to quit. After
- * a failure it keeps draining the queue without communicating, so dt_ddp_wait returns. */
+dt_status dt_ddp_run_job(dt_ddp *d, const ddp_job *j) {
+    if (j->kind == JOB_F64) return dt_comm_allreduce_f64(d->c, j->f64, j->n);
+    const ddp_bucket *bk = &d->b[j->bucket];
+    if (j->kind == JOB_GATHER)
+        return dt_comm_allgather_range(d->c, d->param + bk->lo, bk->lo, bk->hi, d->shard);
+    if (d->stage >= 2) return dt_zero_reduce_bucket(d, j->bucket);
+    return dt_comm_allreduce(d->c, d->grad + bk->lo, bk->hi - bk->lo, d->average ? DT_COMM_AVG : 0);
+}
+
+/* The communication thread: runs queued jobs in queue order until told to quit. After a
+ * failure it keeps draining the queue without communicating, so waiters return. */
 static void *comm_main(void *arg) {
     dt_ddp *d = arg;
     pthread_mutex_lock(&d->mu);
     for (;;) {
         while (d->q_head == d->q_tail && !d->quit) pthread_cond_wait(&d->work, &d->mu);
         if (d->q_head == d->q_tail) break; /* quit with an empty queue */
-        int k = d->queue[d->q_head++];
+        ddp_job j = d->queue[d->q_head++ % d->qcap];
         int skip = d->err != DT_OK;
         pthread_mutex_unlock(&d->mu);
 
-        const ddp_bucket *bk = &d->b[k];
-        double t0 = now_s();
-        dt_status st = DT_OK;
-        if (!skip)
-            st = dt_comm_allreduce(d->c, d->grad + bk->lo, bk->hi - bk->lo,
-                                   d->average ? DT_COMM_AVG : 0);
-        double t = now_s() - t0;
+        double t0 = dt_ddp_now();
+        dt_status st = skip ? DT_OK : dt_ddp_run_job(d, &j);
+        double t = dt_ddp_now() - t0;
 
         pthread_mutex_lock(&d->mu);
         d->comm_s += t;
         if (st != DT_OK && d->err == DT_OK) {
             /* dt_last_error() is per thread: carry the message to the waiting thread. */
             d->err = st;
-            snprintf(d->err_msg, sizeof d->err_msg, "ddp: gradient bucket %d [%zu, %zu): %s", k,
-                     bk->lo, bk->hi, dt_last_error());
+            if (j.kind == JOB_F64) {
+                snprintf(d->err_msg, sizeof d->err_msg, "ddp: sum of %zu values: %s", j.n,
+                         dt_last_error());
+            } else {
+                const ddp_bucket *bk = &d->b[j.bucket];
+                snprintf(d->err_msg, sizeof d->err_msg, "ddp: %s bucket %d [%zu, %zu): %s",
+                         j.kind == JOB_GATHER ? "parameter" : "gradient", j.bucket, bk->lo, bk->hi,
+                         dt_last_error());
+            }
         }
+        if (j.kind == JOB_GATHER) d->unit[j.bucket] = UNIT_GATHERED;
         d->n_done++;
         pthread_cond_broadcast(&d->done);
     }
@@ -89,12 +69,31 @@ static void *comm_main(void *arg) {
     return NULL;
 }
 
-static void enqueue(dt_ddp *d, int k) {
-    d->b[k].queued = 1;
+long dt_ddp_enqueue_job(dt_ddp *d, ddp_job j) {
+    if (j.kind == JOB_REDUCE) d->b[j.bucket].queued = 1;
     pthread_mutex_lock(&d->mu);
-    d->queue[d->q_tail++] = k;
+    if (j.kind == JOB_GATHER) d->unit[j.bucket] = UNIT_QUEUED;
+    long seq = d->q_tail++;
+    d->queue[seq % d->qcap] = j;
     pthread_cond_signal(&d->work);
     pthread_mutex_unlock(&d->mu);
+    return seq;
+}
+
+void dt_ddp_enqueue(dt_ddp *d, int kind, int k) {
+    dt_ddp_enqueue_job(d, (ddp_job){.kind = kind, .bucket = k});
+}
+
+dt_status dt_ddp_allreduce_f64(dt_ddp *d, double *buf, size_t n) {
+    if (!d) return dt_error_set(DT_ERR_INVALID, "ddp allreduce_f64: ddp is NULL");
+    long seq = dt_ddp_enqueue_job(d, (ddp_job){.kind = JOB_F64, .f64 = buf, .n = n});
+    pthread_mutex_lock(&d->mu);
+    while (d->n_done <= seq) pthread_cond_wait(&d->done, &d->mu);
+    dt_status st = d->err;
+    char msg[sizeof d->err_msg];
+    memcpy(msg, d->err_msg, sizeof msg);
+    pthread_mutex_unlock(&d->mu);
+    return st == DT_OK ? DT_OK : dt_error_set(st, "%s", msg);
 }
 
 /* dt_graph_on_grad_ready callback, on the backward thread. */
@@ -111,13 +110,13 @@ static void on_ready(void *ud, const int *params, int n) {
         }
         if (--d->b[k].pending == 0) {
             d->n_complete++;
-            if (d->overlap) enqueue(d, k);
+            if (d->overlap) dt_ddp_enqueue(d, JOB_REDUCE, k);
         }
     }
 }
 
 dt_ddp_opts dt_ddp_opts_default(void) {
-    dt_ddp_opts o = {.bucket_mb = 25.0, .overlap = 1, .average = 1};
+    dt_ddp_opts o = {.bucket_mb = 25.0, .overlap = 1, .average = 1, .zero_stage = 0};
     return o;
 }
 
@@ -132,9 +131,7 @@ static dt_status make_buckets(dt_ddp *d, size_t cap) {
     int np = d->n_params;
     d->bucket_of = malloc((size_t)(np ? np : 1) * sizeof(int));
     d->b = malloc((size_t)(np ? np : 1) * sizeof(ddp_bucket));
-    d->queue = malloc((size_t)(np ? np : 1) * sizeof(int));
-    if (!d->bucket_of || !d->b || !d->queue)
-        return dt_error_set(DT_ERR_NOMEM, "ddp init: out of memory");
+    if (!d->bucket_of || !d->b) return dt_error_set(DT_ERR_NOMEM, "ddp init: out of memory");
     size_t hi = d->n, size = 0, lo = d->n;
     int cnt = 0;
     d->nb = 0;
@@ -151,6 +148,10 @@ static dt_status make_buckets(dt_ddp *d, size_t cap) {
     }
     if (cnt > 0) d->b[d->nb++] = (ddp_bucket){.lo = 0, .hi = hi, .n_params = cnt};
     for (int k = 0; k < d->nb; k++) d->b[k].pending = d->b[k].n_params;
+    /* Outstanding jobs: at most one reduce per bucket plus a few parameter gathers. */
+    d->qcap = 2L * d->nb + 8;
+    d->queue = malloc((size_t)d->qcap * sizeof(ddp_job));
+    if (!d->queue) return dt_error_set(DT_ERR_NOMEM, "ddp init: out of memory");
     return DT_OK;
 }
 
@@ -166,6 +167,7 @@ void dt_ddp_free(dt_ddp *d) {
         pthread_mutex_destroy(&d->mu);
     }
     if (d->g) dt_graph_on_grad_ready(d->g, NULL, NULL);
+    dt_zero_free(d);
     free(d->bucket_of), free(d->b), free(d->queue);
     free(d);
 }
@@ -178,6 +180,9 @@ dt_status dt_ddp_init(dt_graph *g, dt_comm *c, const dt_ddp_opts *opts, dt_ddp *
     if (!(o.bucket_mb > 0) || o.bucket_mb > 1 << 20)
         return dt_error_set(DT_ERR_INVALID, "ddp init: bucket size %g MiB (expected > 0)",
                             o.bucket_mb);
+    if (o.zero_stage < 0 || o.zero_stage > 3)
+        return dt_error_set(DT_ERR_INVALID, "ddp init: ZeRO stage %d (expected 0, 1, 2 or 3)",
+                            o.zero_stage);
     size_t n = 0;
     float *grad = dt_graph_flat_grad(g, &n);
     if (n && !grad)
@@ -186,10 +191,13 @@ dt_status dt_ddp_init(dt_graph *g, dt_comm *c, const dt_ddp_opts *opts, dt_ddp *
     dt_ddp *d = calloc(1, sizeof *d);
     if (!d) return dt_error_set(DT_ERR_NOMEM, "ddp init: out of memory");
     d->g = g, d->c = c, d->grad = grad, d->n = n;
+    d->param = dt_graph_flat_param(g, NULL);
+    d->stage = o.zero_stage;
     d->n_params = dt_graph_param_count(g);
     d->enabled = 1, d->overlap = o.overlap != 0, d->average = o.average != 0;
     size_t cap = (size_t)(o.bucket_mb * 1048576.0 / sizeof(float));
     dt_status st = make_buckets(d, cap ? cap : 1);
+    if (st == DT_OK) st = dt_zero_init(d);
     if (st != DT_OK) {
         dt_ddp_free(d);
         return st;
@@ -210,7 +218,8 @@ dt_status dt_ddp_init(dt_graph *g, dt_comm *c, const dt_ddp_opts *opts, dt_ddp *
 }
 
 void dt_ddp_set_enabled(dt_ddp *d, int on) {
-    if (d) d->enabled = on != 0;
+    /* ZeRO-2/3 keep no full gradient between backward passes: every one communicates. */
+    if (d) d->enabled = on != 0 || d->stage >= 2;
 }
 
 void dt_ddp_set_overlap(dt_ddp *d, int on) {
@@ -220,26 +229,25 @@ void dt_ddp_set_overlap(dt_ddp *d, int on) {
 dt_status dt_ddp_wait(dt_ddp *d) {
     if (!d) return dt_error_set(DT_ERR_INVALID, "ddp wait: ddp is NULL");
     if (!d->enabled) return DT_OK;
-    double t0 = now_s();
+    double t0 = dt_ddp_now();
     int complete = d->n_complete, twice = d->twice;
     /* Overlap off: every bucket now, in bucket order (the same calls, so the same bits). A
      * bucket already queued (overlap was switched off mid-step) is not reduced twice. */
     for (int k = 0; k < d->nb; k++)
-        if (d->b[k].pending == 0 && !d->b[k].queued) enqueue(d, k);
+        if (d->b[k].pending == 0 && !d->b[k].queued) dt_ddp_enqueue(d, JOB_REDUCE, k);
     pthread_mutex_lock(&d->mu);
     while (d->n_done < d->q_tail) pthread_cond_wait(&d->done, &d->mu);
     dt_status st = d->err;
     char msg[sizeof d->err_msg];
     memcpy(msg, d->err_msg, sizeof msg);
     double comm = d->comm_s;
-    d->q_head = d->q_tail = d->n_done = 0;
     d->err = DT_OK;
     d->comm_s = 0;
     pthread_mutex_unlock(&d->mu);
     for (int k = 0; k < d->nb; k++) d->b[k].pending = d->b[k].n_params, d->b[k].queued = 0;
     d->n_complete = 0, d->twice = 0;
 
-    double w = now_s() - t0;
+    double w = dt_ddp_now() - t0;
     d->stats.wait_s = w, d->stats.comm_s = comm;
     d->stats.wait_total_s += w, d->stats.comm_total_s += comm;
     d->stats.steps++;
@@ -250,6 +258,12 @@ dt_status dt_ddp_wait(dt_ddp *d) {
                             "twice (two backward passes without dt_ddp_wait; use "
                             "dt_ddp_set_enabled(d, 0) for accumulation steps)",
                             dt_comm_rank(d->c));
+    for (int k = 0; d->stage >= 3 && !d->full && k < d->nb; k++)
+        if (d->unit[k] != UNIT_RELEASED) /* would hold stale parameters after the update */
+            return dt_error_set(DT_ERR_STATE,
+                                "ddp wait: rank %d: parameter bucket %d is still gathered after "
+                                "backward (ZeRO-3 schedule bookkeeping)",
+                                dt_comm_rank(d->c), k);
     if (complete < d->nb)
         return dt_error_set(DT_ERR_STATE,
                             "ddp wait: rank %d: only %d of %d gradient buckets were completed by "
@@ -266,6 +280,7 @@ dt_status dt_ddp_broadcast_params(dt_ddp *d) {
     dt_status st = DT_OK;
     if (n && p) st = dt_comm_broadcast(d->c, p, n * sizeof(float), 0);
     if (st == DT_OK && ns && s) st = dt_comm_broadcast(d->c, s, ns * sizeof(float), 0);
+    if (st == DT_OK && d->stage >= 3) st = dt_ddp_release_params(d);
     return st;
 }
 

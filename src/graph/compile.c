@@ -442,9 +442,10 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
                       g->arena_bytes);
     if (g->arena_bytes == (size_t)-1) goto fail;
     g->arena = alloc_touched(g->arena_bytes);
-    g->flat_param = alloc_touched(g->n_flat * sizeof(float));
+    g->flat_cap = o.flat_capacity > g->n_flat ? o.flat_capacity : g->n_flat;
+    g->flat_param = alloc_touched(g->flat_cap * sizeof(float));
     /* Forward-only graphs (inference, evaluation) need no gradient memory at all. */
-    g->flat_grad = g->no_backward ? NULL : alloc_touched(g->n_flat * sizeof(float));
+    g->flat_grad = g->no_backward ? NULL : alloc_touched(g->flat_cap * sizeof(float));
     g->flat_state = alloc_touched(g->n_state * sizeof(float));
     g->flat_frozen = alloc_touched(g->frozen_bytes);
     g->input_mem = alloc_touched(g->input_bytes);

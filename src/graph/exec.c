@@ -25,9 +25,12 @@ static dt_status run_entry(dt_graph *g, dt_entry *e) {
 static dt_status run_range(dt_graph *g, int from, int to) {
     for (int k = from; k < to; k++) {
         dt_entry *e = &g->entries[k];
-        dt_status s = run_entry(g, e);
-        if (s != DT_OK) return s;
-        if (g->on_ready && e->ready_count) g->on_ready(g->on_ready_ud, g->ready + e->ready_first, e->ready_count);
+        dt_status s;
+        if (g->on_entry && (s = g->on_entry(g->on_entry_ud, k, 0)) != DT_OK) return s;
+        if ((s = run_entry(g, e)) != DT_OK) return s;
+        if (g->on_entry && (s = g->on_entry(g->on_entry_ud, k, 1)) != DT_OK) return s;
+        if (g->on_ready && e->ready_count)
+            g->on_ready(g->on_ready_ud, g->ready + e->ready_first, e->ready_count);
     }
     return DT_OK;
 }
@@ -55,4 +58,32 @@ dt_status dt_graph_backward(dt_graph *g) {
             g->on_ready(g->on_ready_ud, &pi, 1);
         }
     return run_range(g, g->n_fwd, g->n_entries);
+}
+
+int dt_graph_entry_count(const dt_graph *g, int *n_forward) {
+    int ok = g && g->compiled;
+    if (n_forward) *n_forward = ok ? g->n_fwd : 0;
+    return ok ? g->n_entries : 0;
+}
+
+int dt_graph_entry_params(const dt_graph *g, int k, int *params) {
+    if (!g || !g->compiled || k < 0 || k >= g->n_entries) return 0;
+    const dt_node *nd = &g->nodes[g->entries[k].node];
+    int n = 0;
+    for (int j = 0; j < nd->n_in && n < DT_GRAPH_ENTRY_PARAMS; j++) {
+        const dt_node *r = &g->nodes[nd->in[j]];
+        while (r->op && (r->op->flags & DT_OPF_ALIAS)) r = &g->nodes[r->in[0]]; /* views */
+        if (r->kind != DT_NODE_PARAM || r->param < 0) continue;
+        if (g->params[r->param].flags & (DT_PARAM_FROZEN | DT_PARAM_STATE)) continue;
+        int dup = 0;
+        for (int i = 0; i < n; i++) dup |= params[i] == r->param;
+        if (!dup) params[n++] = r->param;
+    }
+    return n;
+}
+
+void dt_graph_on_entry(dt_graph *g, dt_graph_entry_fn fn, void *ud) {
+    if (!g) return;
+    g->on_entry = fn;
+    g->on_entry_ud = ud;
 }

@@ -277,6 +277,10 @@ float *dt_graph_flat_param(dt_graph *g, size_t *n) {
     if (n) *n = g->n_flat;
     return g->flat_param;
 }
+size_t dt_graph_flat_capacity(const dt_graph *g) {
+    return g ? (g->flat_cap > g->n_flat ? g->flat_cap : g->n_flat) : 0;
+}
+
 float *dt_graph_flat_grad(dt_graph *g, size_t *n) {
     if (n) *n = g->n_flat;
     return g->flat_grad;
@@ -315,4 +319,8 @@ void dt_graph_set_loss_scale(dt_graph *g, float s) { g->loss_scale = s; }
 void dt_graph_set_rng(dt_graph *g, uint64_t seed, uint64_t step, int rank) {
     g->run.key = seed ^ ((uint64_t)(uint32_t)rank * 0x9E3779B97F4A7C15ull);
     g->run.step = step;
+}
+void dt_graph_set_sync_batchnorm(dt_graph *g, dt_graph_allreduce_fn fn, void *ud) {
+    g->run.sync_fn = fn;
+    g->run.sync_ud = fn ? ud : NULL;
 }

@@ -49,6 +49,9 @@ struct dt_graph {
     int *unused;      /* trainable params no backward writes: zeroed each step */
     int n_unused;
     int *ready, n_ready; /* param indices in the order their gradients become final */
+    size_t flat_cap; /* elements allocated in flat_param / flat_grad (>= n_flat) */
+    dt_graph_entry_fn on_entry;
+    void *on_entry_ud;
     dt_grad_ready_fn on_ready;
     void *on_ready_ud;
     dt_run run;

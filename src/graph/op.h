@@ -28,6 +28,10 @@ typedef struct dt_run {
     int training;   /* 1: train mode (batch stats, dropout) */
     uint64_t key;   /* RNG key: seed mixed with rank */
     uint64_t step;  /* RNG counter part */
+    /* Synchronised batchnorm (dt_graph_set_sync_batchnorm): sums statistics over workers;
+     * NULL: per-worker statistics. */
+    dt_graph_allreduce_fn sync_fn;
+    void *sync_ud;
 } dt_run;
 
 typedef struct dt_node {

@@ -12,7 +12,15 @@
  *
  * Own OpenMP kernels rather than oneDNN: in NCHW this is a per-channel streaming reduction that
  * is memory-bound either way, and oneDNN would need blocked layouts (two reorders) plus its own
- * running-statistics handling. Sums are per-row float SIMD partials accumulated in double. */
+ * running-statistics handling. Sums are per-row float SIMD partials accumulated in double.
+ *
+ * Synchronised statistics (dt_graph_set_sync_batchnorm, torch.nn.SyncBatchNorm) in training:
+ * forward all-reduces per-channel [sum x, sum x^2, count] (2C + 1 doubles, one call) and
+ * normalises with the global mean and biased variance; running_var gets the unbiased variance
+ * with the global count. Backward all-reduces [sum dy, sum dy * xhat] (2C doubles, one call)
+ * for the input gradient; weight/bias gradients stay local (the gradient average sums them).
+ * The scratch for these sums is the node's ws; the global count is saved in aux for backward.
+ * Without a reducer, and in eval mode, the code below is the unsynchronised one, unchanged. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -81,8 +89,81 @@ static void bn_apply(float *y, const float *x, const float *mean, const float *r
         }
 }
 
-/* aux layout: mean [C], rstd [C], mode (1.0 training, 0.0 eval). */
+/* aux layout: mean [C], rstd [C], mode (1.0 training, 0.0 eval, 2.0 training with synchronised
+ * statistics), padding to 8 bytes, then (synchronised only) the global count M as a double. */
+static size_t bn_count_off(int64_t C) {
+    return ((2 * (size_t)C + 1) * sizeof(float) + 7) / 8 * 8;
+}
+
+/* "batchnorm2d: synchronised statistics: <what> failed: <the reducer's message>". */
+static dt_status bn_sync_error(dt_status s, const char *what) {
+    char m[512];
+    snprintf(m, sizeof m, "%s", dt_last_error()); /* copy: the message buffer is reused */
+    if (s == DT_OK) s = DT_ERR_INTERNAL;
+    return dt_error_set(s, "%s: synchronised statistics: %s failed: %s", OP, what,
+                        m[0] ? m : dt_status_name(s));
+}
+
+/* Per-channel local sums of x [N, C, P] for synchronised statistics: sum[c] = sum x and
+ * sq[c] = sum x^2. sum x^2 is formed around the local mean m (a float) as
+ *   sum (x - m)^2 + 2 m (sum x - M m) + M m^2
+ * so the variance sq/M - (sum/M)^2 later cancels in double, not in float partials of x^2. */
+static void bn_local_sums(double *sum, double *sq, const float *x, int64_t N, int64_t C,
+                          int64_t P) {
+    double M = (double)N * (double)P;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < C; c++) {
+        double s = 0.0;
+        for (int64_t n = 0; n < N; n++) s += row_sum(x + (n * C + c) * P, P);
+        float m = (float)(s / M);
+        double v = 0.0;
+        for (int64_t n = 0; n < N; n++) v += row_sqdev(x + (n * C + c) * P, P, m);
+        sum[c] = s;
+        sq[c] = v + 2.0 * m * (s - M * m) + M * m * m;
+    }
+}
+
+/* Training forward with statistics over all workers (ws: [2C + 1] doubles). */
+static dt_status bn_forward_sync(const dt_op_ctx *c) {
+    const dt_tensor *xt = &c->in[BN_X];
+    int64_t N = xt->shape[0], C = xt->shape[1], P = dt_tensor_numel(xt) / (N * C);
+    const float *x = xt->data, *w = c->in[BN_W].data, *b = c->in[BN_B].data;
+    float *rm = bn_running(c, BN_RM), *rv = bn_running(c, BN_RV);
+    float *mean = c->aux, *rstd = mean + C, *mode = rstd + C;
+    float mom = c->node->fp[BN_MOMENTUM], eps = c->node->fp[BN_EPS];
+    double *buf = c->ws; /* sum x [C], sum x^2 [C], count */
+    bn_local_sums(buf, buf + C, x, N, C, P);
+    buf[2 * C] = (double)N * (double)P;
+    dt_status s = c->run->sync_fn(c->run->sync_ud, buf, 2 * (size_t)C + 1);
+    if (s != DT_OK) return bn_sync_error(s, "all-reduce of the batch statistics");
+    double M = buf[2 * C];
+    /* The global count is the same on every worker, so all of them fail here or none does. */
+    if (!(M >= 2.0)) {
+        char sh[64];
+        return dt_error_set(DT_ERR_SHAPE,
+                            "%s: training needs more than 1 value per channel over all workers "
+                            "(global count %g, x %s on this worker)",
+                            OP, M, dt_shape_str(sh, sizeof sh, xt->ndim, xt->shape));
+    }
+    for (int64_t k = 0; k < C; k++) {
+        double mu = buf[k] / M, var = buf[C + k] / M - mu * mu;
+        if (var < 0.0) var = 0.0; /* rounding when the variance is ~0 */
+        mean[k] = (float)mu;
+        if (!c->recompute) {
+            rm[k] = (1.0f - mom) * rm[k] + mom * mean[k];
+            rv[k] = (1.0f - mom) * rv[k] + mom * (float)(var * M / (M - 1));
+        }
+        rstd[k] = 1.0f / sqrtf((float)var + eps);
+    }
+    *mode = 2.0f;
+    memcpy((char *)c->aux + bn_count_off(C), &M, sizeof M);
+    bn_apply(c->out.data, x, mean, rstd, w, b, N, C, P);
+    return DT_OK;
+}
+
+/* aux layout: see bn_count_off (mode 1.0 training, 0.0 eval here). */
 static dt_status bn_forward(const dt_op_ctx *c) {
+    if (c->run->training && c->run->sync_fn) return bn_forward_sync(c);
     const dt_tensor *xt = &c->in[BN_X];
     int64_t N = xt->shape[0], C = xt->shape[1], P = dt_tensor_numel(xt) / (N * C);
     const float *x = xt->data, *w = c->in[BN_W].data, *b = c->in[BN_B].data;
@@ -163,10 +244,73 @@ static void bn_backward_kernel(float *gx, float bx, float *gw, float bw, float *
     }
 }
 
+/* Backward of a synchronised training forward (ws: [2C] doubles). With xhat = (x - mean) * rstd
+ * and M the global count:
+ *   gb = sum gy,  gw = sum gy * xhat            (this worker's rows)
+ *   gx = w * rstd * (gy - Gb / M - xhat * Gw / M)  with Gb, Gw the sums over all workers. */
+static dt_status bn_backward_sync(const dt_op_ctx *c) {
+    const dt_tensor *xt = &c->in[BN_X];
+    int64_t N = xt->shape[0], C = xt->shape[1], P = dt_tensor_numel(xt) / (N * C);
+    const float *mean = c->aux, *rstd = mean + C, *w = c->in[BN_W].data;
+    const float *gy = c->gout.data, *x = xt->data;
+    float *gx = c->gin[BN_X].data, *gw = c->gin[BN_W].data, *gb = c->gin[BN_B].data;
+    float bx = c->gin_beta[BN_X], bw = c->gin_beta[BN_W], bb = c->gin_beta[BN_B];
+    if (!c->run->sync_fn)
+        return dt_error_set(DT_ERR_STATE,
+                            "%s: backward of a forward with synchronised statistics, but the "
+                            "reducer was removed (dt_graph_set_sync_batchnorm) in between",
+                            OP);
+    double M;
+    memcpy(&M, (const char *)c->aux + bn_count_off(C), sizeof M);
+    double *buf = c->ws; /* sum gy [C], sum gy * xhat [C] */
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < C; k++) {
+        float m = mean[k];
+        double sg = 0.0, sgx = 0.0; /* sum gy, sum gy * (x - mean) */
+        for (int64_t n = 0; n < N; n++) {
+            const float *g = gy + (n * C + k) * P, *xp = x + (n * C + k) * P;
+            float a = 0.0f, d = 0.0f;
+#pragma omp simd reduction(+ : a, d)
+            for (int64_t i = 0; i < P; i++) {
+                a += g[i];
+                d += g[i] * (xp[i] - m);
+            }
+            sg += a, sgx += d;
+        }
+        buf[k] = sg;
+        buf[C + k] = sgx * rstd[k];
+        if (gb) gb[k] = (bb != 0.0f ? gb[k] : 0.0f) + (float)sg;
+        if (gw) gw[k] = (bw != 0.0f ? gw[k] : 0.0f) + (float)buf[C + k];
+    }
+    /* No input gradient wanted (the same on every worker: same graph): nothing to exchange. */
+    if (!gx) return DT_OK;
+    dt_status s = c->run->sync_fn(c->run->sync_ud, buf, 2 * (size_t)C);
+    if (s != DT_OK) return bn_sync_error(s, "all-reduce of the gradient sums in backward");
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < C; k++) {
+            float m = mean[k], r = rstd[k], kk = w[k] * r;
+            /* kk * (gy - Gb/M - (x - mean) * r * Gw / M) = kk*gy + u*(x - mean) + v */
+            float u = (float)(-(double)kk * r * buf[C + k] / M);
+            float v = (float)(-(double)kk * buf[k] / M);
+            const float *g = gy + (n * C + k) * P, *xp = x + (n * C + k) * P;
+            float *o = gx + (n * C + k) * P;
+            if (bx != 0.0f) {
+#pragma omp simd
+                for (int64_t i = 0; i < P; i++) o[i] += kk * g[i] + u * (xp[i] - m) + v;
+            } else {
+#pragma omp simd
+                for (int64_t i = 0; i < P; i++) o[i] = kk * g[i] + u * (xp[i] - m) + v;
+            }
+        }
+    return DT_OK;
+}
+
 static dt_status bn_backward(const dt_op_ctx *c) {
     const dt_tensor *xt = &c->in[BN_X];
     int64_t N = xt->shape[0], C = xt->shape[1], P = dt_tensor_numel(xt) / (N * C);
     const float *mean = c->aux, *rstd = mean + C, *mode = rstd + C;
+    if (*mode == 2.0f) return bn_backward_sync(c);
     bn_backward_kernel(c->gin[BN_X].data, c->gin_beta[BN_X], c->gin[BN_W].data, c->gin_beta[BN_W],
                        c->gin[BN_B].data, c->gin_beta[BN_B], c->gout.data, xt->data, mean, rstd,
                        c->in[BN_W].data, *mode != 0.0f, N, C, P);
@@ -174,8 +318,12 @@ static dt_status bn_backward(const dt_op_ctx *c) {
 }
 
 static dt_status bn_prepare(dt_graph *g, dt_node *n) {
-    n->aux_bytes = (2 * (size_t)n->t.shape[1] + 1) * sizeof(float);
-    n->state = g; /* borrowed, for bn_running(); nothing to destroy */
+    size_t C = (size_t)n->t.shape[1];
+    /* mean, rstd, mode; the global count for synchronised statistics */
+    n->aux_bytes = bn_count_off((int64_t)C) + sizeof(double);
+    n->ws_fwd = (2 * C + 1) * sizeof(double); /* synchronised forward's sums */
+    n->ws_bwd = 2 * C * sizeof(double);       /* synchronised backward's sums */
+    n->state = g;                             /* borrowed, for bn_running(); nothing to destroy */
     return DT_OK;
 }
 

@@ -36,7 +36,11 @@ int64_t dt_train_feed(dt_trainer *t, const dt_batch *b) {
 dt_status dt_trainer_step(dt_trainer *t) {
     int64_t accum = t->v.train.grad_accum, step = t->prog.step;
     double t0 = dt_train_now(), wait = 0, loss = 0;
+    /* ZeRO-2/3 keep no full gradient: every micro-batch is reduce-scattered and added into
+     * this rank's shard, and the graph never accumulates. */
+    int zero = t->ddp ? (int)t->v.dist.zero_stage : 0;
     dt_graph_set_loss_scale(t->g, 1.0f / (float)accum);
+    if (t->ddp) dt_ddp_zero_grad(t->ddp);
     for (int64_t m = 0; m < accum; m++) {
         dt_batch b;
         double w0 = dt_train_now();
@@ -48,7 +52,7 @@ dt_status dt_trainer_step(dt_trainer *t) {
                                 (long long)b.n, (long long)t->B);
         dt_train_feed(t, &b);
         t->prog.epoch = b.epoch;
-        dt_graph_set_accumulate(t->g, m > 0);
+        dt_graph_set_accumulate(t->g, m > 0 && zero < 2);
         dt_graph_set_rng(t->g, (uint64_t)t->v.train.seed, (uint64_t)(step * accum + m), t->rank);
         /* Like PyTorch DDP's default: batchnorm statistics are per rank during the step and
          * rank 0's are given to all before each step (broadcast_buffers). Gradients are only
@@ -61,16 +65,28 @@ dt_status dt_trainer_step(dt_trainer *t) {
         loss += *(const float *)dt_graph_value(t->g, t->loss)->data;
     }
     double norm;
-    if (t->v.optim.clip_norm > 0)
-        norm = dt_grad_clip_norm(t->gr, t->n, (float)t->v.optim.clip_norm);
-    else
-        norm = sqrt(dt_grad_sumsq(t->gr, t->n));
     float lr = dt_lr_at(&t->sched, step);
-    dt_status st = dt_optim_step(t->opt, t->p, t->gr, lr);
-    if (st != DT_OK) return st;
+    dt_status st;
+    if (t->ddp) {
+        /* This rank's slice: everything, or its ZeRO shard (then all-gathered for stages 1-2;
+         * stage 3 gathers parameters when the next forward needs them). */
+        size_t lo, hi;
+        float *g = dt_ddp_shard(t->ddp, &lo, &hi);
+        if ((st = dt_ddp_clip_grad(t->ddp, (float)t->v.optim.clip_norm, &norm)) != DT_OK ||
+            (st = dt_optim_step(t->opt, t->p + lo, g, lr)) != DT_OK)
+            return st;
+        if ((zero == 1 || zero == 2) && (st = dt_ddp_gather_params(t->ddp)) != DT_OK) return st;
+    } else {
+        if (t->v.optim.clip_norm > 0)
+            norm = dt_grad_clip_norm(t->gr, t->n, (float)t->v.optim.clip_norm);
+        else
+            norm = sqrt(dt_grad_sumsq(t->gr, t->n));
+        if ((st = dt_optim_step(t->opt, t->p, t->gr, lr)) != DT_OK) return st;
+    }
     if (!isfinite(loss))
-        return dt_error_set(DT_ERR_STATE, "trainer: loss is %g at step %lld (diverged; lower "
-                                          "optim.lr or set optim.clip_norm)",
+        return dt_error_set(DT_ERR_STATE,
+                            "trainer: loss is %g at step %lld (diverged; lower "
+                            "optim.lr or set optim.clip_norm)",
                             loss, (long long)step);
     t->prog.step = step + 1;
     t->prog.loss = loss / (double)accum;
@@ -92,17 +108,29 @@ static dt_status log_line(dt_trainer *t) {
         t->prog.loss = l / t->world;
     }
     double now = dt_train_now(), dt = now - t->t_last;
+    /* Exposed communication: time the step waited for gradients after backward (and, under
+     * ZeRO-3, for parameters), as a share of step time -- what overlap did not hide. */
+    char comm[64] = "";
+    if (t->ddp) {
+        dt_ddp_stats ds;
+        dt_ddp_get_stats(t->ddp, &ds);
+        double w = ds.wait_total_s + ds.gather_wait_total_s;
+        snprintf(comm, sizeof comm, "  comm-wait %.1f%%",
+                 t->step_time_sum > 0 ? 100 * (w - t->comm_wait_mark) / t->step_time_sum : 0.0);
+        t->comm_wait_mark = w;
+    }
     t->prog.samples_per_s = dt > 0 ? (double)t->samples_since / dt : 0;
     t->prog.data_wait = t->step_time_sum > 0 ? t->wait_sum / t->step_time_sum : 0;
     t->prog.elapsed_s = now - t->t_start;
     if (t->log)
         fprintf(t->log,
                 "step %6lld/%lld  epoch %lld  loss %.4f  lr %.3g  |g| %.3g  %.0f %s/s  "
-                "data-wait %.1f%%  %.0fs\n",
+                "data-wait %.1f%%%s  %.0fs\n",
                 (long long)t->prog.step, (long long)t->prog.total_steps,
                 (long long)t->prog.epoch + 1, t->prog.loss, t->prog.lr, t->prog.grad_norm,
                 t->prog.samples_per_s * t->world * (t->task == DT_TASK_LM ? (double)t->T : 1.0),
-                t->task == DT_TASK_LM ? "tok" : "img", 100 * t->prog.data_wait, t->prog.elapsed_s);
+                t->task == DT_TASK_LM ? "tok" : "img", 100 * t->prog.data_wait, comm,
+                t->prog.elapsed_s);
     if (t->log) fflush(t->log);
     t->t_last = now, t->wait_sum = t->step_time_sum = 0, t->samples_since = 0;
     return DT_OK;
@@ -111,6 +139,11 @@ static dt_status log_line(dt_trainer *t) {
 dt_status dt_trainer_evaluate(dt_trainer *t, dt_eval_result *r) {
     memset(r, 0, sizeof *r);
     if (!t->val_ld) return dt_error_set(DT_ERR_STATE, "evaluate: no data.val configured");
+    /* ZeRO-3: whole parameters for evaluation (ranks may evaluate different batch counts, so
+     * the per-bucket gathers of a forward could not be matched). */
+    int z3 = t->ddp && t->v.dist.zero_stage >= 3;
+    dt_status zs = z3 ? dt_ddp_gather_params(t->ddp) : DT_OK;
+    if (zs != DT_OK) return zs;
     dt_data_cursor saved;
     dt_loader_cursor(t->val_ld, &saved); /* every evaluation sees the same pass */
     int64_t nb = dt_loader_batches_per_epoch(t->val_ld), V = t->classes;
@@ -139,6 +172,7 @@ dt_status dt_trainer_evaluate(dt_trainer *t, dt_eval_result *r) {
         counted += valid;
     }
     dt_loader_seek(t->val_ld, &saved);
+    if (z3 && (zs = dt_ddp_release_params(t->ddp)) != DT_OK) return zs;
     if (t->world > 1) { /* each rank evaluated its share of data.val */
         double sums[3] = {loss_sum, (double)counted, (double)correct};
         dt_status st = dt_comm_allreduce_f64(t->comm, sums, 3);
@@ -160,7 +194,8 @@ static dt_status eval_and_log(dt_trainer *t) {
     if (st != DT_OK) return st;
     if (t->log) {
         if (t->task == DT_TASK_LM)
-            fprintf(t->log, "eval  step %lld  loss %.4f  perplexity %.2f  top-1 %.2f%%  (%lld tokens)\n",
+            fprintf(t->log,
+                    "eval  step %lld  loss %.4f  perplexity %.2f  top-1 %.2f%%  (%lld tokens)\n",
                     (long long)t->prog.step, r.loss, r.perplexity, 100 * r.accuracy,
                     (long long)r.samples);
         else
@@ -187,11 +222,37 @@ static dt_status run_loop(dt_trainer *t) {
         if ((t->prog.step % v->train.log_every == 0 || t->prog.step == t->prog.total_steps) &&
             (st = log_line(t)) != DT_OK)
             return st;
+        if (t->prog.step == t->prog.total_steps) {
+            /* Memory between steps: what ZeRO keeps resident (evaluation, the final gather
+             * and export come after). */
+            double rss, peak;
+            dt_train_rss(&rss, &peak);
+            t->rss_step_mib = rss;
+            if (t->log) {
+                fprintf(t->log,
+                        "memory per worker: %.0f MiB resident after the last step, peak "
+                        "%.0f MiB",
+                        rss, peak);
+                if (t->have_plan)
+                    fprintf(t->log,
+                            "; plan %.0f MiB (parameters %.0f, gradients %.0f, optimizer %.0f, "
+                            "activations %.0f; ZeRO stage %d)",
+                            (double)t->plan.total_bytes / 1048576.0,
+                            (double)t->plan.param_bytes / 1048576.0,
+                            (double)t->plan.grad_bytes / 1048576.0,
+                            (double)t->plan.optim_bytes / 1048576.0,
+                            (double)t->plan.activation_bytes / 1048576.0, t->plan.zero_stage);
+                fprintf(t->log, "\n");
+            }
+        }
         if (t->val_ld && v->train.eval_every && t->prog.step % v->train.eval_every == 0 &&
             t->prog.step != t->prog.total_steps && (st = eval_and_log(t)) != DT_OK)
             return st;
     }
     if (t->val_ld && (st = eval_and_log(t)) != DT_OK) return st;
+    /* ZeRO-3: leave every rank with the whole trained model (export, the caller's reads). */
+    if (t->ddp && t->v.dist.zero_stage >= 3 && (st = dt_ddp_gather_params(t->ddp)) != DT_OK)
+        return st;
     return DT_OK;
 }
 
@@ -200,14 +261,19 @@ dt_status dt_trainer_run(dt_trainer *t) {
     if (t->log) {
         const dt_dataset_info *in = dt_dataset_get_info(t->train_ds);
         fprintf(t->log,
-                "dtrain train: %s, %zu parameters; %s: %lld %s; %d worker%s (%s) x batch %lld x "
+                "dtrain train: %s, %zu parameters; %s: %lld %s; %d worker%s (%s%s) x batch %lld x "
                 "%lld accumulation = effective batch %lld; %lld steps; run %s\n",
-                t->model == DT_MODEL_RESNET ? "resnet" : t->model == DT_MODEL_LLAMA ? "llama"
-                                                                                    : t->custom.name,
+                t->model == DT_MODEL_RESNET  ? "resnet"
+                : t->model == DT_MODEL_LLAMA ? "llama"
+                                             : t->custom.name,
                 t->n, in->name, (long long)in->records,
                 t->task == DT_TASK_IMAGE ? "images" : "documents", t->world,
-                t->world == 1 ? "" : "s", dt_comm_backend(t->comm), (long long)t->B,
-                (long long)v->train.grad_accum,
+                t->world == 1 ? "" : "s", dt_comm_backend(t->comm),
+                t->ddp && t->v.dist.zero_stage ? (t->v.dist.zero_stage == 1   ? ", ZeRO-1"
+                                                  : t->v.dist.zero_stage == 2 ? ", ZeRO-2"
+                                                                              : ", ZeRO-3")
+                                               : "",
+                (long long)t->B, (long long)v->train.grad_accum,
                 (long long)(t->world * t->B * v->train.grad_accum), (long long)t->prog.total_steps,
                 t->run_dir);
         fflush(t->log);

@@ -66,3 +66,16 @@ dt_status dt_train_record(dt_trainer *t, const char *status) {
     }
     return DT_OK;
 }
+
+void dt_train_rss(double *rss_mib, double *peak_mib) {
+    *rss_mib = *peak_mib = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return;
+    char line[256];
+    long long kb;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "VmRSS: %lld kB", &kb) == 1) *rss_mib = (double)kb / 1024.0;
+        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) *peak_mib = (double)kb / 1024.0;
+    }
+    fclose(f);
+}

@@ -37,10 +37,16 @@ struct dt_trainer {
     FILE *log;
     /* interval statistics for the log line */
     double t_start, t_last, wait_sum, step_time_sum;
+    double comm_wait_mark; /* ddp wait totals at the last log line */
+    dt_plan plan;          /* dtrain plan's per-worker memory, beside the measured one */
+    int have_plan;
+    double rss_step_mib;   /* resident memory right after the last training step */
     int64_t samples_since;
 };
 
 double dt_train_now(void);
+/* This process's resident memory and its peak, MiB (from /proc/self/status; 0 if unknown). */
+void dt_train_rss(double *rss_mib, double *peak_mib);
 /* Copies a loader batch into the graph's inputs; pads a short (eval) batch with ignored
  * targets. Returns the number of real samples. */
 int64_t dt_train_feed(dt_trainer *t, const dt_batch *b);

@@ -123,10 +123,9 @@ static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
                                 "model.kind: llama needs a token dataset, data.train holds images");
         if (t->model == DT_MODEL_RESNET) {
             if (v->model.in_channels != t->C)
-                return dt_error_set(DT_ERR_INVALID,
-                                    "model.in_channels: %lld, but the images have %lld channel%s",
-                                    (long long)v->model.in_channels, (long long)t->C,
-                                    t->C == 1 ? "" : "s");
+                return dt_error_set(
+                    DT_ERR_INVALID, "model.in_channels: %lld, but the images have %lld channel%s",
+                    (long long)v->model.in_channels, (long long)t->C, t->C == 1 ? "" : "s");
             if (v->model.num_classes < t->classes)
                 return dt_error_set(DT_ERR_INVALID,
                                     "model.num_classes: %lld, but the labels go up to %lld",
@@ -138,15 +137,18 @@ static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
         t->T = v->data.seq_len;
         t->classes = in->vocab_size;
         if (t->model == DT_MODEL_RESNET)
-            return dt_error_set(DT_ERR_INVALID,
-                                "model.kind: resnet needs an image dataset, data.train holds tokens");
+            return dt_error_set(
+                DT_ERR_INVALID,
+                "model.kind: resnet needs an image dataset, data.train holds tokens");
         t->x = dt_graph_input(g, "ids", DT_I32, 2, (int64_t[]){t->B, t->T}, 0);
         t->y = dt_graph_input(g, "targets", DT_I32, 1, (int64_t[]){t->B * t->T}, 0);
     }
     if (t->model == DT_MODEL_RESNET) {
-        t->rc = (dt_resnet_config){.depth = (int)v->model.depth, .in_channels = (int)t->C,
+        t->rc = (dt_resnet_config){.depth = (int)v->model.depth,
+                                   .in_channels = (int)t->C,
                                    .num_classes = (int)v->model.num_classes,
-                                   .small_stem = v->model.small_stem, .width = (int)v->model.width,
+                                   .small_stem = v->model.small_stem,
+                                   .width = (int)v->model.width,
                                    .recompute = v->model.recompute};
         t->logits = dt_resnet_build(g, &t->rc, t->x);
     } else if (t->model == DT_MODEL_LLAMA) {
@@ -178,7 +180,18 @@ static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
     }
     t->loss = dt_cross_entropy(g, flat, t->y, 0.0f, -100);
     if (t->loss < 0 || dt_graph_keep(g, t->logits) != DT_OK) return DT_ERR_INVALID;
-    return dt_graph_compile(g, t->loss, NULL);
+    /* ZeRO shards are equal slices of the flat buffers padded to world x shard elements. */
+    dt_graph_opts go = {0};
+    if (t->world > 1 && v->dist.zero_stage > 0) {
+        size_t n = 0;
+        for (int i = 0; i < dt_graph_param_count(g); i++) {
+            const dt_param_info *pi = dt_graph_param_info(g, i);
+            if (!(pi->flags & (DT_PARAM_FROZEN | DT_PARAM_STATE)) && pi->offset + pi->numel > n)
+                n = pi->offset + pi->numel;
+        }
+        go.flat_capacity = (size_t)t->world * dt_comm_shard_size(n, t->world);
+    }
+    return dt_graph_compile(g, t->loss, &go);
 }
 
 static dt_status init_weights(dt_trainer *t, const dt_config *cfg) {
@@ -198,8 +211,8 @@ static dt_status init_weights(dt_trainer *t, const dt_config *cfg) {
 
 static dt_status make_optim(dt_trainer *t) {
     const dt_config_values *v = &t->v;
-    dt_optim_config oc = dt_optim_config_default(v->optim.name == DT_CFG_OPTIM_SGD ? DT_OPTIM_SGD
-                                                                                   : DT_OPTIM_ADAMW);
+    dt_optim_config oc =
+        dt_optim_config_default(v->optim.name == DT_CFG_OPTIM_SGD ? DT_OPTIM_SGD : DT_OPTIM_ADAMW);
     oc.weight_decay = v->optim.weight_decay;
     oc.momentum = v->optim.momentum;
     oc.nesterov = v->optim.nesterov;
@@ -212,7 +225,10 @@ static dt_status make_optim(dt_trainer *t) {
     if (groups) {
         st = v->optim.no_decay_norm_bias ? dt_optim_groups_from_graph(t->g, groups, cap, &ng)
                                          : DT_OK;
-        if (st == DT_OK) st = dt_optim_init(&oc, t->n, 0, t->n, groups, ng, &t->opt);
+        /* Under ZeRO this rank's optimizer covers its shard only (state for hi - lo). */
+        size_t lo = 0, hi = t->n;
+        if (t->ddp) dt_ddp_shard(t->ddp, &lo, &hi);
+        if (st == DT_OK) st = dt_optim_init(&oc, t->n, lo, hi, groups, ng, &t->opt);
     }
     free(groups);
     if (st != DT_OK) return st;
@@ -224,12 +240,14 @@ static dt_status make_optim(dt_trainer *t) {
                             "%lld batches",
                             (long long)v->train.grad_accum,
                             (long long)dt_loader_batches_per_epoch(t->train_ld));
-    t->sched = (dt_lr_schedule){
-        .kind = (dt_lr_kind)v->schedule.kind, .base_lr = (float)v->optim.lr,
-        .warmup_steps = v->schedule.warmup_steps,
-        .total_steps = v->schedule.total_steps ? v->schedule.total_steps : t->prog.total_steps,
-        .min_lr = (float)v->schedule.min_lr, .step_size = v->schedule.step_size,
-        .gamma = (float)v->schedule.gamma};
+    t->sched = (dt_lr_schedule){.kind = (dt_lr_kind)v->schedule.kind,
+                                .base_lr = (float)v->optim.lr,
+                                .warmup_steps = v->schedule.warmup_steps,
+                                .total_steps = v->schedule.total_steps ? v->schedule.total_steps
+                                                                       : t->prog.total_steps,
+                                .min_lr = (float)v->schedule.min_lr,
+                                .step_size = v->schedule.step_size,
+                                .gamma = (float)v->schedule.gamma};
     if (t->sched.kind != DT_LR_CONSTANT && t->sched.kind != DT_LR_STEP &&
         t->sched.total_steps <= t->sched.warmup_steps)
         return dt_error_set(DT_ERR_INVALID,
@@ -252,11 +270,23 @@ static dt_status make_dist(dt_trainer *t) {
     return DT_OK;
 }
 
+/* SyncBatchNorm's reduction: per-channel sums over all ranks, queued behind the gradient
+ * buckets already handed to the communication thread (a second collective at the same time on
+ * the same communicator would break MPI's matching). */
+static dt_status sync_sum(void *ud, double *buf, size_t n) {
+    return dt_ddp_allreduce_f64((dt_ddp *)ud, buf, n);
+}
+
 /* After the weights exist: DDP, and every rank starts from rank 0's parameters. */
 static dt_status make_ddp(dt_trainer *t) {
     if (t->world < 2) return DT_OK;
-    dt_ddp_opts o = {.bucket_mb = t->v.dist.bucket_mb, .overlap = 1, .average = 1};
+    dt_ddp_opts o = {.bucket_mb = t->v.dist.bucket_mb,
+                     .overlap = t->v.dist.overlap,
+                     .average = 1,
+                     .zero_stage = (int)t->v.dist.zero_stage};
     dt_status st = dt_ddp_init(t->g, t->comm, &o, &t->ddp);
+    if (st == DT_OK && t->v.dist.sync_batchnorm)
+        dt_graph_set_sync_batchnorm(t->g, sync_sum, t->ddp);
     if (st == DT_OK) st = dt_ddp_broadcast_params(t->ddp);
     if (st == DT_OK) st = dt_ddp_broadcast_state(t->ddp);
     return st;
@@ -312,12 +342,6 @@ dt_status dt_trainer_create(const dt_config *cfg, const dt_model_def *custom, dt
         free(t);
         return dt_error_set(DT_ERR_INVALID, "lora.enabled: LoRA finetuning is not built yet");
     }
-    if (t->v.dist.zero_stage != 0) {
-        long long z = (long long)t->v.dist.zero_stage;
-        free(t);
-        return dt_error_set(DT_ERR_INVALID,
-                            "dist.zero_stage: %lld needs distributed training (not built yet)", z);
-    }
     dt_threads_set((int)t->v.train.threads);
     dt_status st;
     if ((st = make_dist(t)) != DT_OK || (st = open_data(t, cfg)) != DT_OK ||
@@ -328,6 +352,9 @@ dt_status dt_trainer_create(const dt_config *cfg, const dt_model_def *custom, dt
         dt_trainer_free(t);
         return st;
     }
+    /* The plan is only for the log's memory line: a model it cannot plan still trains. */
+    t->have_plan = dt_plan_compute(cfg, t->world, &t->plan) == DT_OK;
+    dt_error_clear();
     if (t->rank != 0) t->log = NULL;
     t->t_start = t->t_last = dt_train_now();
     *out = t;
@@ -346,10 +373,18 @@ void dt_trainer_free(dt_trainer *t) {
     free(t);
 }
 
-const dt_train_progress *dt_trainer_progress(const dt_trainer *t) { return &t->prog; }
+const dt_train_progress *dt_trainer_progress(const dt_trainer *t) {
+    return &t->prog;
+}
 const dt_eval_result *dt_trainer_last_eval(const dt_trainer *t) {
     return t->have_eval ? &t->eval : NULL;
 }
-const char *dt_trainer_run_dir(const dt_trainer *t) { return t->run_dir; }
-dt_graph *dt_trainer_graph(dt_trainer *t) { return t->g; }
-void dt_trainer_set_log(dt_trainer *t, FILE *f) { t->log = t->rank == 0 ? f : NULL; }
+const char *dt_trainer_run_dir(const dt_trainer *t) {
+    return t->run_dir;
+}
+dt_graph *dt_trainer_graph(dt_trainer *t) {
+    return t->g;
+}
+void dt_trainer_set_log(dt_trainer *t, FILE *f) {
+    t->log = t->rank == 0 ? f : NULL;
+}

@@ -41,16 +41,27 @@ dt_test(NAME train_fmnist_full SOURCES train/test_train.c LABELS "slow;e2e" TIME
         ARGS ${DT_TRAIN_DATA} ${PROJECT_SOURCE_DIR} fmnist_full)
 set_tests_properties(train_fmnist_full PROPERTIES WORKING_DIRECTORY ${CMAKE_BINARY_DIR}
                      FIXTURES_REQUIRED fmnist_data RUN_SERIAL TRUE)
-# dtrain's trainer under mpirun: N ranks x batch b == 1 process x batch N*b (tiny Llama).
+# dtrain's trainer under mpirun: N ranks x batch b == 1 process x batch N*b (tiny Llama,
+# ResNet with SyncBatchNorm); repeats, overlap off and ZeRO 1-3 against plain DDP.
 if(MPI_FOUND)
   add_executable(train_dist train/test_train_dist.c)
   target_link_libraries(train_dist PRIVATE dt_testutil)
-  foreach(np 2 3)
+  foreach(np 2 3 4)
     add_test(NAME train_dist_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root
              --oversubscribe --bind-to none -np ${np} $<TARGET_FILE:train_dist>
              ${DT_TRAIN_DATA} ${PROJECT_SOURCE_DIR})
     set_tests_properties(train_dist_np${np} PROPERTIES LABELS "dist;e2e" TIMEOUT 300
-                         WORKING_DIRECTORY ${CMAKE_BINARY_DIR} FIXTURES_REQUIRED fortunes_data
+                         WORKING_DIRECTORY ${CMAKE_BINARY_DIR}
+                         FIXTURES_REQUIRED "fortunes_data;fmnist_data"
                          RUN_SERIAL TRUE ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000")
   endforeach()
+endif()
+# ZeRO stages 1-3 divide optimizer state, gradients and parameters per rank as `dtrain plan` says.
+if(MPI_FOUND)
+  add_test(NAME train_zero_memory COMMAND ${PROJECT_SOURCE_DIR}/tests/train/zero_memory.sh
+           $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${MPIEXEC_EXECUTABLE}
+           --allow-run-as-root --oversubscribe --bind-to none)
+  set_tests_properties(train_zero_memory PROPERTIES LABELS "dist;e2e" TIMEOUT 300 RUN_SERIAL TRUE
+                       FIXTURES_REQUIRED fortunes_data
+                       ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000")
 endif()

@@ -1,0 +1,248 @@
+/* Data-parallel training step of a whole model with dt_ddp, for weak scaling
+ * (bench/bench_scaling.sh): run under mpirun with 1, 2, ... ranks at a fixed per-rank batch;
+ * weak-scaling efficiency is step_time(1 rank) / step_time(N ranks). Measured as
+ * bench/peers/bench_ddp.py measures PyTorch DDP: a barrier before and after each step, the median
+ * step time on rank 0.
+ *
+ *   mpirun -np N bench_ddp [--model resnet18|llama56m] [--batch B] [--steps K] [--warmup W]
+ *                          [--overlap 0|1] [--bucket-mb MB] [--threads T] [--broadcast-buffers 0|1]
+ *
+ * Models (the configurations of bench/bench_models.sh):
+ *   resnet18  small stem, x [B, 3, 32, 32], 10 classes, SGD momentum 0.9 wd 5e-4; default B 64
+ *   llama56m  dim 512, 8 layers, 8 heads, 4 KV heads, ffn 1408, vocab 32000, ids [B, 256],
+ *             AdamW wd 0.1; default B 8
+ * Each rank trains on its own synthetic batch (seeded by rank), made once. One step = forward,
+ * backward (buckets all-reduce while backward runs when overlap is on), dt_ddp_wait, optimizer.
+ * Batchnorm buffers are broadcast from rank 0 before each forward, as torch DDP does by default
+ * (broadcast_buffers=True); --broadcast-buffers 0 turns that off. Threads per rank: 1 unless
+ * --threads says otherwise. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "dtrain/dtrain.h"
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return v[n / 2];
+}
+
+typedef struct args {
+    const char *model;
+    int batch, steps, warmup, overlap, threads, bcast_buffers;
+    double bucket_mb;
+} args;
+
+static int usage(void) {
+    fprintf(stderr, "usage: bench_ddp [--model resnet18|llama56m] [--batch B] [--steps K] "
+                    "[--warmup W] [--overlap 0|1] [--bucket-mb MB] [--threads T] "
+                    "[--broadcast-buffers 0|1]\n");
+    return 2;
+}
+
+/* 0 on success, 2 on a bad command line (message printed). */
+static int parse(int argc, char **argv, args *a) {
+    *a = (args){.model = "resnet18",
+                .batch = 0,
+                .steps = 6,
+                .warmup = 2,
+                .overlap = 1,
+                .threads = 1,
+                .bcast_buffers = 1,
+                .bucket_mb = 25.0};
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) return usage();
+        if (!strcmp(k, "--model"))
+            a->model = v;
+        else if (!strcmp(k, "--batch"))
+            a->batch = atoi(v);
+        else if (!strcmp(k, "--steps"))
+            a->steps = atoi(v);
+        else if (!strcmp(k, "--warmup"))
+            a->warmup = atoi(v);
+        else if (!strcmp(k, "--overlap"))
+            a->overlap = atoi(v);
+        else if (!strcmp(k, "--threads"))
+            a->threads = atoi(v);
+        else if (!strcmp(k, "--broadcast-buffers"))
+            a->bcast_buffers = atoi(v);
+        else if (!strcmp(k, "--bucket-mb"))
+            a->bucket_mb = atof(v);
+        else
+            return usage();
+        i++;
+    }
+    int resnet = !strcmp(a->model, "resnet18"), llama = !strcmp(a->model, "llama56m");
+    if (!resnet && !llama) {
+        fprintf(stderr, "bench_ddp: --model %s: expected resnet18 or llama56m\n", a->model);
+        return 2;
+    }
+    if (a->batch <= 0) a->batch = resnet ? 64 : 8;
+    if (a->steps < 1 || a->warmup < 0 || a->threads < 1 || !(a->bucket_mb > 0)) return usage();
+    return 0;
+}
+
+typedef struct run {
+    dt_graph *g;
+    dt_optim *opt;
+    float *p, *gr;
+    size_t n;
+    double items; /* images or tokens per rank and step */
+    const char *unit;
+    char desc[160];
+} run;
+
+enum { LLAMA_SEQ = 256, LLAMA_VOCAB = 32000 };
+
+/* Builds and compiles the model with this rank's batch in its inputs and initialised weights
+ * (the same on every rank; rank 0's are broadcast anyway). */
+static int build(const args *a, int rank, run *r) {
+    r->g = dt_graph_init();
+    if (!r->g) return -1;
+    int B = a->batch, loss;
+    dt_optim_config oc;
+    if (!strcmp(a->model, "resnet18")) {
+        int x = dt_graph_input(r->g, "x", DT_F32, 4, (int64_t[]){B, 3, 32, 32}, 0);
+        int y = dt_graph_input(r->g, "y", DT_I64, 1, (int64_t[]){B}, 0);
+        dt_resnet_config c = {
+            .depth = 18, .in_channels = 3, .num_classes = 10, .small_stem = 1, .width = 64};
+        loss = dt_cross_entropy(r->g, dt_resnet_build(r->g, &c, x), y, 0.0f, -100);
+        if (loss < 0 || dt_graph_compile(r->g, loss, NULL) != DT_OK) return -1;
+        if (dt_resnet_init(r->g, 0) != DT_OK) return -1;
+        const dt_tensor *xv = dt_graph_value(r->g, x);
+        dt_rng_normal(xv->data, dt_tensor_numel(xv), 1000 + (uint64_t)rank, 0, 0, 0.0f, 1.0f);
+        int64_t *yv = dt_graph_value(r->g, y)->data;
+        for (int i = 0; i < B; i++) yv[i] = (i * 7 + rank * 3) % 10;
+        oc = dt_optim_config_default(DT_OPTIM_SGD);
+        oc.momentum = 0.9, oc.weight_decay = 5e-4;
+        r->items = B, r->unit = "img";
+        snprintf(r->desc, sizeof r->desc, "resnet18 small-stem 3x32x32 SGD");
+    } else {
+        dt_llama_config c = {.hidden_size = 512,
+                             .num_hidden_layers = 8,
+                             .num_attention_heads = 8,
+                             .num_key_value_heads = 4,
+                             .intermediate_size = 1408,
+                             .vocab_size = LLAMA_VOCAB,
+                             .head_dim = 64,
+                             .max_position_embeddings = LLAMA_SEQ,
+                             .rms_norm_eps = 1e-5f,
+                             .rope_theta = 10000.0f};
+        int64_t nt = (int64_t)B * LLAMA_SEQ;
+        int ids = dt_graph_input(r->g, "ids", DT_I64, 2, (int64_t[]){B, LLAMA_SEQ}, 0);
+        int tg = dt_graph_input(r->g, "targets", DT_I64, 1, (int64_t[]){nt}, 0);
+        int logits = dt_llama_build(r->g, &c, ids);
+        int flat = dt_reshape(r->g, logits, 2, (int64_t[]){nt, LLAMA_VOCAB});
+        loss = dt_cross_entropy(r->g, flat, tg, 0.0f, -100);
+        if (loss < 0 || dt_graph_compile(r->g, loss, NULL) != DT_OK) return -1;
+        if (dt_llama_init(r->g, 0) != DT_OK) return -1;
+        int64_t *iv = dt_graph_value(r->g, ids)->data, *tv = dt_graph_value(r->g, tg)->data;
+        uint64_t s = 0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1);
+        for (int64_t i = 0; i < nt; i++) { /* xorshift64: a different stream per rank */
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            iv[i] = (int64_t)(s % LLAMA_VOCAB);
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            tv[i] = (int64_t)(s % LLAMA_VOCAB);
+        }
+        oc = dt_optim_config_default(DT_OPTIM_ADAMW);
+        oc.weight_decay = 0.1;
+        r->items = (double)nt, r->unit = "tok";
+        snprintf(r->desc, sizeof r->desc, "llama56m dim512 L8 H8 KV4 ffn1408 V32000 seq%d AdamW",
+                 LLAMA_SEQ);
+    }
+    r->p = dt_graph_flat_param(r->g, &r->n);
+    r->gr = dt_graph_flat_grad(r->g, NULL);
+    /* the peers decay every parameter: one group */
+    return dt_optim_init(&oc, r->n, 0, r->n, NULL, 0, &r->opt) == DT_OK ? 0 : -1;
+}
+
+static int step(run *r, dt_ddp *d, int bcast) {
+    if (bcast && dt_ddp_broadcast_state(d) != DT_OK) return -1;
+    if (dt_graph_forward(r->g, 1) != DT_OK || dt_graph_backward(r->g) != DT_OK) return -1;
+    if (dt_ddp_wait(d) != DT_OK) return -1;
+    return dt_optim_step(r->opt, r->p, r->gr, 1e-3f) == DT_OK ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+    dt_comm *c = NULL;
+    if (dt_comm_init("auto", &argc, &argv, &c) != DT_OK) {
+        fprintf(stderr, "bench_ddp: %s\n", dt_last_error());
+        return 2;
+    }
+    args a;
+    int rc = parse(argc, argv, &a);
+    if (rc) {
+        dt_comm_free(c);
+        return rc;
+    }
+    dt_threads_set(a.threads);
+    int rank = dt_comm_rank(c), world = dt_comm_size(c);
+    run r = {0};
+    dt_ddp *d = NULL;
+    double *ts = calloc((size_t)a.steps * 3, sizeof *ts), *wait = ts + a.steps,
+           *comm = ts + 2 * a.steps;
+    const char *what = "build";
+    if (!ts || build(&a, rank, &r)) goto fail;
+    dt_ddp_opts o = dt_ddp_opts_default();
+    o.bucket_mb = a.bucket_mb, o.overlap = a.overlap;
+    what = "ddp init";
+    if (dt_ddp_init(r.g, c, &o, &d) != DT_OK || dt_ddp_broadcast_params(d) != DT_OK) goto fail;
+    int bcast = a.bcast_buffers && dt_graph_flat_state(r.g, NULL) != NULL;
+
+    what = "warm-up step";
+    double t0 = now_s();
+    for (int i = 0; i < a.warmup; i++)
+        if (step(&r, d, bcast)) goto fail;
+    double tw = now_s() - t0;
+    what = "step";
+    for (int i = 0; i < a.steps; i++) {
+        if (dt_comm_barrier(c) != DT_OK) goto fail;
+        double t = now_s();
+        if (step(&r, d, bcast) || dt_comm_barrier(c) != DT_OK) goto fail;
+        ts[i] = now_s() - t;
+        dt_ddp_stats st;
+        dt_ddp_get_stats(d, &st);
+        wait[i] = st.wait_s, comm[i] = st.comm_s;
+    }
+    if (rank == 0) {
+        double med = median(ts, a.steps), mn = ts[0];
+        printf("dtrain DDP %s world=%d threads/rank=%d batch/rank=%d overlap=%d bucket_mb=%g "
+               "buckets=%d grad_MiB=%.1f steps=%d warmup_s=%.2f median_step_s=%.4f "
+               "min_step_s=%.4f total_%s_per_s=%.1f per_rank_%s_per_s=%.1f ddp_wait_ms=%.1f "
+               "ddp_comm_ms=%.1f mpi_thread=%s\n",
+               r.desc, world, a.threads, a.batch, a.overlap, a.bucket_mb, dt_ddp_bucket_count(d),
+               (double)r.n * 4 / 1048576.0, a.steps, tw, med, mn, r.unit, world * r.items / med,
+               r.unit, r.items / med, 1e3 * median(wait, a.steps), 1e3 * median(comm, a.steps),
+               dt_comm_thread_level(c));
+        fflush(stdout);
+    }
+    dt_ddp_free(d);
+    dt_optim_free(r.opt);
+    dt_graph_free(r.g);
+    free(ts);
+    dt_comm_free(c);
+    return 0;
+
+fail:
+    fprintf(stderr, "bench_ddp: rank %d of %d: %s failed: %s\n", rank, world, what,
+            dt_last_error());
+    dt_comm_set_failed(c);
+    dt_ddp_free(d);
+    dt_optim_free(r.opt);
+    dt_graph_free(r.g);
+    free(ts);
+    dt_comm_free(c);
+    return 1;
+}

@@ -1,0 +1,90 @@
+/* Internal state of dt_ddp, shared by ddp.c (buckets, the communication thread, all-reduce)
+ * and zero.c (ZeRO shards: reduce-scatter into the owner's shard, parameter gather/release). */
+#ifndef DT_DIST_DDP_IMPL_H
+#define DT_DIST_DDP_IMPL_H
+
+#include <pthread.h>
+#include "dist/comm_impl.h"
+
+typedef struct ddp_bucket {
+    size_t lo, hi; /* flat elements [lo, hi) */
+    int n_params;  /* parameters in it */
+    int pending;   /* parameters not yet reported in this backward */
+    int queued;    /* handed to the comm thread in this step */
+} ddp_bucket;
+
+/* A job of the communication thread. Jobs run strictly in queue order, and every rank queues
+ * the same jobs in the same order (they come from the same schedule), as MPI's collective
+ * matching needs. */
+enum { JOB_REDUCE = 0, JOB_GATHER = 1, JOB_F64 = 2 };
+typedef struct ddp_job {
+    int kind, bucket;
+    double *f64; /* JOB_F64: buf [n] summed over ranks in place */
+    size_t n;
+} ddp_job;
+
+/* ZeRO-3 gather state of a bucket's parameters (compute thread reads it under mu). */
+enum { UNIT_RELEASED = 0, UNIT_QUEUED = 1, UNIT_GATHERED = 2 };
+
+/* Per-pass use of the buckets' parameters by the schedule (ZeRO-3). */
+typedef struct zero_pass {
+    int from, to;      /* entries [from, to) */
+    int *first, *last; /* [nb] entry of first / last use, -1 if unused in this pass */
+    int *order;        /* [nb] buckets by first use (unused ones left out) */
+    int n_order;
+    int *pos; /* [nb] position of a bucket in order, -1 if unused */
+} zero_pass;
+
+struct dt_ddp {
+    dt_graph *g;
+    dt_comm *c;
+    float *grad, *param;
+    size_t n;
+    int n_params;   /* size of the graph's param table */
+    int *bucket_of; /* [n_params] bucket of each trainable parameter, -1 for others */
+    ddp_bucket *b;
+    int nb;
+    int enabled, overlap, average;
+    /* ZeRO: stage, this rank's shard [own_lo, own_hi) of the flat buffers (clamped to n),
+     * shard size (padded layout: rank r owns [r*shard, (r+1)*shard)). */
+    int stage;
+    size_t shard, own_lo, own_hi;
+    float *gshard; /* stage >= 2: [shard] reduced gradients of the own shard */
+    size_t page;
+    int *unit;         /* stage 3: [nb] UNIT_* */
+    int full;          /* stage 3: all parameters gathered (evaluation, export): hooks idle */
+    zero_pass pass[2]; /* forward, backward */
+    /* Backward thread only (no lock): buckets complete in this step, misuse seen. */
+    int n_complete, twice;
+    /* Shared with the communication thread, under mu. */
+    pthread_t thread;
+    int have_thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    ddp_job *queue; /* ring of qcap jobs; q_head/q_tail/n_done count jobs since init */
+    long qcap, q_head, q_tail, n_done;
+    int quit;
+    dt_status err;
+    char err_msg[1024];
+    double comm_s; /* time in collectives since the last dt_ddp_wait */
+    double gather_wait_s;
+    dt_ddp_stats stats;
+};
+
+double dt_ddp_now(void);
+/* Hands a job to the communication thread (compute thread). */
+void dt_ddp_enqueue(dt_ddp *d, int kind, int bucket);
+/* The same for any job; returns its sequence number (done when n_done exceeds it). */
+long dt_ddp_enqueue_job(dt_ddp *d, ddp_job j);
+/* Runs one job on the communication thread (no lock held). */
+dt_status dt_ddp_run_job(dt_ddp *d, const ddp_job *j);
+
+/* zero.c */
+dt_status dt_zero_init(dt_ddp *d);
+void dt_zero_free(dt_ddp *d);
+/* Gives pages entirely inside buf[lo, hi) back to the OS (they read as zero afterwards). */
+void dt_zero_release(dt_ddp *d, float *buf, size_t lo, size_t hi);
+/* Stage >= 2, comm thread: reduce-scatter bucket k into the own shard, release its pages. */
+dt_status dt_zero_reduce_bucket(dt_ddp *d, int k);
+
+#endif
