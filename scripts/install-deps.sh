@@ -11,6 +11,8 @@ pkgs=(
   libpcre2-dev zlib1g-dev dataset-fashion-mnist fortunes
   libyaml-dev
   libopenmpi-dev openmpi-bin
+  libcurl4-openssl-dev
+  libssl-dev # libcrypto: SHA-256 of S3 request bodies (storage_s3.c)
 )
 
 missing=()

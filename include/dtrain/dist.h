@@ -180,7 +180,10 @@ dt_status dt_ddp_broadcast_state(dt_ddp *d);
  * dt_graph_opts.flat_capacity >= world * shard (dt_ddp_init checks). A step:
  *   dt_ddp_zero_grad(d);                            // stage >= 2: the shard's gradients = 0
  *   for each micro-batch: forward, backward, dt_ddp_wait(d)   // stage >= 2: every micro-batch
- *                                                   // communicates and adds into the shard
+ *                                                   // communicates and adds into the shard;
+ *                                                   // keep dt_graph_set_accumulate(g, 0): the
+ *                                                   // gradient buffer is reduced in place and
+ *                                                   // released, so adding onto it is wrong
  *   float *g = dt_ddp_shard(d, &lo, &hi);           // this rank's slice and its gradients
  *   dt_ddp_clip_grad(d, max_norm, &norm);           // global norm, the same on every rank
  *   dt_optim_step(opt, param + lo, g, lr);          // optimizer created on [lo, hi)

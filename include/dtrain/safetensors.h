@@ -18,6 +18,9 @@ typedef struct dt_st_file dt_st_file;
 /* Opens and validates `path`. On a bad file the message names the file, the tensor and the
  * problem (truncated, offsets outside the data, overlapping tensors, unknown dtype, ...). */
 dt_status dt_st_open(const char *path, dt_st_file **out);
+/* The same on a whole file already in memory (read from object storage): takes ownership of
+ * data (a malloc'd buffer; freed by dt_st_close, or at once on failure). name is for messages. */
+dt_status dt_st_open_memory(const char *name, void *data, size_t n, dt_st_file **out);
 void dt_st_close(dt_st_file *f);
 int dt_st_count(const dt_st_file *f);
 const char *dt_st_name(const dt_st_file *f, int i);
@@ -28,6 +31,13 @@ typedef struct dt_st_entry {
     const char *name;
     const dt_tensor *t; /* any strides; written contiguous */
 } dt_st_entry;
+/* A whole file in memory: dt_st_serialized_size gives its size (0 on out of memory),
+ * dt_st_serialize writes it into buf [cap] (checkpoint snapshots are these buffers, reused). */
+size_t dt_st_serialized_size(const dt_st_entry *e, int n, const char *const *meta_keys,
+                             const char *const *meta_vals, int n_meta);
+dt_status dt_st_serialize(void *buf, size_t cap, const dt_st_entry *e, int n,
+                          const char *const *meta_keys, const char *const *meta_vals, int n_meta,
+                          size_t *written);
 /* Writes the tensors (and optional "__metadata__" string pairs, keys[i] -> vals[i]). */
 dt_status dt_st_save(const char *path, const dt_st_entry *e, int n, const char *const *meta_keys,
                      const char *const *meta_vals, int n_meta);

@@ -21,6 +21,7 @@ typedef enum dt_status {
     DT_ERR_FORMAT = 7,   /* malformed file contents */
     DT_ERR_STATE = 8,    /* call not valid in the object's current state */
     DT_ERR_INTERNAL = 9, /* a library (BLAS, oneDNN) failed */
+    DT_ERR_NOTFOUND = 10, /* a file, object or key that does not exist */
 } dt_status;
 
 /* The message of the most recent error on this thread ("" if none). */

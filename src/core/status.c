@@ -29,6 +29,7 @@ const char *dt_status_name(dt_status s) {
     case DT_ERR_FORMAT: return "format";
     case DT_ERR_STATE: return "state";
     case DT_ERR_INTERNAL: return "internal";
+    case DT_ERR_NOTFOUND: return "not found";
     }
     return "unknown";
 }

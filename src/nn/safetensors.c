@@ -24,6 +24,7 @@ struct dt_st_file {
     char *path;
     void *map;
     size_t size;
+    int owned; /* map is a malloc'd buffer (dt_st_open_memory), not a mapping */
     const char *data; /* start of the data section */
     int n;
     st_tensor *t;
@@ -50,7 +51,10 @@ static const char *dtype_str(dt_dtype t) {
 
 void dt_st_close(dt_st_file *f) {
     if (!f) return;
-    if (f->map && f->map != MAP_FAILED) munmap(f->map, f->size);
+    if (f->owned)
+        free(f->map);
+    else if (f->map && f->map != MAP_FAILED)
+        munmap(f->map, f->size);
     for (int i = 0; i < f->n; i++) free(f->t[i].name);
     free(f->t), free(f->path), free(f);
 }
@@ -106,42 +110,21 @@ static dt_status parse_entry(dt_st_file *f, cJSON *it, st_tensor *t, uint64_t da
     return t->name ? DT_OK : dt_error_set(DT_ERR_NOMEM, "%s: out of memory", p);
 }
 
-dt_status dt_st_open(const char *path, dt_st_file **out) {
-    *out = NULL;
-    dt_st_file *f = calloc(1, sizeof *f);
-    if (!f || !(f->path = strdup(path))) {
-        free(f);
-        return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
-    }
+/* Validates the header and the tensor table of f->map [f->size]. */
+static dt_status parse(dt_st_file *f) {
+    const char *path = f->path;
     dt_status st = DT_OK;
     cJSON *root = NULL;
-    int fd = open(path, O_RDONLY);
-    struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        st = dt_error_set(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-        goto done;
-    }
-    f->size = (size_t)sb.st_size;
-    if (f->size < 8) {
-        st = dt_error_set(DT_ERR_FORMAT, "%s: %zu bytes, too short for a safetensors file", path,
-                          f->size);
-        goto done;
-    }
-    f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (f->map == MAP_FAILED) {
-        f->map = NULL;
-        st = dt_error_set(DT_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
-        goto done;
-    }
+    if (f->size < 8)
+        return dt_error_set(DT_ERR_FORMAT, "%s: %zu bytes, too short for a safetensors file", path,
+                            f->size);
     uint64_t hlen;
     memcpy(&hlen, f->map, 8); /* little-endian host assumed (x86-64, arm64) */
-    if (hlen > ST_MAX_HEADER || hlen > f->size - 8) {
-        st = dt_error_set(DT_ERR_FORMAT,
-                          "%s: header size %llu is larger than the file (%zu bytes) or the %u-byte "
-                          "limit",
-                          path, (unsigned long long)hlen, f->size, ST_MAX_HEADER);
-        goto done;
-    }
+    if (hlen > ST_MAX_HEADER || hlen > f->size - 8)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: header size %llu is larger than the file (%zu bytes) or the "
+                            "%u-byte limit",
+                            path, (unsigned long long)hlen, f->size, ST_MAX_HEADER);
     root = cJSON_ParseWithLength((const char *)f->map + 8, (size_t)hlen);
     if (!cJSON_IsObject(root)) {
         st = dt_error_set(DT_ERR_FORMAT, "%s: header is not a JSON object", path);
@@ -177,8 +160,56 @@ dt_status dt_st_open(const char *path, dt_st_file **out) {
         }
     free(s);
 done:
-    if (fd >= 0) close(fd);
     cJSON_Delete(root);
+    return st;
+}
+
+dt_status dt_st_open(const char *path, dt_st_file **out) {
+    *out = NULL;
+    dt_st_file *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(path))) {
+        free(f);
+        return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
+    }
+    dt_status st = DT_OK;
+    int fd = open(path, O_RDONLY);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        st = dt_error_set(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        goto done;
+    }
+    f->size = (size_t)sb.st_size;
+    if (f->size < 8) {
+        st = dt_error_set(DT_ERR_FORMAT, "%s: %zu bytes, too short for a safetensors file", path,
+                          f->size);
+        goto done;
+    }
+    f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (f->map == MAP_FAILED) {
+        f->map = NULL;
+        st = dt_error_set(DT_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+        goto done;
+    }
+    st = parse(f);
+done:
+    if (fd >= 0) close(fd);
+    if (st != DT_OK) {
+        dt_st_close(f);
+        return st;
+    }
+    *out = f;
+    return DT_OK;
+}
+
+dt_status dt_st_open_memory(const char *name, void *data, size_t n, dt_st_file **out) {
+    *out = NULL;
+    dt_st_file *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(name ? name : "(memory)"))) {
+        free(f), free(data);
+        return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", name ? name : "(memory)");
+    }
+    f->map = data, f->size = n, f->owned = 1;
+    dt_status st = parse(f);
     if (st != DT_OK) {
         dt_st_close(f);
         return st;
@@ -212,6 +243,89 @@ static int write_all(int fd, const void *p, size_t n) {
         c += w, n -= (size_t)w;
     }
     return 0;
+}
+
+/* The header JSON (padded to 8 bytes with spaces by the caller) and the data size. */
+static char *header_json(const dt_st_entry *e, int n, const char *const *meta_keys,
+                         const char *const *meta_vals, int n_meta, uint64_t *data_bytes) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    if (n_meta > 0) {
+        cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
+        for (int i = 0; m && i < n_meta; i++) cJSON_AddStringToObject(m, meta_keys[i], meta_vals[i]);
+    }
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const dt_tensor *t = e[i].t;
+        cJSON *o = cJSON_AddObjectToObject(root, e[i].name);
+        if (!o) {
+            cJSON_Delete(root);
+            return NULL;
+        }
+        cJSON_AddStringToObject(o, "dtype", dtype_str(t->dtype));
+        cJSON *sh = cJSON_AddArrayToObject(o, "shape");
+        for (int d = 0; d < t->ndim; d++)
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[d]));
+        uint64_t nb = dt_tensor_nbytes(t);
+        cJSON *of = cJSON_AddArrayToObject(o, "data_offsets");
+        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)(off + nb)));
+        off += nb;
+    }
+    char *json = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    *data_bytes = off;
+    return json;
+}
+
+size_t dt_st_serialized_size(const dt_st_entry *e, int n, const char *const *meta_keys,
+                             const char *const *meta_vals, int n_meta) {
+    uint64_t data = 0;
+    char *json = header_json(e, n, meta_keys, meta_vals, n_meta, &data);
+    if (!json) return 0;
+    size_t jl = strlen(json);
+    free(json);
+    return 8 + jl + (8 - jl % 8) % 8 + (size_t)data;
+}
+
+dt_status dt_st_serialize(void *buf, size_t cap, const dt_st_entry *e, int n,
+                          const char *const *meta_keys, const char *const *meta_vals, int n_meta,
+                          size_t *written) {
+    uint64_t data = 0;
+    char *json = header_json(e, n, meta_keys, meta_vals, n_meta, &data);
+    if (!json) return dt_error_set(DT_ERR_NOMEM, "safetensors serialize: out of memory");
+    size_t jl = strlen(json), pad = (8 - jl % 8) % 8;
+    uint64_t hlen = jl + pad;
+    size_t total = 8 + hlen + (size_t)data;
+    if (total > cap) {
+        free(json);
+        return dt_error_set(DT_ERR_RANGE, "safetensors serialize: %zu bytes do not fit %zu", total,
+                            cap);
+    }
+    char *p = buf;
+    memcpy(p, &hlen, 8);
+    memcpy(p + 8, json, jl);
+    memset(p + 8 + jl, ' ', pad);
+    free(json);
+    p += 8 + hlen;
+    for (int i = 0; i < n; i++) {
+        const dt_tensor *t = e[i].t;
+        size_t nb = dt_tensor_nbytes(t);
+        if (dt_tensor_is_contiguous(t)) {
+            memcpy(p, t->data, nb);
+        } else {
+            size_t es = dt_dtype_size(t->dtype);
+            int64_t ne = dt_tensor_numel(t);
+            dt_tensor one;
+            for (int64_t j = 0; j < ne; j++) {
+                dt_tensor_init(&one, p + (size_t)j * es, t->dtype, 0, NULL);
+                dt_tensor_set(&one, 0, dt_tensor_get(t, j));
+            }
+        }
+        p += nb;
+    }
+    if (written) *written = total;
+    return DT_OK;
 }
 
 dt_status dt_st_save(const char *path, const dt_st_entry *e, int n, const char *const *meta_keys,

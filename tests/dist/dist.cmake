@@ -11,6 +11,14 @@ foreach(t test_dist_comm test_dist_ddp)
   set_tests_properties(${t}_single PROPERTIES LABELS dist TIMEOUT 60 ENVIRONMENT "${DT_DIST_ENV}")
 endforeach()
 
+# ZeRO and the range collectives (test_dist_zero.c): small enough to be a unit test too, so the
+# ASan pass (make test-asan: ctest -L unit) runs the single-process and the mpirun variants.
+add_executable(test_dist_zero dist/test_dist_zero.c)
+target_link_libraries(test_dist_zero PRIVATE dt_testutil)
+add_test(NAME test_dist_zero_single COMMAND test_dist_zero 1)
+set_tests_properties(test_dist_zero_single PROPERTIES LABELS "dist;unit" TIMEOUT 60
+                     ENVIRONMENT "${DT_DIST_ENV}")
+
 if(NOT MPI_C_FOUND)
   message(STATUS "dist: MPI not found, only the single-process communicator is tested")
   return()
@@ -45,3 +53,12 @@ set_tests_properties(test_dist_rank_dies PROPERTIES LABELS dist TIMEOUT 90 PROCE
 add_test(NAME test_dist_ddp_serialized COMMAND ${DT_MPIRUN} -np 2 $<TARGET_FILE:test_dist_ddp> 2)
 set_tests_properties(test_dist_ddp_serialized PROPERTIES LABELS dist TIMEOUT 120 PROCESSORS 2
                      ENVIRONMENT "${DT_DIST_ENV};DT_MPI_THREAD=serialized")
+
+# ZeRO stages 0-3 and range collectives on 1..4 ranks. Open MPI's own allocations outlive
+# MPI_Finalize, so LeakSanitizer is off for the ranks (ASan's other checks stay on).
+foreach(np 1 2 3 4)
+  add_test(NAME test_dist_zero_np${np}
+           COMMAND ${DT_MPIRUN} -np ${np} $<TARGET_FILE:test_dist_zero> ${np})
+  set_tests_properties(test_dist_zero_np${np} PROPERTIES LABELS "dist;unit" TIMEOUT 120
+                       PROCESSORS ${np} ENVIRONMENT "${DT_DIST_ENV};ASAN_OPTIONS=detect_leaks=0")
+endforeach()

@@ -1,0 +1,32 @@
+/* Internal storage interface: a vtable per backend (POSIX, S3). storage.c checks keys and
+ * arguments before a backend sees them. */
+#ifndef DT_CKPT_STORAGE_IMPL_H
+#define DT_CKPT_STORAGE_IMPL_H
+
+#include "dtrain/storage.h"
+
+typedef struct dt_store_ops {
+    const char *kind;
+    dt_status (*put)(dt_store *s, const char *key, const void *data, size_t n);
+    dt_status (*get)(dt_store *s, const char *key, void **data, size_t *n);
+    dt_status (*stat)(dt_store *s, const char *key, size_t *n);
+    /* Appends keys under prefix to the list (storage.c sorts them). */
+    dt_status (*list)(dt_store *s, const char *prefix, char ***keys, int *n, int *cap);
+    dt_status (*del)(dt_store *s, const char *key);
+    void (*close)(dt_store *s);
+} dt_store_ops;
+
+struct dt_store {
+    const dt_store_ops *ops;
+    dt_store_opts opts;
+    char url[4096];
+    void *impl;
+};
+
+/* Backends: url is the part after the scheme ("PATH" for POSIX, "BUCKET[/PREFIX]" for S3). */
+dt_status dt_store_posix_open(dt_store *s, const char *path);
+dt_status dt_store_s3_open(dt_store *s, const char *bucket_prefix);
+/* Appends a copy of key to a growing list. */
+dt_status dt_store_list_add(char ***keys, int *n, int *cap, const char *key);
+
+#endif

@@ -1,0 +1,221 @@
+/* POSIX storage: a directory tree on local disk or a mounted distributed file system (NFS,
+ * HopsFS/HDFS fuse mounts). A put writes "<key>.tmp-<pid>-<n>" in the key's directory, fsyncs
+ * it, renames it over the key (atomic within a directory) and fsyncs the directory so the
+ * rename itself survives a crash. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "ckpt/storage_impl.h"
+
+typedef struct posix_store {
+    char root[4096];
+} posix_store;
+
+static const char *root(dt_store *s) {
+    return ((posix_store *)s->impl)->root;
+}
+
+static dt_status mkdirs(const char *path, const char *url) {
+    char p[4400];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *c = p + 1; *c; c++) {
+        if (*c != '/') continue;
+        *c = 0;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST)
+            return dt_error_set(DT_ERR_IO, "storage: %s: cannot create directory %s: %s", url, p,
+                                strerror(errno));
+        *c = '/';
+    }
+    if (mkdir(p, 0777) != 0 && errno != EEXIST)
+        return dt_error_set(DT_ERR_IO, "storage: %s: cannot create directory %s: %s", url, p,
+                            strerror(errno));
+    return DT_OK;
+}
+
+static int fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return -1;
+    int r = fsync(fd);
+    close(fd);
+    return r;
+}
+
+static dt_status posix_put(dt_store *s, const char *key, const void *data, size_t n) {
+    static atomic_long counter;
+    char path[4400], tmp[4500], dir[4400];
+    snprintf(path, sizeof path, "%s/%s", root(s), key);
+    snprintf(dir, sizeof dir, "%s", path);
+    *strrchr(dir, '/') = 0;
+    dt_status st = mkdirs(dir, s->url);
+    if (st != DT_OK) return st;
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld-%ld", path, (long)getpid(), atomic_fetch_add(&counter, 1));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return dt_error_set(DT_ERR_IO, "storage put: %s: cannot create %s: %s", s->url, tmp,
+                            strerror(errno));
+    const char *p = data;
+    size_t left = n;
+    while (left) {
+        ssize_t w = write(fd, p, left > ((size_t)1 << 30) ? ((size_t)1 << 30) : left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : ENOSPC;
+            close(fd), unlink(tmp);
+            return dt_error_set(DT_ERR_IO, "storage put: %s: writing %s: %s", s->url, key,
+                                strerror(e));
+        }
+        p += w, left -= (size_t)w;
+    }
+    if ((s->opts.fsync && fsync(fd) != 0) || close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return dt_error_set(DT_ERR_IO, "storage put: %s: flushing %s: %s", s->url, key,
+                            strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return dt_error_set(DT_ERR_IO, "storage put: %s: renaming into %s: %s", s->url, key,
+                            strerror(e));
+    }
+    if (s->opts.fsync && fsync_dir(dir) != 0)
+        return dt_error_set(DT_ERR_IO, "storage put: %s: syncing the directory of %s: %s", s->url,
+                            key, strerror(errno));
+    return DT_OK;
+}
+
+static dt_status posix_get(dt_store *s, const char *key, void **data, size_t *n) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", root(s), key);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return dt_error_set(errno == ENOENT ? DT_ERR_NOTFOUND : DT_ERR_IO,
+                            "storage get: %s: %s: %s", s->url, key, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return dt_error_set(DT_ERR_IO, "storage get: %s: %s: %s", s->url, key, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) { /* a directory is no object (as in posix_stat) */
+        close(fd);
+        return dt_error_set(DT_ERR_NOTFOUND, "storage get: %s: %s: not a file", s->url, key);
+    }
+    size_t size = (size_t)sb.st_size;
+    char *buf = malloc(size ? size : 1);
+    if (!buf) {
+        close(fd);
+        return dt_error_set(DT_ERR_NOMEM, "storage get: %s: %s: out of memory for %zu bytes",
+                            s->url, key, size);
+    }
+    size_t got = 0;
+    while (got < size) {
+        ssize_t r = read(fd, buf + got, size - got > ((size_t)1 << 30) ? ((size_t)1 << 30)
+                                                                        : size - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = r < 0 ? errno : 0;
+            close(fd), free(buf);
+            return dt_error_set(DT_ERR_IO, "storage get: %s: %s: %s", s->url, key,
+                                e ? strerror(e) : "file shrank while reading");
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    *data = buf, *n = size;
+    return DT_OK;
+}
+
+static dt_status posix_stat(dt_store *s, const char *key, size_t *n) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", root(s), key);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return dt_error_set(errno == ENOENT ? DT_ERR_NOTFOUND : DT_ERR_IO,
+                            "storage stat: %s: %s: %s", s->url, key, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return dt_error_set(DT_ERR_NOTFOUND, "storage stat: %s: %s: not a file", s->url, key);
+    *n = (size_t)sb.st_size;
+    return DT_OK;
+}
+
+/* Recursive walk of root/rel; keys are rel paths. Skips temporaries of in-flight puts. */
+static dt_status walk(dt_store *s, const char *rel, const char *prefix, char ***keys, int *n,
+                      int *cap) {
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s%s%s", root(s), *rel ? "/" : "", rel);
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT || errno == ENOTDIR) return DT_OK;
+        return dt_error_set(DT_ERR_IO, "storage list: %s: %s: %s", s->url, dir, strerror(errno));
+    }
+    dt_status st = DT_OK;
+    struct dirent *e;
+    while (st == DT_OK && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (strstr(e->d_name, ".tmp-")) continue;
+        char k[4400], full[8600];
+        snprintf(k, sizeof k, "%s%s%s", rel, *rel ? "/" : "", e->d_name);
+        size_t pl = strlen(prefix), kl = strlen(k);
+        /* descend only where the prefix can still match */
+        if (strncmp(k, prefix, kl < pl ? kl : pl) != 0) continue;
+        snprintf(full, sizeof full, "%s/%s", root(s), k);
+        struct stat sb;
+        if (stat(full, &sb) != 0) continue; /* removed meanwhile */
+        if (S_ISDIR(sb.st_mode))
+            st = walk(s, k, prefix, keys, n, cap);
+        else if (S_ISREG(sb.st_mode) && kl >= pl)
+            st = dt_store_list_add(keys, n, cap, k);
+    }
+    closedir(d);
+    return st;
+}
+
+static dt_status posix_list(dt_store *s, const char *prefix, char ***keys, int *n, int *cap) {
+    return walk(s, "", prefix, keys, n, cap);
+}
+
+static dt_status posix_del(dt_store *s, const char *key) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", root(s), key);
+    if (unlink(path) != 0 && errno != ENOENT)
+        return dt_error_set(DT_ERR_IO, "storage delete: %s: %s: %s", s->url, key,
+                            strerror(errno));
+    /* remove directories left empty, up to the root */
+    char *slash;
+    size_t rl = strlen(root(s));
+    while ((slash = strrchr(path, '/')) && (size_t)(slash - path) > rl) {
+        *slash = 0;
+        if (rmdir(path) != 0) break; /* not empty (or gone): stop */
+    }
+    return DT_OK;
+}
+
+static void posix_close(dt_store *s) {
+    free(s->impl);
+}
+
+static const dt_store_ops posix_ops = {"posix",  posix_put,  posix_get,  posix_stat,
+                                       posix_list, posix_del, posix_close};
+
+dt_status dt_store_posix_open(dt_store *s, const char *path) {
+    if (!*path) return dt_error_set(DT_ERR_INVALID, "storage open: %s: empty path", s->url);
+    posix_store *p = calloc(1, sizeof *p);
+    if (!p) return dt_error_set(DT_ERR_NOMEM, "storage open: out of memory");
+    snprintf(p->root, sizeof p->root, "%s", path);
+    size_t l = strlen(p->root);
+    while (l > 1 && p->root[l - 1] == '/') p->root[--l] = 0;
+    dt_status st = mkdirs(p->root, s->url);
+    if (st != DT_OK) {
+        free(p);
+        return st;
+    }
+    s->ops = &posix_ops, s->impl = p;
+    return DT_OK;
+}
