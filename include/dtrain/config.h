@@ -112,6 +112,9 @@ typedef struct dt_config_values {
         int64_t every_steps;
         double every_minutes;
         int64_t keep_last;
+        int64_t keep_best;
+        char best_metric[DT_CFG_STR_MAX];
+        int best_mode; /* 0 min, 1 max */
         int async;
         char resume[DT_CFG_STR_MAX]; /* "auto", "never", or a checkpoint URI */
     } ckpt;

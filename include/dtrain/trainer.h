@@ -47,9 +47,16 @@ typedef struct dt_train_progress {
     double samples_per_s; /* over the last log interval */
     double data_wait;     /* share of step time spent waiting for data, last interval */
     double elapsed_s;
+    int preempted; /* dt_trainer_request_stop: a checkpoint was saved and the run stopped */
 } dt_train_progress;
 
 typedef struct dt_trainer dt_trainer;
+
+/* Asks a running dt_trainer_run to stop after the current step: it saves a checkpoint (all
+ * ranks agree on the step), waits until it is committed and returns with progress.preempted
+ * set. Async-signal-safe: call it from a SIGTERM/SIGINT handler (the CLI does; Kubernetes and
+ * Slurm send SIGTERM before killing a preempted job). */
+void dt_trainer_request_stop(dt_trainer *t);
 
 /* Builds everything and checks that model and data fit (channels, classes, vocabulary) before
  * any work: such errors come back as DT_ERR_INVALID with a one-line message. */

@@ -111,7 +111,8 @@ dt_status dt_store_list_add(char ***keys, int *n, int *cap, const char *key) {
         if (!k) return dt_error_set(DT_ERR_NOMEM, "storage list: out of memory");
         *keys = k, *cap = c;
     }
-    if (!((*keys)[*n] = strdup(key))) return dt_error_set(DT_ERR_NOMEM, "storage list: out of memory");
+    if (!((*keys)[*n] = strdup(key)))
+        return dt_error_set(DT_ERR_NOMEM, "storage list: out of memory");
     (*n)++;
     return DT_OK;
 }

@@ -54,7 +54,8 @@ static dt_status posix_put(dt_store *s, const char *key, const void *data, size_
     *strrchr(dir, '/') = 0;
     dt_status st = mkdirs(dir, s->url);
     if (st != DT_OK) return st;
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld-%ld", path, (long)getpid(), atomic_fetch_add(&counter, 1));
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld-%ld", path, (long)getpid(),
+             atomic_fetch_add(&counter, 1));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return dt_error_set(DT_ERR_IO, "storage put: %s: cannot create %s: %s", s->url, tmp,
@@ -116,8 +117,8 @@ static dt_status posix_get(dt_store *s, const char *key, void **data, size_t *n)
     }
     size_t got = 0;
     while (got < size) {
-        ssize_t r = read(fd, buf + got, size - got > ((size_t)1 << 30) ? ((size_t)1 << 30)
-                                                                        : size - got);
+        ssize_t r =
+            read(fd, buf + got, size - got > ((size_t)1 << 30) ? ((size_t)1 << 30) : size - got);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
             int e = r < 0 ? errno : 0;
@@ -185,8 +186,7 @@ static dt_status posix_del(dt_store *s, const char *key) {
     char path[4400];
     snprintf(path, sizeof path, "%s/%s", root(s), key);
     if (unlink(path) != 0 && errno != ENOENT)
-        return dt_error_set(DT_ERR_IO, "storage delete: %s: %s: %s", s->url, key,
-                            strerror(errno));
+        return dt_error_set(DT_ERR_IO, "storage delete: %s: %s: %s", s->url, key, strerror(errno));
     /* remove directories left empty, up to the root */
     char *slash;
     size_t rl = strlen(root(s));
@@ -201,7 +201,7 @@ static void posix_close(dt_store *s) {
     free(s->impl);
 }
 
-static const dt_store_ops posix_ops = {"posix",  posix_put,  posix_get,  posix_stat,
+static const dt_store_ops posix_ops = {"posix",    posix_put, posix_get,  posix_stat,
                                        posix_list, posix_del, posix_close};
 
 dt_status dt_store_posix_open(dt_store *s, const char *path) {

@@ -24,14 +24,17 @@ struct dt_st_file {
     char *path;
     void *map;
     size_t size;
-    int owned; /* map is a malloc'd buffer (dt_st_open_memory), not a mapping */
+    int owned;        /* map is a malloc'd buffer (dt_st_open_memory), not a mapping */
     const char *data; /* start of the data section */
     int n;
     st_tensor *t;
 };
 
 static int dtype_parse(const char *s, dt_dtype *out) {
-    static const struct { const char *n; dt_dtype t; } tab[] = {
+    static const struct {
+        const char *n;
+        dt_dtype t;
+    } tab[] = {
         {"F32", DT_F32}, {"BF16", DT_BF16}, {"I32", DT_I32}, {"I64", DT_I64}, {"F16", DT_F16}};
     for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
         if (strcmp(s, tab[i].n) == 0) return *out = tab[i].t, 1;
@@ -40,12 +43,18 @@ static int dtype_parse(const char *s, dt_dtype *out) {
 
 static const char *dtype_str(dt_dtype t) {
     switch (t) {
-    case DT_F32: return "F32";
-    case DT_BF16: return "BF16";
-    case DT_I32: return "I32";
-    case DT_I64: return "I64";
-    case DT_F16: return "F16";
-    default: return "?";
+    case DT_F32:
+        return "F32";
+    case DT_BF16:
+        return "BF16";
+    case DT_I32:
+        return "I32";
+    case DT_I64:
+        return "I64";
+    case DT_F16:
+        return "F16";
+    default:
+        return "?";
     }
 }
 
@@ -61,7 +70,9 @@ void dt_st_close(dt_st_file *f) {
 
 static int cmp_begin(const void *a, const void *b) {
     const st_tensor *x = a, *y = b;
-    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
+    return x->begin < y->begin   ? -1
+           : x->begin > y->begin ? 1
+                                 : (x->end > y->end) - (x->end < y->end);
 }
 
 static dt_status parse_entry(dt_st_file *f, cJSON *it, st_tensor *t, uint64_t data_len) {
@@ -218,7 +229,9 @@ dt_status dt_st_open_memory(const char *name, void *data, size_t n, dt_st_file *
     return DT_OK;
 }
 
-int dt_st_count(const dt_st_file *f) { return f ? f->n : 0; }
+int dt_st_count(const dt_st_file *f) {
+    return f ? f->n : 0;
+}
 const char *dt_st_name(const dt_st_file *f, int i) {
     return (f && i >= 0 && i < f->n) ? f->t[i].name : NULL;
 }
@@ -252,7 +265,8 @@ static char *header_json(const dt_st_entry *e, int n, const char *const *meta_ke
     if (!root) return NULL;
     if (n_meta > 0) {
         cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
-        for (int i = 0; m && i < n_meta; i++) cJSON_AddStringToObject(m, meta_keys[i], meta_vals[i]);
+        for (int i = 0; m && i < n_meta; i++)
+            cJSON_AddStringToObject(m, meta_keys[i], meta_vals[i]);
     }
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
@@ -337,7 +351,8 @@ dt_status dt_st_save(const char *path, const dt_st_entry *e, int n, const char *
     if (!root) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
     if (n_meta > 0) {
         cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
-        for (int i = 0; m && i < n_meta; i++) cJSON_AddStringToObject(m, meta_keys[i], meta_vals[i]);
+        for (int i = 0; m && i < n_meta; i++)
+            cJSON_AddStringToObject(m, meta_keys[i], meta_vals[i]);
     }
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
@@ -349,7 +364,8 @@ dt_status dt_st_save(const char *path, const dt_st_entry *e, int n, const char *
         }
         cJSON_AddStringToObject(o, "dtype", dtype_str(t->dtype));
         cJSON *sh = cJSON_AddArrayToObject(o, "shape");
-        for (int d = 0; d < t->ndim; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[d]));
+        for (int d = 0; d < t->ndim; d++)
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[d]));
         uint64_t nb = dt_tensor_nbytes(t);
         cJSON *of = cJSON_AddArrayToObject(o, "data_offsets");
         cJSON_AddItemToArray(of, cJSON_CreateNumber((double)off));
@@ -393,7 +409,8 @@ dt_status dt_st_save(const char *path, const dt_st_entry *e, int n, const char *
     }
     close(fd);
     fd = -1;
-    if (rename(tmp, path) != 0) st = dt_error_set(DT_ERR_IO, "%s: rename failed: %s", path, strerror(errno));
+    if (rename(tmp, path) != 0)
+        st = dt_error_set(DT_ERR_IO, "%s: rename failed: %s", path, strerror(errno));
 done:
     if (fd >= 0) close(fd);
     if (st != DT_OK) unlink(tmp);

@@ -245,6 +245,8 @@ static dt_status run_loop(dt_trainer *t) {
                 fprintf(t->log, "\n");
             }
         }
+        if ((st = dt_train_ckpt_after_step(t)) != DT_OK) return st;
+        if (t->prog.preempted) return DT_OK; /* saved; no evaluation or export */
         if (t->val_ld && v->train.eval_every && t->prog.step % v->train.eval_every == 0 &&
             t->prog.step != t->prog.total_steps && (st = eval_and_log(t)) != DT_OK)
             return st;
@@ -292,6 +294,12 @@ dt_status dt_trainer_run(dt_trainer *t) {
         return st;
     }
     if (t->rank != 0) return DT_OK; /* rank 0 writes the model and the record */
+    if (t->prog.preempted) {
+        if (t->log)
+            fprintf(t->log, "stopped at step %lld on request (preemption)\n",
+                    (long long)t->prog.step);
+        return dt_train_record(t, "preempted");
+    }
     if (v->output.export_model) {
         char dir[4200];
         snprintf(dir, sizeof dir, "%s%s", t->run_dir, t->model == DT_MODEL_LLAMA ? "/model" : "");

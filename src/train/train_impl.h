@@ -7,6 +7,7 @@
 #include "dtrain/models.h"
 #include "dtrain/optim.h"
 #include "dtrain/trainer.h"
+#include <signal.h>
 
 enum { DT_TASK_IMAGE = 0, DT_TASK_LM = 1 };
 enum { DT_MODEL_RESNET = 0, DT_MODEL_LLAMA = 1, DT_MODEL_CUSTOM = 2 };
@@ -38,6 +39,10 @@ struct dt_trainer {
     /* interval statistics for the log line */
     double t_start, t_last, wait_sum, step_time_sum;
     double comm_wait_mark; /* ddp wait totals at the last log line */
+    struct dt_train_ckpt *ck; /* checkpoints (src/train/ckpt.c) */
+    double *ck_buf;           /* [2 + world * 5] the per-step checkpoint exchange */
+    char *config_yaml;        /* the resolved config, for trainer_state.json */
+    volatile sig_atomic_t stop_requested; /* SIGTERM/SIGINT: save and stop after this step */
     dt_plan plan;          /* dtrain plan's per-worker memory, beside the measured one */
     int have_plan;
     double rss_step_mib;   /* resident memory right after the last training step */
@@ -52,5 +57,14 @@ void dt_train_rss(double *rss_mib, double *peak_mib);
 int64_t dt_train_feed(dt_trainer *t, const dt_batch *b);
 /* Writes run.json (status "running", "done" or "failed") into the run directory. */
 dt_status dt_train_record(dt_trainer *t, const char *status);
+
+typedef struct dt_train_ckpt dt_train_ckpt;
+/* Opens the checkpoint store (ckpt.dir, else output.dir) and starts the writer thread. */
+dt_status dt_train_ckpt_init(dt_trainer *t, const char *run_name);
+/* ckpt.resume: restores weights, optimizer state, progress and the data cursor. */
+dt_status dt_train_ckpt_resume(dt_trainer *t);
+/* After every step: the per-step exchange, commits, saves by policy, preemption. */
+dt_status dt_train_ckpt_after_step(dt_trainer *t);
+void dt_train_ckpt_free(dt_trainer *t);
 
 #endif

@@ -352,10 +352,26 @@ dt_status dt_trainer_create(const dt_config *cfg, const dt_model_def *custom, dt
         dt_trainer_free(t);
         return st;
     }
+    {
+        /* the resolved config, recorded in every trainer_state.json */
+        size_t len = 0;
+        FILE *mf = open_memstream(&t->config_yaml, &len);
+        if (mf) {
+            dt_config_dump_yaml(cfg, mf);
+            fclose(mf);
+        }
+        if (t->rank != 0) t->log = NULL; /* rank 0 logs */
+        const char *run = strrchr(t->run_dir, '/');
+        if ((st = dt_train_ckpt_init(t, run ? run + 1 : t->run_dir)) != DT_OK ||
+            (st = dt_train_ckpt_resume(t)) != DT_OK) {
+            t->failed = 1;
+            dt_trainer_free(t);
+            return st;
+        }
+    }
     /* The plan is only for the log's memory line: a model it cannot plan still trains. */
     t->have_plan = dt_plan_compute(cfg, t->world, &t->plan) == DT_OK;
     dt_error_clear();
-    if (t->rank != 0) t->log = NULL;
     t->t_start = t->t_last = dt_train_now();
     *out = t;
     return DT_OK;
@@ -363,6 +379,8 @@ dt_status dt_trainer_create(const dt_config *cfg, const dt_model_def *custom, dt
 
 void dt_trainer_free(dt_trainer *t) {
     if (!t) return;
+    dt_train_ckpt_free(t);
+    free(t->config_yaml);
     dt_loader_free(t->train_ld), dt_loader_free(t->val_ld);
     dt_dataset_close(t->train_ds), dt_dataset_close(t->val_ds);
     dt_optim_free(t->opt);
@@ -387,4 +405,8 @@ dt_graph *dt_trainer_graph(dt_trainer *t) {
 }
 void dt_trainer_set_log(dt_trainer *t, FILE *f) {
     t->log = t->rank == 0 ? f : NULL;
+}
+
+void dt_trainer_request_stop(dt_trainer *t) {
+    if (t) t->stop_requested = 1;
 }

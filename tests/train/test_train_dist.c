@@ -54,7 +54,7 @@ static float *train(int kind, const char *backend, int batch, const char *extra1
                                    "output.dir=runs-test",
                                    "output.export=false",
                                    "output.run_name=dist",
-                                   "train.threads=1"};
+                                   "train.threads=1", "ckpt.resume=never"};
     for (size_t i = 0; i < sizeof common / sizeof *common; i++) over[k++] = common[i];
     over[k++] = tr, over[k++] = be, over[k++] = bs;
     if (extra1) over[k++] = extra1;

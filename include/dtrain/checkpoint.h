@@ -1,0 +1,63 @@
+/* Checkpoints on a dt_store (DESIGN.md section 3):
+ *
+ *   <root>/step-000001200/model.safetensors                 weights (HF/torchvision names) and
+ *                                                            batchnorm state, written by rank 0
+ *   <root>/step-000001200/optim-00000-of-00002.safetensors   optimizer state of ZeRO shard 0
+ *                                                            (one file, -of-00001, without ZeRO)
+ *   <root>/step-000001200/trainer_state.json                 written LAST, by rank 0, after every
+ *                                                            rank reported its files written
+ *
+ * <root> is <ckpt.dir or output.dir>/<experiment>/<run>/checkpoints. trainer_state.json holds the
+ * step, epoch, data cursor, RNG and schedule state, world size, ZeRO stage, the flat layout,
+ * metrics, the config, the code version and, for every other file, its size and xxh3-64. A
+ * directory without it is not a checkpoint (a save that died half-way). These functions work on
+ * the store alone (the `dtrain ckpt` command uses them); the trainer writes and restores. */
+#ifndef DTRAIN_CHECKPOINT_H
+#define DTRAIN_CHECKPOINT_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include "dtrain/status.h"
+#include "dtrain/storage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DT_CKPT_STATE "trainer_state.json"
+
+typedef struct dt_ckpt_info {
+    char dir[1100];  /* key prefix of the checkpoint, "<root>/step-000001200" */
+    int64_t step;
+    int committed;   /* trainer_state.json exists */
+    int verified;    /* every file present with its size and checksum (after dt_ckpt_verify) */
+    double metric;   /* the value of the metric asked for in dt_ckpt_list (NAN if absent) */
+    int64_t bytes;   /* all files */
+} dt_ckpt_info;
+
+/* Every step-* directory under root, committed or not, by step ascending (malloc'd array).
+ * metric: a key of trainer_state.json's "metrics" object to fill info.metric with (NULL: none;
+ * needs reading each trainer_state.json). */
+dt_status dt_ckpt_list(dt_store *s, const char *root, const char *metric, dt_ckpt_info **out,
+                       int *n);
+/* Checks that trainer_state.json parses and every file it lists has its size and xxh3; the
+ * message names the file and what is wrong (missing, truncated, checksum). */
+dt_status dt_ckpt_verify(dt_store *s, const char *dir, int64_t *bytes);
+/* The newest checkpoint under root whose files all verify; each bad newer one is reported on
+ * `log` (one line naming the file) and skipped. DT_ERR_NOTFOUND when there is none. */
+dt_status dt_ckpt_find_latest(dt_store *s, const char *root, FILE *log, dt_ckpt_info *out);
+/* Reads and parses trainer_state.json of a checkpoint: the text (malloc'd, NUL-terminated). */
+dt_status dt_ckpt_read_state(dt_store *s, const char *dir, char **json);
+
+/* Retention, run after a commit: keeps the newest `keep_last` committed checkpoints (0: all)
+ * and the `keep_best` best by metric (mode "min" or "max"; keep_best 0: none); never removes
+ * the newest committed one; removes uncommitted directories older than it (failed saves).
+ * trainer_state.json goes first, so a half-removed checkpoint is never taken for a good one.
+ * Reports what it removed on log (may be NULL). */
+dt_status dt_ckpt_retain(dt_store *s, const char *root, int keep_last, int keep_best,
+                         const char *metric, const char *mode, FILE *log);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,713 @@
+/* The trainer's checkpoints: policy, snapshot, background writer, commit, resume.
+ *
+ * A save: (back-pressure) wait until the previous save is committed -> snapshot: copy this
+ * rank's part of the state into reused host buffers laid out as whole safetensors files (rank
+ * 0: model.safetensors; optim-RRRRR-of-WWWWW.safetensors from each rank that owns optimizer
+ * state) -> the writer thread puts the files and hashes them while training goes on -> every
+ * step a tiny all-reduce tells every rank whether all writers are done and carries each file's
+ * size and xxh3 to rank 0 -> rank 0's writer puts trainer_state.json (the commit) and applies
+ * retention. Only the snapshot (and a wait when the previous save is still running) stalls
+ * training; it is logged.
+ *
+ * Preemption: SIGTERM/SIGINT (dt_trainer_request_stop) is agreed on by all ranks in the same
+ * per-step exchange; the step finishes, a checkpoint is saved and committed synchronously, and
+ * dt_trainer_run returns with progress.preempted set (the CLI exits 75). */
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+#include "dtrain/checkpoint.h"
+#include "dtrain/dtrain.h"
+#include "train/train_impl.h"
+
+#ifndef DT_GIT_REV
+#define DT_GIT_REV "unknown"
+#endif
+
+typedef struct snap_file {
+    char name[64];
+    void *buf;
+    size_t cap, len;
+    uint64_t hash;
+} snap_file;
+
+enum { JOB_NONE = 0, JOB_WRITE = 1, JOB_COMMIT = 2 };
+
+struct dt_train_ckpt {
+    dt_store *store;
+    char root[1100]; /* "<experiment>/<run>/checkpoints" */
+    int enabled;     /* periodic saves configured */
+    /* writer thread */
+    pthread_t th;
+    int have_th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int jobs[2], n_jobs, busy, quit;
+    dt_status err;
+    char msg[1024];
+    /* the save in flight */
+    int pending;  /* files handed to the writer, not yet committed */
+    int64_t step; /* of the save in flight */
+    char dir[1200];
+    snap_file model, optim;
+    int have_model, have_optim;
+    cJSON *state; /* rank 0: trainer_state.json without "files" */
+    char *commit_json;
+    double t_begin, stall_s, last_save_time;
+    double write_s;
+    int failed; /* the last save failed on this rank (files or commit) */
+    char failed_msg[1024];
+};
+
+/* ---- writer thread --------------------------------------------------------------------- */
+
+static dt_status put_file(dt_train_ckpt *c, snap_file *f) {
+    char key[1300];
+    snprintf(key, sizeof key, "%s/%s", c->dir, f->name);
+    f->hash = XXH3_64bits(f->buf, f->len);
+    return dt_store_put(c->store, key, f->buf, f->len);
+}
+
+static void *writer_main(void *arg) {
+    dt_trainer *t = arg;
+    dt_train_ckpt *c = t->ck;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->n_jobs && !c->quit) pthread_cond_wait(&c->cv, &c->mu);
+        if (!c->n_jobs) break;
+        int job = c->jobs[0];
+        c->jobs[0] = c->jobs[1], c->n_jobs--;
+        pthread_mutex_unlock(&c->mu);
+        double t0 = dt_train_now();
+        dt_status st = DT_OK;
+        if (job == JOB_WRITE) {
+            if (c->have_model) st = put_file(c, &c->model);
+            if (st == DT_OK && c->have_optim) st = put_file(c, &c->optim);
+        } else {
+            char key[1300];
+            snprintf(key, sizeof key, "%s/%s", c->dir, DT_CKPT_STATE);
+            st = dt_store_put(c->store, key, c->commit_json, strlen(c->commit_json));
+            /* retention only after the new checkpoint is committed */
+            if (st == DT_OK)
+                st = dt_ckpt_retain(c->store, c->root, (int)t->v.ckpt.keep_last,
+                                    (int)t->v.ckpt.keep_best, t->v.ckpt.best_metric,
+                                    t->v.ckpt.best_mode ? "max" : "min", NULL);
+        }
+        double dt = dt_train_now() - t0;
+        pthread_mutex_lock(&c->mu);
+        if (job == JOB_WRITE) c->write_s = dt;
+        if (st != DT_OK && c->err == DT_OK) {
+            c->err = st;
+            snprintf(c->msg, sizeof c->msg, "%s", dt_last_error());
+        }
+        c->busy--;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+static void submit(dt_train_ckpt *c, int job) {
+    pthread_mutex_lock(&c->mu);
+    c->jobs[c->n_jobs++] = job;
+    c->busy++;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Waits for this rank's writer. A storage failure does not stop training (the previous
+ * checkpoint stays the newest; the next save tries again): it is reported on stderr, and
+ * remembered so that a final or preemption save can fail the run. Returns 1 if it failed. */
+static int writer_wait(dt_trainer *t) {
+    dt_train_ckpt *c = t->ck;
+    pthread_mutex_lock(&c->mu);
+    while (c->busy) pthread_cond_wait(&c->cv, &c->mu);
+    dt_status st = c->err;
+    char msg[sizeof c->msg];
+    memcpy(msg, c->msg, sizeof msg);
+    c->err = DT_OK;
+    pthread_mutex_unlock(&c->mu);
+    if (st == DT_OK) return 0;
+    c->failed = 1;
+    snprintf(c->failed_msg, sizeof c->failed_msg, "%s", msg);
+    fprintf(stderr, "rank %d: checkpoint step %" PRId64 " FAILED (not committed): %s\n", t->rank,
+            c->step, msg);
+    return 1;
+}
+
+static int writer_idle(dt_train_ckpt *c) {
+    pthread_mutex_lock(&c->mu);
+    int idle = c->busy == 0;
+    pthread_mutex_unlock(&c->mu);
+    return idle;
+}
+
+/* ---- snapshot ----------------------------------------------------------------------------- */
+
+/* Grows a reused buffer (kept across saves: the pages are touched once). */
+static dt_status reserve(snap_file *f, size_t n) {
+    if (f->cap >= n) return DT_OK;
+    free(f->buf);
+    f->buf = malloc(n);
+    f->cap = f->buf ? n : 0;
+    if (!f->buf) return dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory for %zu bytes", n);
+    return DT_OK;
+}
+
+/* model.safetensors: every trainable and state parameter by name (frozen ones come from the
+ * pretrained files). */
+static dt_status snap_model(dt_trainer *t, snap_file *f) {
+    int np = dt_graph_param_count(t->g), k = 0;
+    dt_st_entry *e = calloc((size_t)np + 1, sizeof *e);
+    if (!e) return dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
+    for (int i = 0; i < np; i++) {
+        const dt_param_info *pi = dt_graph_param_info(t->g, i);
+        if (pi->flags & DT_PARAM_FROZEN) continue;
+        e[k].name = pi->name;
+        e[k].t = dt_graph_value(t->g, pi->id);
+        k++;
+    }
+    size_t need = dt_st_serialized_size(e, k, NULL, NULL, 0);
+    dt_status st =
+        need ? reserve(f, need) : dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
+    if (st == DT_OK) st = dt_st_serialize(f->buf, f->cap, e, k, NULL, NULL, 0, &f->len);
+    free(e);
+    snprintf(f->name, sizeof f->name, "model.safetensors");
+    return st;
+}
+
+/* optim-R-of-W.safetensors: this rank's optimizer slice [lo, hi) with its layout. */
+static dt_status snap_optim(dt_trainer *t, snap_file *f, int shard, int shards) {
+    dt_optim_state os;
+    dt_status st = dt_optim_get_state(t->opt, &os);
+    if (st != DT_OK) return st;
+    dt_tensor tt[DT_OPTIM_MAX_BUFFERS];
+    dt_st_entry e[DT_OPTIM_MAX_BUFFERS];
+    int64_t len = (int64_t)(os.hi - os.lo);
+    for (int b = 0; b < os.n_buffers; b++) {
+        dt_tensor_init(&tt[b], os.buffers[b], DT_F32, 1, &len);
+        e[b] = (dt_st_entry){os.names[b], &tt[b]};
+    }
+    char lo[32], hi[32], n[32], step[32];
+    snprintf(lo, sizeof lo, "%zu", os.lo), snprintf(hi, sizeof hi, "%zu", os.hi);
+    snprintf(n, sizeof n, "%zu", os.n_total), snprintf(step, sizeof step, "%" PRId64, os.step);
+    const char *mk[] = {"lo", "hi", "n_total", "step", "kind"};
+    const char *mv[] = {lo, hi, n, step, os.kind == DT_OPTIM_ADAMW ? "adamw" : "sgd"};
+    size_t need = dt_st_serialized_size(e, os.n_buffers, mk, mv, 5);
+    st = need ? reserve(f, need) : dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
+    if (st == DT_OK) st = dt_st_serialize(f->buf, f->cap, e, os.n_buffers, mk, mv, 5, &f->len);
+    snprintf(f->name, sizeof f->name, "optim-%05d-of-%05d.safetensors", shard, shards);
+    return st;
+}
+
+/* Optimizer files: one per rank under ZeRO (each holds its shard), else rank 0's alone. */
+static int sharded_optim(const dt_trainer *t) {
+    return t->ddp && t->v.dist.zero_stage >= 1;
+}
+
+static cJSON *make_state(dt_trainer *t) {
+    cJSON *o = cJSON_CreateObject();
+    char cur[512];
+    dt_data_cursor dc;
+    dt_loader_cursor(t->train_ld, &dc);
+    dt_data_cursor_format(&dc, cur, sizeof cur);
+    cJSON_AddStringToObject(o, "format", "dtrain-checkpoint-1");
+    cJSON_AddNumberToObject(o, "step", (double)t->prog.step);
+    cJSON_AddNumberToObject(o, "epoch", (double)t->prog.epoch);
+    cJSON_AddNumberToObject(o, "samples_seen",
+                            (double)(t->prog.step * t->v.train.grad_accum * t->B * t->world));
+    cJSON_AddStringToObject(o, "data_cursor", cur);
+    cJSON *r = cJSON_AddObjectToObject(o, "rng");
+    cJSON_AddNumberToObject(r, "seed", (double)t->v.train.seed);
+    cJSON_AddNumberToObject(r, "counter", (double)(t->prog.step * t->v.train.grad_accum));
+    cJSON *sc = cJSON_AddObjectToObject(o, "schedule");
+    cJSON_AddNumberToObject(sc, "step", (double)t->prog.step);
+    cJSON_AddNumberToObject(sc, "lr", t->prog.lr);
+    dt_optim_state os;
+    if (dt_optim_get_state(t->opt, &os) == DT_OK)
+        cJSON_AddNumberToObject(o, "optimizer_step", (double)os.step);
+    cJSON_AddNumberToObject(o, "world_size", t->world);
+    cJSON_AddNumberToObject(o, "zero_stage", t->ddp ? (double)t->v.dist.zero_stage : 0);
+    cJSON *ly = cJSON_AddObjectToObject(o, "layout");
+    cJSON_AddNumberToObject(ly, "n", (double)t->n);
+    cJSON_AddNumberToObject(ly, "shards", sharded_optim(t) ? t->world : 1);
+    cJSON_AddNumberToObject(
+        ly, "shard", sharded_optim(t) ? (double)dt_comm_shard_size(t->n, t->world) : (double)t->n);
+    cJSON *ps = cJSON_AddArrayToObject(ly, "params");
+    for (int i = 0; i < dt_graph_param_count(t->g); i++) {
+        const dt_param_info *pi = dt_graph_param_info(t->g, i);
+        if (pi->flags & (DT_PARAM_FROZEN | DT_PARAM_STATE)) continue;
+        cJSON *a = cJSON_CreateArray();
+        cJSON_AddItemToArray(a, cJSON_CreateString(pi->name));
+        cJSON_AddItemToArray(a, cJSON_CreateNumber((double)pi->offset));
+        cJSON_AddItemToArray(a, cJSON_CreateNumber((double)pi->numel));
+        cJSON_AddItemToArray(ps, a);
+    }
+    cJSON *m = cJSON_AddObjectToObject(o, "metrics");
+    cJSON_AddNumberToObject(m, "loss", t->prog.loss);
+    if (t->have_eval) {
+        cJSON_AddNumberToObject(m, "eval_loss", t->eval.loss);
+        cJSON_AddNumberToObject(m, "eval_accuracy", t->eval.accuracy);
+    }
+    if (t->config_yaml) cJSON_AddStringToObject(o, "config", t->config_yaml);
+    cJSON_AddStringToObject(o, "code_version", DT_GIT_REV);
+    cJSON_AddStringToObject(o, "dtrain_version", dt_version());
+    return o;
+}
+
+/* ---- the per-step exchange ---------------------------------------------------------------- */
+
+/* Per rank: done, ok, bytes, hash high/low 32 bits of its optimizer file. */
+enum { SLOT = 5 };
+
+typedef struct exchange {
+    int stop;     /* some rank asked to stop */
+    int time_due; /* rank 0's clock says a timed save is due */
+    int all_done; /* every writer finished the pending save */
+    int all_ok;
+    double *slots; /* [world * SLOT] */
+} exchange;
+
+static dt_status do_exchange(dt_trainer *t, exchange *x, double *buf) {
+    dt_train_ckpt *c = t->ck;
+    int W = t->world;
+    memset(buf, 0, (size_t)(2 + W * SLOT) * sizeof *buf);
+    buf[0] = t->stop_requested ? 1 : 0;
+    double mins = t->v.ckpt.every_minutes;
+    if (t->rank == 0 && mins > 0 && dt_train_now() - c->last_save_time >= 60 * mins) buf[1] = 1;
+    int idle = !c->pending || writer_idle(c);
+    double *me = buf + 2 + t->rank * SLOT;
+    me[0] = idle ? 1 : 0;
+    if (idle && c->pending) {
+        pthread_mutex_lock(&c->mu);
+        me[1] = c->err == DT_OK;
+        pthread_mutex_unlock(&c->mu);
+        if (c->have_optim) {
+            me[2] = (double)c->optim.len;
+            me[3] = (double)(c->optim.hash >> 32), me[4] = (double)(c->optim.hash & 0xffffffffu);
+        }
+    } else {
+        me[1] = 1;
+    }
+    if (W > 1) {
+        dt_status st = dt_comm_allreduce_f64(t->comm, buf, (size_t)(2 + W * SLOT));
+        if (st != DT_OK) return st;
+    }
+    x->stop = buf[0] > 0, x->time_due = buf[1] > 0;
+    x->all_done = x->all_ok = 1;
+    for (int r = 0; r < W; r++) {
+        x->all_done &= buf[2 + r * SLOT] > 0;
+        x->all_ok &= buf[2 + r * SLOT + 1] > 0;
+    }
+    x->slots = buf + 2;
+    return DT_OK;
+}
+
+/* All writers are done with the pending save: rank 0 commits it (in its writer thread). */
+static dt_status commit(dt_trainer *t, const exchange *x) {
+    dt_train_ckpt *c = t->ck;
+    c->pending = 0;
+    if (!x->all_ok) {
+        /* some rank failed to write: the save is abandoned, the previous checkpoint stays the
+         * newest; the writer's own error is reported on the rank that had it */
+        if (!writer_wait(t)) {
+            c->failed = 1;
+            snprintf(c->failed_msg, sizeof c->failed_msg, "another rank could not write its files");
+        }
+        if (t->log)
+            fprintf(t->log, "checkpoint step %" PRId64 " not committed: %s\n", c->step,
+                    c->failed_msg);
+        cJSON_Delete(c->state), c->state = NULL;
+        return DT_OK; /* training goes on; the next save tries again */
+    }
+    writer_wait(t);
+    if (t->rank != 0) return DT_OK;
+    cJSON *files = cJSON_AddObjectToObject(c->state, "files");
+    char hex[17];
+    int64_t total = 0;
+    if (c->have_model) {
+        cJSON *f = cJSON_AddObjectToObject(files, c->model.name);
+        cJSON_AddNumberToObject(f, "bytes", (double)c->model.len);
+        snprintf(hex, sizeof hex, "%016" PRIx64, c->model.hash);
+        cJSON_AddStringToObject(f, "xxh3", hex);
+        total += (int64_t)c->model.len;
+    }
+    int shards = sharded_optim(t) ? t->world : 1;
+    for (int r = 0; r < shards; r++) {
+        const double *s = x->slots + r * SLOT;
+        char name[64];
+        snprintf(name, sizeof name, "optim-%05d-of-%05d.safetensors", r, shards);
+        cJSON *f = cJSON_AddObjectToObject(files, name);
+        cJSON_AddNumberToObject(f, "bytes", s[2]);
+        snprintf(hex, sizeof hex, "%016" PRIx64, ((uint64_t)s[3] << 32) | (uint64_t)s[4]);
+        cJSON_AddStringToObject(f, "xxh3", hex);
+        total += (int64_t)s[2];
+    }
+    free(c->commit_json);
+    c->commit_json = cJSON_Print(c->state);
+    cJSON_Delete(c->state), c->state = NULL;
+    if (!c->commit_json) return dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
+    submit(c, JOB_COMMIT);
+    if (t->log)
+        fprintf(t->log,
+                "checkpoint step %" PRId64 " committed: %.1f MB in %.2f s (%.0f MB/s) to %s/%s\n",
+                c->step, (double)total / 1e6, c->write_s,
+                c->write_s > 0
+                    ? (double)(c->model.len + (c->have_optim ? c->optim.len : 0)) / 1e6 / c->write_s
+                    : 0.0,
+                dt_store_url(c->store), c->dir);
+    return DT_OK;
+}
+
+/* Blocks until the pending save is committed (back-pressure, the end, preemption). */
+static dt_status drain(dt_trainer *t) {
+    dt_train_ckpt *c = t->ck;
+    double buf_small[2 + SLOT];
+    double *buf = t->world > 1 ? malloc((size_t)(2 + t->world * SLOT) * sizeof *buf) : buf_small;
+    if (!buf) return dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
+    dt_status st = DT_OK;
+    if (c->pending) {
+        pthread_mutex_lock(&c->mu);
+        while (c->busy) pthread_cond_wait(&c->cv, &c->mu);
+        pthread_mutex_unlock(&c->mu);
+        exchange x;
+        if ((st = do_exchange(t, &x, buf)) == DT_OK) st = commit(t, &x);
+    }
+    if (st == DT_OK) writer_wait(t); /* rank 0: the commit itself */
+    if (buf != buf_small) free(buf);
+    return st;
+}
+
+static dt_status save(dt_trainer *t, const char *why) {
+    dt_train_ckpt *c = t->ck;
+    double t0 = dt_train_now();
+    dt_status st = drain(t); /* back-pressure: one save at a time */
+    if (st != DT_OK) return st;
+    c->failed = 0;
+    double waited = dt_train_now() - t0;
+    int zero3 = t->ddp && t->v.dist.zero_stage >= 3;
+    if (zero3 && (st = dt_ddp_gather_params(t->ddp)) != DT_OK) return st;
+    c->step = t->prog.step;
+    snprintf(c->dir, sizeof c->dir, "%s/step-%09" PRId64, c->root, c->step);
+    c->have_model = t->rank == 0;
+    c->have_optim = sharded_optim(t) || t->rank == 0;
+    if (c->have_model) st = snap_model(t, &c->model);
+    if (st == DT_OK && c->have_optim)
+        st = snap_optim(t, &c->optim, sharded_optim(t) ? t->rank : 0,
+                        sharded_optim(t) ? t->world : 1);
+    if (zero3) {
+        dt_status rs = dt_ddp_release_params(t->ddp);
+        if (st == DT_OK) st = rs;
+    }
+    if (st != DT_OK) return st;
+    if (t->rank == 0) c->state = make_state(t);
+    c->pending = 1;
+    submit(c, JOB_WRITE);
+    c->last_save_time = dt_train_now();
+    c->stall_s = c->last_save_time - t0;
+    if (t->log)
+        fprintf(t->log,
+                "checkpoint step %" PRId64 " (%s): snapshot in %.3f s%s, writing in the "
+                "background\n",
+                c->step, why, c->stall_s - waited,
+                waited > 0.001 ? " (after waiting for the previous save)" : "");
+    if (!t->v.ckpt.async) return drain(t);
+    return DT_OK;
+}
+
+dt_status dt_train_ckpt_after_step(dt_trainer *t) {
+    dt_train_ckpt *c = t->ck;
+    if (!c) return DT_OK;
+    double small[2 + SLOT];
+    double *buf = t->world > 1 ? t->ck_buf : small;
+    exchange x;
+    dt_status st = do_exchange(t, &x, buf);
+    if (st != DT_OK) return st;
+    if (c->pending && x.all_done && (st = commit(t, &x)) != DT_OK) return st;
+    int64_t every = t->v.ckpt.every_steps, step = t->prog.step;
+    int last = step == t->prog.total_steps;
+    if (x.stop) {
+        if ((st = save(t, "preemption")) != DT_OK || (st = drain(t)) != DT_OK) return st;
+        t->prog.preempted = 1;
+        if (c->failed)
+            return dt_error_set(DT_ERR_IO, "checkpoint at preemption (step %" PRId64 ") failed: %s",
+                                c->step, c->failed_msg);
+        return DT_OK;
+    }
+    const char *why = NULL;
+    if (c->enabled && last)
+        why = "end";
+    else if (every > 0 && step % every == 0)
+        why = "every_steps";
+    else if (x.time_due)
+        why = "every_minutes";
+    if (why && (st = save(t, why)) != DT_OK) return st;
+    if (last) {
+        if ((st = drain(t)) != DT_OK) return st;
+        if (why && c->failed)
+            return dt_error_set(DT_ERR_IO, "final checkpoint (step %" PRId64 ") failed: %s",
+                                c->step, c->failed_msg);
+    }
+    return DT_OK;
+}
+
+/* ---- setup, resume ------------------------------------------------------------------------ */
+
+dt_status dt_train_ckpt_init(dt_trainer *t, const char *run_name) {
+    const dt_config_values *v = &t->v;
+    dt_train_ckpt *c = calloc(1, sizeof *c);
+    if (!c) return dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
+    t->ck = c;
+    const char *url = v->ckpt.dir[0] ? v->ckpt.dir : v->output.dir;
+    dt_status st = dt_store_open(url, NULL, &c->store);
+    if (st != DT_OK) {
+        char m[1024];
+        snprintf(m, sizeof m, "%s", dt_last_error());
+        return dt_error_set(st, "%s: %s", v->ckpt.dir[0] ? "ckpt.dir" : "output.dir", m);
+    }
+    snprintf(c->root, sizeof c->root, "%s/%s/checkpoints", v->output.experiment, run_name);
+    c->enabled = v->ckpt.every_steps > 0 || v->ckpt.every_minutes > 0;
+    c->last_save_time = dt_train_now();
+    if (t->world > 1) {
+        t->ck_buf = malloc((size_t)(2 + t->world * SLOT) * sizeof(double));
+        if (!t->ck_buf) return dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
+    }
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    if (pthread_create(&c->th, NULL, writer_main, t) != 0)
+        return dt_error_set(DT_ERR_STATE, "checkpoint: cannot start the writer thread");
+    c->have_th = 1;
+    return DT_OK;
+}
+
+void dt_train_ckpt_free(dt_trainer *t) {
+    dt_train_ckpt *c = t->ck;
+    if (!c) return;
+    if (c->have_th) {
+        pthread_mutex_lock(&c->mu);
+        c->quit = 1;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        pthread_join(c->th, NULL);
+        pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->cv);
+    }
+    dt_store_close(c->store);
+    free(c->model.buf), free(c->optim.buf), free(c->commit_json);
+    cJSON_Delete(c->state);
+    free(t->ck_buf);
+    free(c);
+    t->ck = NULL;
+}
+
+/* Reads one file of a checkpoint and checks it against trainer_state.json's entry. */
+static dt_status get_verified(dt_store *s, const char *dir, cJSON *files, const char *name,
+                              void **data, size_t *n) {
+    cJSON *e = cJSON_GetObjectItemCaseSensitive(files, name);
+    cJSON *jb = cJSON_GetObjectItemCaseSensitive(e, "bytes");
+    cJSON *jh = cJSON_GetObjectItemCaseSensitive(e, "xxh3");
+    if (!cJSON_IsNumber(jb) || !cJSON_IsString(jh))
+        return dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s does not list %s", dir, DT_CKPT_STATE,
+                            name);
+    char key[1400], hex[17];
+    snprintf(key, sizeof key, "%s/%s", dir, name);
+    dt_status st = dt_store_get(s, key, data, n);
+    if (st != DT_OK) return st;
+    snprintf(hex, sizeof hex, "%016" PRIx64, (uint64_t)XXH3_64bits(*data, *n));
+    if ((double)*n != jb->valuedouble || strcmp(hex, jh->valuestring)) {
+        free(*data), *data = NULL;
+        return dt_error_set(DT_ERR_FORMAT, "checkpoint %s: file %s does not match its checksum",
+                            dir, name);
+    }
+    return DT_OK;
+}
+
+static dt_status load_model(dt_trainer *t, dt_store *s, const char *dir, cJSON *files) {
+    void *data;
+    size_t n;
+    dt_status st = get_verified(s, dir, files, "model.safetensors", &data, &n);
+    if (st != DT_OK) return st;
+    dt_st_file *f;
+    char name[1300];
+    snprintf(name, sizeof name, "%s/model.safetensors", dir);
+    if ((st = dt_st_open_memory(name, data, n, &f)) != DT_OK) return st;
+    for (int i = 0; i < dt_graph_param_count(t->g) && st == DT_OK; i++) {
+        const dt_param_info *pi = dt_graph_param_info(t->g, i);
+        if (pi->flags & DT_PARAM_FROZEN) continue;
+        dt_tensor src;
+        const dt_tensor *dst = dt_graph_value(t->g, pi->id);
+        if ((st = dt_st_get(f, pi->name, &src)) != DT_OK) break;
+        if (src.dtype != DT_F32 || (size_t)dt_tensor_numel(&src) != pi->numel)
+            st = dt_error_set(
+                DT_ERR_FORMAT, "%s: tensor %s: %s of %lld elements, expected f32 of %zu", name,
+                pi->name, dt_dtype_name(src.dtype), (long long)dt_tensor_numel(&src), pi->numel);
+        else
+            memcpy(dst->data, src.data, pi->numel * sizeof(float));
+    }
+    dt_st_close(f);
+    return st;
+}
+
+/* The optimizer slice [lo, hi) from the saved shards (any saved world size: the shards are
+ * contiguous slices of one flat layout, so resharding is a matter of copying overlaps). */
+static dt_status load_optim(dt_trainer *t, dt_store *s, const char *dir, cJSON *state) {
+    cJSON *ly = cJSON_GetObjectItemCaseSensitive(state, "layout");
+    cJSON *files = cJSON_GetObjectItemCaseSensitive(state, "files");
+    int shards = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(ly, "shards"));
+    size_t ss = (size_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(ly, "shard"));
+    dt_optim_state os;
+    dt_status st = dt_optim_get_state(t->opt, &os);
+    if (st != DT_OK) return st;
+    if (shards < 1 || ss < 1)
+        return dt_error_set(DT_ERR_FORMAT, "checkpoint %s: bad layout in %s", dir, DT_CKPT_STATE);
+    for (int r = 0; r < shards && st == DT_OK; r++) {
+        size_t a = (size_t)r * ss, b = a + ss < t->n ? a + ss : t->n;
+        size_t lo = a > os.lo ? a : os.lo, hi = b < os.hi ? b : os.hi;
+        if (hi <= lo) continue;
+        char fname[64], name[1300];
+        snprintf(fname, sizeof fname, "optim-%05d-of-%05d.safetensors", r, shards);
+        snprintf(name, sizeof name, "%s/%s", dir, fname);
+        void *data;
+        size_t n;
+        dt_st_file *f;
+        if ((st = get_verified(s, dir, files, fname, &data, &n)) != DT_OK ||
+            (st = dt_st_open_memory(name, data, n, &f)) != DT_OK)
+            break;
+        for (int k = 0; k < os.n_buffers && st == DT_OK && hi > lo; k++) {
+            dt_tensor src;
+            if ((st = dt_st_get(f, os.names[k], &src)) != DT_OK) break;
+            if ((size_t)dt_tensor_numel(&src) < hi - a || src.dtype != DT_F32)
+                st = dt_error_set(DT_ERR_FORMAT, "%s: %s has %lld elements, expected %zu", name,
+                                  os.names[k], (long long)dt_tensor_numel(&src), b - a);
+            else
+                memcpy(os.buffers[k] + (lo - os.lo), (const float *)src.data + (lo - a),
+                       (hi - lo) * sizeof(float));
+        }
+        dt_st_close(f);
+    }
+    if (st != DT_OK) return st;
+    cJSON *jo = cJSON_GetObjectItemCaseSensitive(state, "optimizer_step");
+    int64_t step = cJSON_IsNumber(jo) ? (int64_t)jo->valuedouble : 0;
+    return dt_optim_set_step(t->opt, step);
+}
+
+static dt_status check_layout(dt_trainer *t, const char *dir, cJSON *state) {
+    cJSON *ly = cJSON_GetObjectItemCaseSensitive(state, "layout");
+    cJSON *ps = cJSON_GetObjectItemCaseSensitive(ly, "params");
+    size_t n = (size_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(ly, "n"));
+    if (n != t->n)
+        return dt_error_set(DT_ERR_INVALID,
+                            "checkpoint %s: %zu trainable parameters, this model has %zu "
+                            "(different model or config)",
+                            dir, n, t->n);
+    int k = 0;
+    for (int i = 0; i < dt_graph_param_count(t->g); i++) {
+        const dt_param_info *pi = dt_graph_param_info(t->g, i);
+        if (pi->flags & (DT_PARAM_FROZEN | DT_PARAM_STATE)) continue;
+        cJSON *a = cJSON_GetArrayItem(ps, k++);
+        const char *nm = cJSON_GetStringValue(cJSON_GetArrayItem(a, 0));
+        if (!nm || strcmp(nm, pi->name) ||
+            (size_t)cJSON_GetNumberValue(cJSON_GetArrayItem(a, 1)) != pi->offset ||
+            (size_t)cJSON_GetNumberValue(cJSON_GetArrayItem(a, 2)) != pi->numel)
+            return dt_error_set(DT_ERR_INVALID,
+                                "checkpoint %s: parameter %d is %s, this model has %s (%zu "
+                                "elements): different model",
+                                dir, k - 1, nm ? nm : "missing", pi->name, pi->numel);
+    }
+    return DT_OK;
+}
+
+dt_status dt_train_ckpt_resume(dt_trainer *t) {
+    dt_train_ckpt *c = t->ck;
+    const char *r = t->v.ckpt.resume;
+    if (!c || !strcmp(r, "never")) return DT_OK;
+    dt_store *s = c->store, *own = NULL;
+    char dir[1200] = "";
+    dt_status st = DT_OK;
+    if (strcmp(r, "auto")) { /* a checkpoint URI: its parent is the store */
+        char parent[4096];
+        snprintf(parent, sizeof parent, "%s", r);
+        size_t l = strlen(parent);
+        while (l > 1 && parent[l - 1] == '/') parent[--l] = 0;
+        char *slash = strrchr(parent, '/');
+        if (!slash || !slash[1])
+            return dt_error_set(DT_ERR_INVALID, "ckpt.resume: '%s' is not a checkpoint directory",
+                                r);
+        snprintf(dir, sizeof dir, "%s", slash + 1);
+        *slash = 0;
+        if ((st = dt_store_open(parent, NULL, &own)) != DT_OK) return st;
+        s = own;
+        if (t->rank == 0 && (st = dt_ckpt_verify(s, dir, NULL)) != DT_OK) {
+            char m[1024];
+            snprintf(m, sizeof m, "%s", dt_last_error());
+            st = dt_error_set(st, "ckpt.resume: %s", m);
+        }
+    } else if (t->rank == 0) {
+        dt_ckpt_info info;
+        st = dt_ckpt_find_latest(s, c->root, t->log ? t->log : stderr, &info);
+        if (st == DT_OK)
+            snprintf(dir, sizeof dir, "%s", info.dir);
+        else if (st == DT_ERR_NOTFOUND)
+            st = DT_OK, dir[0] = 0;
+    }
+    /* every rank learns rank 0's choice (or its error) */
+    if (t->world > 1) {
+        double e = st != DT_OK;
+        dt_status cs = dt_comm_allreduce_f64(t->comm, &e, 1);
+        if (cs == DT_OK) cs = dt_comm_broadcast(t->comm, dir, sizeof dir, 0);
+        if (cs != DT_OK)
+            st = cs;
+        else if (e > 0 && st == DT_OK)
+            st = dt_error_set(DT_ERR_IO, "ckpt.resume: rank 0 could not choose a checkpoint");
+    }
+    if (st != DT_OK || !dir[0]) {
+        if (st == DT_OK && t->log)
+            fprintf(t->log, "no checkpoint under %s/%s: starting from step 0\n", dt_store_url(s),
+                    c->root);
+        dt_store_close(own);
+        return st;
+    }
+    char *txt = NULL;
+    cJSON *state = NULL;
+    if ((st = dt_ckpt_read_state(s, dir, &txt)) == DT_OK && !(state = cJSON_Parse(txt)))
+        st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s is not valid JSON", dir, DT_CKPT_STATE);
+    free(txt);
+    int old_world =
+        (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(state, "world_size"));
+    if (st == DT_OK) st = check_layout(t, dir, state);
+    if (st == DT_OK) st = load_model(t, s, dir, cJSON_GetObjectItemCaseSensitive(state, "files"));
+    if (st == DT_OK) st = load_optim(t, s, dir, state);
+    dt_data_cursor cur;
+    if (st == DT_OK &&
+        (st = dt_data_cursor_parse(
+             cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(state, "data_cursor")), &cur)) ==
+            DT_OK) {
+        /* Ranks are interleaved: batch b of every rank holds the first (b+1)*B*W positions of
+         * the epoch order. Another world size continues at the first position not yet seen,
+         * rounded down to its own batches (at most one global batch is seen twice). */
+        if (old_world != t->world && old_world > 0) cur.batch = cur.batch * old_world / t->world;
+        cur.rank = t->rank, cur.world_size = t->world;
+        st = dt_loader_seek(t->train_ld, &cur);
+    }
+    if (st == DT_OK) {
+        t->prog.step =
+            (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(state, "step"));
+        t->prog.epoch =
+            (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(state, "epoch"));
+        c->last_save_time = dt_train_now();
+        if (t->ddp && t->v.dist.zero_stage >= 3) st = dt_ddp_release_params(t->ddp);
+    }
+    if (st == DT_OK && t->log)
+        fprintf(t->log, "resumed from %s/%s: step %lld%s\n", dt_store_url(s), dir,
+                (long long)t->prog.step,
+                old_world != t->world ? " (another world size: optimizer state resharded, data "
+                                        "continues at the first unseen global batch)"
+                                      : "");
+    cJSON_Delete(state);
+    dt_store_close(own);
+    return st;
+}
