@@ -24,7 +24,7 @@ build: deps
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
-	$(BUILD)/dtrain demo
+	scripts/demo.sh $(BUILD)
 
 test: build venv
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE slow
