@@ -49,13 +49,15 @@ dt_status dt_ckpt_find_latest(dt_store *s, const char *root, FILE *log, dt_ckpt_
 /* Reads and parses trainer_state.json of a checkpoint: the text (malloc'd, NUL-terminated). */
 dt_status dt_ckpt_read_state(dt_store *s, const char *dir, char **json);
 
-/* Retention, run after a commit: keeps the newest `keep_last` committed checkpoints (0: all)
+/* Retention, run after committing the checkpoint of step `current` (-1: none): removes every
+ * checkpoint directory newer than `current` (an abandoned timeline); then keeps the newest
+ * `keep_last` committed checkpoints (0: all)
  * and the `keep_best` best by metric (mode "min" or "max"; keep_best 0: none); never removes
  * the newest committed one; removes uncommitted directories older than it (failed saves).
  * trainer_state.json goes first, so a half-removed checkpoint is never taken for a good one.
  * Reports what it removed on log (may be NULL). */
-dt_status dt_ckpt_retain(dt_store *s, const char *root, int keep_last, int keep_best,
-                         const char *metric, const char *mode, FILE *log);
+dt_status dt_ckpt_retain(dt_store *s, const char *root, int64_t current, int keep_last,
+                         int keep_best, const char *metric, const char *mode, FILE *log);
 
 #ifdef __cplusplus
 }

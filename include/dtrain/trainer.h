@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include "dtrain/config.h"
 #include "dtrain/graph.h"
+#include "dtrain/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -76,6 +77,9 @@ const dt_eval_result *dt_trainer_last_eval(const dt_trainer *t);
 /* The run directory (output.dir/experiment/run_name). */
 const char *dt_trainer_run_dir(const dt_trainer *t);
 dt_graph *dt_trainer_graph(dt_trainer *t);
+/* The optimizer (this rank's slice [lo, hi) of the flat buffer under ZeRO): its state through
+ * dt_optim_get_state, e.g. to check what a resume restored. */
+dt_optim *dt_trainer_optim(dt_trainer *t);
 /* Log lines go here (default stdout; NULL: silent). */
 void dt_trainer_set_log(dt_trainer *t, FILE *f);
 void dt_trainer_free(dt_trainer *t);

@@ -148,9 +148,21 @@ dt_status dt_ckpt_find_latest(dt_store *s, const char *root, FILE *log, dt_ckpt_
     dt_status st = dt_ckpt_list(s, root, NULL, &v, &n);
     if (st != DT_OK) return st;
     for (int i = n - 1; i >= 0; i--) {
-        if (!v[i].committed) continue; /* a save that did not finish: not a checkpoint */
+        if (!v[i].committed) { /* a save that did not finish: not a checkpoint */
+            if (log)
+                fprintf(log, "warning: skipping %s: no %s (a save that did not finish)\n", v[i].dir,
+                        DT_CKPT_STATE);
+            continue;
+        }
         int64_t b;
-        if (dt_ckpt_verify(s, v[i].dir, &b) == DT_OK) {
+        dt_status vs = dt_ckpt_verify(s, v[i].dir, &b);
+        if (vs == DT_ERR_IO || vs == DT_ERR_STATE || vs == DT_ERR_NOMEM) {
+            /* the store failed, not the checkpoint: falling back to an older one would
+             * silently lose progress */
+            free(v);
+            return vs;
+        }
+        if (vs == DT_OK) {
             *out = v[i];
             out->verified = 1, out->bytes = b;
             free(v);
@@ -178,12 +190,27 @@ static dt_status remove_dir(dt_store *s, const char *dir) {
     return st;
 }
 
-dt_status dt_ckpt_retain(dt_store *s, const char *root, int keep_last, int keep_best,
-                         const char *metric, const char *mode, FILE *log) {
+dt_status dt_ckpt_retain(dt_store *s, const char *root, int64_t current, int keep_last,
+                         int keep_best, const char *metric, const char *mode, FILE *log) {
     dt_ckpt_info *v;
     int n;
     dt_status st = dt_ckpt_list(s, root, keep_best > 0 ? metric : NULL, &v, &n);
     if (st != DT_OK) return st;
+    /* Directories newer than the checkpoint just committed belong to an abandoned timeline (a
+     * corrupt checkpoint skipped at resume, a run restarted with resume=never): they go, and
+     * the current one counts as the newest. */
+    for (int i = 0; current >= 0 && i < n && st == DT_OK; i++) {
+        if (v[i].step <= current) continue;
+        st = remove_dir(s, v[i].dir);
+        if (st == DT_OK && log)
+            fprintf(log, "checkpoint %s removed (newer than the run's current step %lld)\n",
+                    v[i].dir, (long long)current);
+        v[i].committed = 0, v[i].step = -1; /* gone */
+    }
+    if (st != DT_OK) {
+        free(v);
+        return st;
+    }
     int newest = -1, committed = 0;
     for (int i = 0; i < n; i++)
         if (v[i].committed) newest = i, committed++;
@@ -211,7 +238,7 @@ dt_status dt_ckpt_retain(dt_store *s, const char *root, int keep_last, int keep_
         keep[best] = 2; /* 2: kept as one of the best (not counted again) */
     }
     for (int i = 0; i < n && st == DT_OK; i++) {
-        if (keep[i]) continue;
+        if (keep[i] || v[i].step < 0) continue;
         /* uncommitted: only directories older than the newest commit (failed saves); a newer
          * one may be a save in flight */
         if (!v[i].committed && (newest < 0 || v[i].step > v[newest].step)) continue;

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,7 +161,13 @@ static dt_status walk(dt_store *s, const char *rel, const char *prefix, char ***
     struct dirent *e;
     while (st == DT_OK && (e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        if (strstr(e->d_name, ".tmp-")) continue;
+        /* Temporaries of puts in flight are not objects yet. One whose writer is dead (on this
+         * host: a killed save) is an orphan: listed, so that retention removes it. */
+        const char *tm = strstr(e->d_name, ".tmp-");
+        if (tm) {
+            long pid = atol(tm + 5);
+            if (pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        }
         char k[4400], full[8600];
         snprintf(k, sizeof k, "%s%s%s", rel, *rel ? "/" : "", e->d_name);
         size_t pl = strlen(prefix), kl = strlen(k);

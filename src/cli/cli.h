@@ -3,8 +3,10 @@
 #ifndef DTRAIN_CLI_H
 #define DTRAIN_CLI_H
 
+int dt_cli_ckpt(int argc, char **argv); /* src/cli/ckpt.c: dtrain ckpt ls|verify|show */
 int dt_cli_demo(int argc, char **argv);
 int dt_cli_generate(int argc, char **argv);
 int dt_cli_train(int argc, char **argv);
+int dt_cli_launch(int argc, char **argv);
 
 #endif

@@ -16,7 +16,9 @@ static void usage(FILE *f) {
     fprintf(f, "usage: dtrain <command> [args]\n"
                "commands:\n"
                "  data        import | inspect | verify datasets (shards + manifest)\n"
+               "  ckpt        ls | verify | show checkpoints (path, file://, s3://)\n"
                "  plan        per-worker memory of a training config, without weights\n"
+               "  launch      run N workers through mpirun, restart from checkpoints on failure\n"
                "  generate    text generation with a Llama model (Hugging Face folder)\n"
                "  train       train a model from a YAML config (--help-config: every key)\n"
                "  demo        train a small model on generated data (engine self-demo)\n"
@@ -53,6 +55,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "demo")) return dt_cli_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "data")) return dt_cli_data(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return dt_cli_plan(argc - 1, argv + 1);
+    if (!strcmp(cmd, "ckpt")) return dt_cli_ckpt(argc - 1, argv + 1);
+    if (!strcmp(cmd, "launch")) return dt_cli_launch(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return dt_cli_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "train")) return dt_cli_train(argc - 1, argv + 1);
     fprintf(stderr, "dtrain: unknown command '%s'\n", cmd);

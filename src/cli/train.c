@@ -53,6 +53,8 @@ int dt_cli_train(int argc, char **argv) {
     sigemptyset(&stop_set);
     sigaddset(&stop_set, SIGTERM);
     sigaddset(&stop_set, SIGINT);
+    sigaddset(&stop_set,
+              SIGUSR1); /* mpirun forwards SIGUSR1 to every rank: dtrain launch uses it */
     pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
     pthread_t sig_thread;
     pthread_create(&sig_thread, NULL, signal_main, &stop_set);

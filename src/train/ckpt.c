@@ -60,6 +60,7 @@ struct dt_train_ckpt {
     double t_begin, stall_s, last_save_time;
     double write_s;
     int failed; /* the last save failed on this rank (files or commit) */
+    char commit_line[2048];
     char failed_msg[1024];
 };
 
@@ -91,11 +92,14 @@ static void *writer_main(void *arg) {
             char key[1300];
             snprintf(key, sizeof key, "%s/%s", c->dir, DT_CKPT_STATE);
             st = dt_store_put(c->store, key, c->commit_json, strlen(c->commit_json));
-            /* retention only after the new checkpoint is committed */
-            if (st == DT_OK)
-                st = dt_ckpt_retain(c->store, c->root, (int)t->v.ckpt.keep_last,
-                                    (int)t->v.ckpt.keep_best, t->v.ckpt.best_metric,
-                                    t->v.ckpt.best_mode ? "max" : "min", NULL);
+            if (st == DT_OK && t->log) fputs(c->commit_line, t->log), fflush(t->log);
+            /* Retention only after the new checkpoint is committed. Its failure leaves extra
+             * checkpoints behind, not a bad one: a warning, not a failed save. */
+            if (st == DT_OK && dt_ckpt_retain(c->store, c->root, c->step, (int)t->v.ckpt.keep_last,
+                                              (int)t->v.ckpt.keep_best, t->v.ckpt.best_metric,
+                                              t->v.ckpt.best_mode ? "max" : "min", NULL) != DT_OK)
+                fprintf(stderr, "warning: checkpoint retention under %s: %s\n", c->root,
+                        dt_last_error());
         }
         double dt = dt_train_now() - t0;
         pthread_mutex_lock(&c->mu);
@@ -351,15 +355,15 @@ static dt_status commit(dt_trainer *t, const exchange *x) {
     c->commit_json = cJSON_Print(c->state);
     cJSON_Delete(c->state), c->state = NULL;
     if (!c->commit_json) return dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
+    /* the writer logs "committed" once trainer_state.json is really there */
+    snprintf(c->commit_line, sizeof c->commit_line,
+             "checkpoint step %" PRId64 " committed: %.1f MB in %.2f s (%.0f MB/s) to %s/%s\n",
+             c->step, (double)total / 1e6, c->write_s,
+             c->write_s > 0
+                 ? (double)(c->model.len + (c->have_optim ? c->optim.len : 0)) / 1e6 / c->write_s
+                 : 0.0,
+             dt_store_url(c->store), c->dir);
     submit(c, JOB_COMMIT);
-    if (t->log)
-        fprintf(t->log,
-                "checkpoint step %" PRId64 " committed: %.1f MB in %.2f s (%.0f MB/s) to %s/%s\n",
-                c->step, (double)total / 1e6, c->write_s,
-                c->write_s > 0
-                    ? (double)(c->model.len + (c->have_optim ? c->optim.len : 0)) / 1e6 / c->write_s
-                    : 0.0,
-                dt_store_url(c->store), c->dir);
     return DT_OK;
 }
 
@@ -504,6 +508,13 @@ void dt_train_ckpt_free(dt_trainer *t) {
     t->ck = NULL;
 }
 
+/* A non-negative integer field of a JSON object, -1 if missing or not one (no NaN casts). */
+static int64_t jint(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < 9e15)) return -1;
+    return (int64_t)v->valuedouble;
+}
+
 /* Reads one file of a checkpoint and checks it against trainer_state.json's entry. */
 static dt_status get_verified(dt_store *s, const char *dir, cJSON *files, const char *name,
                               void **data, size_t *n) {
@@ -557,8 +568,12 @@ static dt_status load_model(dt_trainer *t, dt_store *s, const char *dir, cJSON *
 static dt_status load_optim(dt_trainer *t, dt_store *s, const char *dir, cJSON *state) {
     cJSON *ly = cJSON_GetObjectItemCaseSensitive(state, "layout");
     cJSON *files = cJSON_GetObjectItemCaseSensitive(state, "files");
-    int shards = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(ly, "shards"));
-    size_t ss = (size_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(ly, "shard"));
+    double jsh = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(ly, "shards"));
+    double jss = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(ly, "shard"));
+    if (!(jsh >= 1 && jsh < 1e6 && jss >= 1 && jss < 1e15))
+        return dt_error_set(DT_ERR_FORMAT, "checkpoint %s: bad layout in %s", dir, DT_CKPT_STATE);
+    int shards = (int)jsh;
+    size_t ss = (size_t)jss;
     dt_optim_state os;
     dt_status st = dt_optim_get_state(t->opt, &os);
     if (st != DT_OK) return st;
@@ -598,7 +613,8 @@ static dt_status load_optim(dt_trainer *t, dt_store *s, const char *dir, cJSON *
 static dt_status check_layout(dt_trainer *t, const char *dir, cJSON *state) {
     cJSON *ly = cJSON_GetObjectItemCaseSensitive(state, "layout");
     cJSON *ps = cJSON_GetObjectItemCaseSensitive(ly, "params");
-    size_t n = (size_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(ly, "n"));
+    int64_t jn = jint(ly, "n");
+    size_t n = jn < 0 ? (size_t)-1 : (size_t)jn;
     if (n != t->n)
         return dt_error_set(DT_ERR_INVALID,
                             "checkpoint %s: %zu trainable parameters, this model has %zu "
@@ -611,8 +627,8 @@ static dt_status check_layout(dt_trainer *t, const char *dir, cJSON *state) {
         cJSON *a = cJSON_GetArrayItem(ps, k++);
         const char *nm = cJSON_GetStringValue(cJSON_GetArrayItem(a, 0));
         if (!nm || strcmp(nm, pi->name) ||
-            (size_t)cJSON_GetNumberValue(cJSON_GetArrayItem(a, 1)) != pi->offset ||
-            (size_t)cJSON_GetNumberValue(cJSON_GetArrayItem(a, 2)) != pi->numel)
+            cJSON_GetNumberValue(cJSON_GetArrayItem(a, 1)) != (double)pi->offset ||
+            cJSON_GetNumberValue(cJSON_GetArrayItem(a, 2)) != (double)pi->numel)
             return dt_error_set(DT_ERR_INVALID,
                                 "checkpoint %s: parameter %d is %s, this model has %s (%zu "
                                 "elements): different model",
@@ -676,8 +692,11 @@ dt_status dt_train_ckpt_resume(dt_trainer *t) {
     if ((st = dt_ckpt_read_state(s, dir, &txt)) == DT_OK && !(state = cJSON_Parse(txt)))
         st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s is not valid JSON", dir, DT_CKPT_STATE);
     free(txt);
-    int old_world =
-        (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(state, "world_size"));
+    double jw = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(state, "world_size"));
+    int old_world = jw >= 1 && jw < 1e7 ? (int)jw : 0;
+    if (st == DT_OK && !old_world)
+        st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s has no valid world_size", dir,
+                          DT_CKPT_STATE);
     if (st == DT_OK) st = check_layout(t, dir, state);
     if (st == DT_OK) st = load_model(t, s, dir, cJSON_GetObjectItemCaseSensitive(state, "files"));
     if (st == DT_OK) st = load_optim(t, s, dir, state);
@@ -694,10 +713,11 @@ dt_status dt_train_ckpt_resume(dt_trainer *t) {
         st = dt_loader_seek(t->train_ld, &cur);
     }
     if (st == DT_OK) {
-        t->prog.step =
-            (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(state, "step"));
-        t->prog.epoch =
-            (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(state, "epoch"));
+        t->prog.step = jint(state, "step");
+        t->prog.epoch = jint(state, "epoch");
+        if (t->prog.step < 0 || t->prog.epoch < 0)
+            st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s has no valid step/epoch", dir,
+                              DT_CKPT_STATE);
         c->last_save_time = dt_train_now();
         if (t->ddp && t->v.dist.zero_stage >= 3) st = dt_ddp_release_params(t->ddp);
     }

@@ -403,6 +403,9 @@ const char *dt_trainer_run_dir(const dt_trainer *t) {
 dt_graph *dt_trainer_graph(dt_trainer *t) {
     return t->g;
 }
+dt_optim *dt_trainer_optim(dt_trainer *t) {
+    return t->opt;
+}
 void dt_trainer_set_log(dt_trainer *t, FILE *f) {
     t->log = t->rank == 0 ? f : NULL;
 }

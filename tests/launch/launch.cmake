@@ -1,0 +1,18 @@
+# dtrain launch: supervision, recovery from killed workers (bit-identical to an uninterrupted
+# run), --max-failures, no retries of data errors, preemption by SIGTERM (exit 75, exact
+# continuation), bad input refused before anything starts, a long run with 5 injected failures,
+# and heterogeneous hosts (2 + 1 slots on two network namespaces).
+if(MPI_FOUND)
+  foreach(case recover no-retry bad-data preempt bad-input long)
+    add_test(NAME launch_${case} COMMAND ${PROJECT_SOURCE_DIR}/tests/launch/launch.sh
+             $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${case})
+    set_tests_properties(launch_${case} PROPERTIES LABELS "launch;dist;e2e" TIMEOUT 300
+                         RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data
+                         ENVIRONMENT "OMP_NUM_THREADS=1")
+  endforeach()
+  set_tests_properties(launch_bad-input PROPERTIES LABELS "launch;unit;e2e")
+  add_test(NAME launch_netns_hetero COMMAND sh ${PROJECT_SOURCE_DIR}/tests/launch/launch_netns.sh
+           ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:dtrain> ${DT_TRAIN_DATA} ${PROJECT_SOURCE_DIR})
+  set_tests_properties(launch_netns_hetero PROPERTIES LABELS "launch;dist" TIMEOUT 300
+                       SKIP_RETURN_CODE 77 RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data)
+endif()
