@@ -34,6 +34,24 @@ dt_status dt_resnet_init(dt_graph *g, uint64_t seed);
 
 /* ---- Llama ----------------------------------------------------------------------------- */
 
+/* LoRA (Hu et al.; PEFT's LoraConfig): for each target projection W [out, in] the layer computes
+ *   y = x W^T + (alpha / r) * dropout(x) A^T B^T,   A [r, in], B [out, r]
+ * with W frozen (bf16) and A, B trainable f32, named as PEFT names them inside the model:
+ * "model.layers.L.self_attn.q_proj.lora_A.weight" (PEFT's files add "base_model.model."). With
+ * rank > 0 every base weight is frozen: matrices and embeddings in bf16, norms in f32. */
+enum {
+    DT_LORA_Q = 1 << 0, DT_LORA_K = 1 << 1, DT_LORA_V = 1 << 2, DT_LORA_O = 1 << 3,
+    DT_LORA_GATE = 1 << 4, DT_LORA_UP = 1 << 5, DT_LORA_DOWN = 1 << 6,
+};
+typedef struct dt_lora_config {
+    int rank;         /* r; 0 = no LoRA (full training) */
+    float alpha;      /* scaling alpha (the update is scaled by alpha / r) */
+    float dropout;    /* on the adapter input, training only */
+    unsigned targets; /* DT_LORA_* */
+} dt_lora_config;
+/* "q_proj" -> DT_LORA_Q ...; 0 for an unknown name. */
+unsigned dt_lora_target_bit(const char *name);
+
 typedef struct dt_llama_config {
     int vocab_size, hidden_size, intermediate_size, num_hidden_layers;
     int num_attention_heads, num_key_value_heads, head_dim;
@@ -47,6 +65,7 @@ typedef struct dt_llama_config {
     int bos_token_id;
     int eos_token_ids[4], n_eos;
     int recompute; /* 1: recompute each decoder layer in backward */
+    dt_lora_config lora; /* rank 0: none */
 } dt_llama_config;
 
 /* Reads a Hugging Face config.json (file, or a folder holding one). Unknown architectures,
@@ -56,8 +75,24 @@ int64_t dt_llama_param_count(const dt_llama_config *c);
 
 /* ids [B, T] (i32/i64) -> logits [B, T, vocab]. */
 int dt_llama_build(dt_graph *g, const dt_llama_config *c, int ids);
-/* Hugging Face's initialisation (normal(0, 0.02) for linear/embedding, norms 1). */
+/* Hugging Face's initialisation (normal(0, 0.02) for linear/embedding, norms 1); LoRA adapters
+ * as PEFT: A kaiming-uniform (bound 1/sqrt(in)), B zero, so training starts from the base. */
 dt_status dt_llama_init(dt_graph *g, uint64_t seed);
+/* Only the LoRA adapters (for a base loaded from files). */
+dt_status dt_lora_init(dt_graph *g, uint64_t seed);
+/* Trainable LoRA parameters of a config: sum over targeted projections of r * (in + out). */
+int64_t dt_lora_param_count(const dt_llama_config *c);
+
+/* PEFT adapter folders: adapter_config.json + adapter_model.safetensors with PEFT's key names
+ * ("base_model.model.<module>.lora_A.weight"). Save writes the graph's adapters; load reads
+ * them (every adapter of the graph must be there with its shape; rank, alpha and targets of
+ * adapter_config.json must match the graph's config; errors name the file and key).
+ * base_model: recorded as base_model_name_or_path (may be NULL). */
+dt_status dt_lora_save(dt_graph *g, const dt_llama_config *c, const char *dir,
+                       const char *base_model);
+dt_status dt_lora_load(dt_graph *g, const dt_llama_config *c, const char *dir);
+/* Reads rank/alpha/dropout/targets from a PEFT adapter_config.json into c->lora. */
+dt_status dt_lora_config_load(const char *dir, dt_llama_config *c);
 
 /* ---- Weights in and out ------------------------------------------------------------------ */
 
@@ -67,6 +102,9 @@ dt_status dt_llama_init(dt_graph *g, uint64_t seed);
  * mismatch is an error naming the tensor; tensors in the file that the graph lacks are an error
  * unless they are listed in `ignore` (NULL-terminated suffixes, e.g. "num_batches_tracked"). */
 dt_status dt_model_load(dt_graph *g, const char *path, const char *const *ignore);
+/* The same for the base model of a LoRA graph: the adapters (".lora_A." / ".lora_B.") are
+ * not expected in the files. */
+dt_status dt_model_load_base(dt_graph *g, const char *path, const char *const *ignore);
 /* Writes every parameter (trainable, frozen, state) to one safetensors file, adding an i64 scalar
  * "<bn>.num_batches_tracked" for each batchnorm when bn_batches >= 0 (torchvision's state dict
  * has them), with metadata {"format": "pt"}. */

@@ -41,7 +41,8 @@ static char *read_text(const char *path, size_t max) {
 static dt_status add_file(src_set *s, const char *path) {
     for (int i = 0; i < s->n; i++)
         if (!strcmp(s->paths[i], path)) return DT_OK;
-    if (s->n == MAX_FILES) return dt_error_set(DT_ERR_FORMAT, "%s: more than %d shards", path, MAX_FILES);
+    if (s->n == MAX_FILES)
+        return dt_error_set(DT_ERR_FORMAT, "%s: more than %d shards", path, MAX_FILES);
     dt_status st = dt_st_open(path, &s->files[s->n]);
     if (st != DT_OK) return st;
     s->paths[s->n++] = strdup(path);
@@ -117,7 +118,21 @@ static dt_status check_one(src_set *s, const char *name, const dt_tensor *dst, d
 
 /* Two passes: everything is checked before anything is copied, so a refused file leaves the
  * model's parameters untouched. */
+static int is_adapter(const char *name) {
+    return strstr(name, ".lora_A.") || strstr(name, ".lora_B.");
+}
+
+static dt_status load(dt_graph *g, const char *path, const char *const *ignore, int skip_lora);
+
 dt_status dt_model_load(dt_graph *g, const char *path, const char *const *ignore) {
+    return load(g, path, ignore, 0);
+}
+
+dt_status dt_model_load_base(dt_graph *g, const char *path, const char *const *ignore) {
+    return load(g, path, ignore, 1);
+}
+
+static dt_status load(dt_graph *g, const char *path, const char *const *ignore, int skip_lora) {
     src_set s;
     dt_status st = src_open(&s, path);
     int np = dt_graph_param_count(g);
@@ -126,6 +141,7 @@ dt_status dt_model_load(dt_graph *g, const char *path, const char *const *ignore
             const dt_param_info *pi = dt_graph_param_info(g, i);
             const dt_tensor *dst = dt_graph_value(g, pi->id);
             dt_tensor src;
+            if (skip_lora && is_adapter(pi->name)) continue;
             if (!dst || !dst->data)
                 st = dt_error_set(DT_ERR_STATE, "load %s: graph is not compiled", path);
             else if ((st = check_one(&s, pi->name, dst, &src)) == DT_OK && pass == 1) {
@@ -139,8 +155,8 @@ dt_status dt_model_load(dt_graph *g, const char *path, const char *const *ignore
                 const char *nm = dt_st_name(s.files[f], k);
                 if (dt_graph_find(g, nm) < 0 && !ignored(nm, ignore))
                     st = dt_error_set(DT_ERR_FORMAT,
-                                      "%s: tensor '%s' is not a parameter of the model",
-                                      s.paths[f], nm);
+                                      "%s: tensor '%s' is not a parameter of the model", s.paths[f],
+                                      nm);
             }
     }
     src_free(&s);

@@ -208,6 +208,8 @@ static dt_status eval_and_log(dt_trainer *t) {
 
 dt_status dt_trainer_export(dt_trainer *t, const char *dir) {
     char p[4200];
+    if (t->model == DT_MODEL_LLAMA && t->lc.lora.rank > 0)
+        return dt_lora_save(t->g, &t->lc, dir, t->v.model.hf_path);
     if (t->model == DT_MODEL_LLAMA) return dt_llama_save_hf(t->g, &t->lc, dir, (size_t)4 << 30);
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     int64_t batches = t->model == DT_MODEL_RESNET ? t->prog.step * t->v.train.grad_accum : -1;
@@ -302,7 +304,10 @@ dt_status dt_trainer_run(dt_trainer *t) {
     }
     if (v->output.export_model) {
         char dir[4200];
-        snprintf(dir, sizeof dir, "%s%s", t->run_dir, t->model == DT_MODEL_LLAMA ? "/model" : "");
+        snprintf(dir, sizeof dir, "%s%s", t->run_dir,
+                 t->model != DT_MODEL_LLAMA ? ""
+                 : t->lc.lora.rank > 0      ? "/adapter"
+                                            : "/model");
         if ((st = dt_trainer_export(t, dir)) != DT_OK) return st;
         if (t->log) fprintf(t->log, "model written to %s\n", dir);
     }

@@ -167,6 +167,22 @@ static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
                                 "to %lld (tokenizer and model do not match)",
                                 t->lc.vocab_size, (long long)t->classes - 1);
         t->lc.recompute = v->model.recompute;
+        if (v->lora.enabled) {
+            t->lc.lora = (dt_lora_config){.rank = (int)v->lora.rank,
+                                          .alpha = (float)v->lora.alpha,
+                                          .dropout = (float)v->lora.dropout};
+            for (int i = 0; i < v->lora.targets.n; i++) {
+                unsigned b = dt_lora_target_bit(v->lora.targets.item[i]);
+                if (!b)
+                    return dt_error_set(DT_ERR_INVALID,
+                                        "lora.targets: '%s' is not a Llama projection (q_proj, "
+                                        "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)",
+                                        v->lora.targets.item[i]);
+                t->lc.lora.targets |= b;
+            }
+            if (!t->lc.lora.targets)
+                return dt_error_set(DT_ERR_INVALID, "lora.targets: empty (name the projections)");
+        }
         t->classes = t->lc.vocab_size;
         t->logits = dt_llama_build(g, &t->lc, t->x);
     } else {
@@ -201,6 +217,10 @@ static dt_status init_weights(dt_trainer *t, const dt_config *cfg) {
         char path[4096];
         static const char *const ignore[] = {"num_batches_tracked", "rotary_emb.inv_freq", NULL};
         dt_config_resolve_path(cfg, v->model.hf_path, path, sizeof path);
+        if (t->lc.lora.rank > 0) { /* the frozen base from the files, fresh adapters */
+            dt_status st = dt_model_load_base(t->g, path, ignore);
+            return st == DT_OK ? dt_lora_init(t->g, seed) : st;
+        }
         return dt_model_load(t->g, path, ignore);
     }
     if (t->model == DT_MODEL_RESNET) return dt_resnet_init(t->g, seed);
@@ -337,10 +357,6 @@ dt_status dt_trainer_create(const dt_config *cfg, const dt_model_def *custom, dt
         t->custom = *custom, t->model = DT_MODEL_CUSTOM;
     } else {
         t->model = t->v.model.kind == DT_CFG_MODEL_LLAMA ? DT_MODEL_LLAMA : DT_MODEL_RESNET;
-    }
-    if (t->v.lora.enabled) {
-        free(t);
-        return dt_error_set(DT_ERR_INVALID, "lora.enabled: LoRA finetuning is not built yet");
     }
     dt_threads_set((int)t->v.train.threads);
     dt_status st;
