@@ -160,15 +160,18 @@ static dt_status init(dt_graph *g, uint64_t seed, int adapters_only) {
         }
         if (adapters_only) continue;
         if (t->dtype == DT_BF16) { /* a frozen LoRA base initialised at random (tests) */
-            float *f = malloc(pi->numel * sizeof(float));
+            /* in chunks through a small f32 buffer: a whole-matrix temporary would stay
+             * resident (the heap keeps freed blocks) and inflate the memory a LoRA run needs */
+            enum { CH = 1 << 18 };
+            float *f = malloc(CH * sizeof(float));
             if (!f) return dt_error_set(DT_ERR_NOMEM, "llama init: out of memory");
-            dt_rng_normal(f, (int64_t)pi->numel, seed, (uint32_t)i, 0, 0.0f, 0.02f);
-            dt_tensor src;
-            dt_tensor_init(&src, f, DT_F32, t->ndim, t->shape);
-            dt_tensor d = *t;
-            dt_status st = dt_tensor_copy(&d, &src);
+            uint16_t *dst = t->data;
+            for (size_t o = 0, ch = 0; o < pi->numel; o += CH, ch++) {
+                size_t m = pi->numel - o < CH ? pi->numel - o : CH;
+                dt_rng_normal(f, (int64_t)m, seed, (uint32_t)i, (uint32_t)(2 + ch), 0.0f, 0.02f);
+                dt_bf16_from_f32_n(dst + o, f, m);
+            }
             free(f);
-            if (st != DT_OK) return st;
             continue;
         }
         if (t->dtype != DT_F32) continue;

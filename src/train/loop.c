@@ -233,8 +233,8 @@ static dt_status run_loop(dt_trainer *t) {
             if (t->log) {
                 fprintf(t->log,
                         "memory per worker: %.0f MiB resident after the last step, peak "
-                        "%.0f MiB",
-                        rss, peak);
+                        "%.0f MiB (%.0f before the model was built)",
+                        rss, peak, t->rss_base_mib);
                 if (t->have_plan)
                     fprintf(t->log,
                             "; plan %.0f MiB (parameters %.0f, gradients %.0f, optimizer %.0f, "

@@ -46,6 +46,7 @@ struct dt_trainer {
     dt_plan plan;          /* dtrain plan's per-worker memory, beside the measured one */
     int have_plan;
     double rss_step_mib;   /* resident memory right after the last training step */
+    double rss_base_mib;   /* resident memory before the model was built (libraries, MPI) */
     int64_t samples_since;
 };
 

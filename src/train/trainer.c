@@ -360,10 +360,12 @@ dt_status dt_trainer_create(const dt_config *cfg, const dt_model_def *custom, dt
     }
     dt_threads_set((int)t->v.train.threads);
     dt_status st;
+    double peak_unused;
     if ((st = make_dist(t)) != DT_OK || (st = open_data(t, cfg)) != DT_OK ||
-        (st = build_model(t, cfg)) != DT_OK || (st = make_loaders(t)) != DT_OK ||
-        (st = init_weights(t, cfg)) != DT_OK || (st = make_ddp(t)) != DT_OK ||
-        (st = make_optim(t)) != DT_OK || (st = make_run_dir(t, cfg)) != DT_OK) {
+        (dt_train_rss(&t->rss_base_mib, &peak_unused), (st = build_model(t, cfg)) != DT_OK) ||
+        (st = make_loaders(t)) != DT_OK || (st = init_weights(t, cfg)) != DT_OK ||
+        (st = make_ddp(t)) != DT_OK || (st = make_optim(t)) != DT_OK ||
+        (st = make_run_dir(t, cfg)) != DT_OK) {
         t->failed = 1;
         dt_trainer_free(t);
         return st;

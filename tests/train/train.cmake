@@ -65,3 +65,8 @@ if(MPI_FOUND)
                        FIXTURES_REQUIRED fortunes_data
                        ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000")
 endif()
+# LoRA vs full finetuning of the 56M Llama: measured peak memory against `dtrain plan` (15%).
+add_test(NAME train_lora_memory COMMAND ${PROJECT_SOURCE_DIR}/tests/train/lora_memory.sh
+         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA})
+set_tests_properties(train_lora_memory PROPERTIES LABELS e2e TIMEOUT 300 RUN_SERIAL TRUE
+                     FIXTURES_REQUIRED fortunes_data)
