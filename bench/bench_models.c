@@ -90,6 +90,11 @@ int main(int argc, char **argv) {
                              .intermediate_size = atoi(argv[6]), .vocab_size = atoi(argv[7]),
                              .rms_norm_eps = 1e-5f, .rope_theta = 10000.0f};
         c.head_dim = c.hidden_size / c.num_attention_heads;
+        /* DT_BENCH_LORA=r: LoRA finetuning (r, alpha 16, q_proj and v_proj, frozen bf16 base) */
+        const char *lr = getenv("DT_BENCH_LORA");
+        if (lr && atoi(lr) > 0)
+            c.lora = (dt_lora_config){.rank = atoi(lr), .alpha = 16.0f,
+                                      .targets = DT_LORA_Q | DT_LORA_V};
         int T = atoi(argv[8]), B = atoi(argv[9]);
         if (argc > 10) steps = atoi(argv[10]);
         if (argc > 11) warmup = atoi(argv[11]);
@@ -107,9 +112,10 @@ int main(int argc, char **argv) {
         if (setup_optim(&r, DT_OPTIM_ADAMW)) return die("optim");
         per_step_items = (double)B * T;
         unit = "tok_per_s";
-        snprintf(desc, sizeof desc, "llama dim=%d L=%d H=%d KV=%d ffn=%d V=%d seq=%d batch=%d",
+        snprintf(desc, sizeof desc,
+                 "llama dim=%d L=%d H=%d KV=%d ffn=%d V=%d seq=%d batch=%d lora_r=%d",
                  c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
-                 c.num_key_value_heads, c.intermediate_size, c.vocab_size, T, B);
+                 c.num_key_value_heads, c.intermediate_size, c.vocab_size, T, B, c.lora.rank);
     } else {
         fprintf(stderr, "usage: bench_models resnet DEPTH cifar|stock HW BATCH [steps] [warmup]\n"
                         "       bench_models llama DIM LAYERS HEADS KV FFN VOCAB SEQ BATCH [steps] "
