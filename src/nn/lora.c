@@ -74,9 +74,10 @@ dt_status dt_lora_config_load(const char *dir, dt_llama_config *c) {
     if (!o)
         st = dt_error_set(DT_ERR_FORMAT, "%s: not valid JSON", path);
     else if (!cJSON_IsString(pt) || strcmp(pt->valuestring, "LORA"))
-        st = dt_error_set(DT_ERR_FORMAT, "%s: peft_type is not \"LORA\"", path);
-    else if (!cJSON_IsNumber(r) || r->valuedouble < 1 || r->valuedouble > 65536)
-        st = dt_error_set(DT_ERR_FORMAT, "%s: key r: expected a rank >= 1", path);
+        st = dt_error_set(DT_ERR_FORMAT, "%s: key peft_type: expected \"LORA\"", path);
+    else if (!cJSON_IsNumber(r) || r->valuedouble < 1 || r->valuedouble > 65536 ||
+             r->valuedouble != (int)r->valuedouble)
+        st = dt_error_set(DT_ERR_FORMAT, "%s: key r: expected an integer rank >= 1", path);
     else if (!cJSON_IsNumber(al) || !(al->valuedouble > 0))
         st = dt_error_set(DT_ERR_FORMAT, "%s: key lora_alpha: expected a number > 0", path);
     else if (!cJSON_IsArray(tm) || !cJSON_GetArraySize(tm))
@@ -88,7 +89,7 @@ dt_status dt_lora_config_load(const char *dir, dt_llama_config *c) {
             unsigned b = cJSON_IsString(it) ? dt_lora_target_bit(it->valuestring) : 0;
             if (!b) {
                 st = dt_error_set(DT_ERR_FORMAT,
-                                  "%s: target_modules: '%s' is not a Llama projection (q_proj, "
+                                  "%s: key target_modules: '%s' is not a Llama projection (q_proj, "
                                   "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)",
                                   path, cJSON_IsString(it) ? it->valuestring : "?");
                 break;

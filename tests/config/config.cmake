@@ -3,3 +3,5 @@ dt_test(NAME config_unit SOURCES config/test_config.c LABELS unit)
 dt_test(NAME config_plan SOURCES config/test_plan.c LABELS unit ARGS ${PROJECT_SOURCE_DIR})
 dt_test(NAME config_plan_cli SOURCES config/test_plan_cli.c ${PROJECT_SOURCE_DIR}/src/cli/plan.c
         LABELS unit ARGS ${PROJECT_SOURCE_DIR})
+dt_test(NAME config_plan_compare SOURCES config/test_plan_compare.c ${PROJECT_SOURCE_DIR}/src/cli/plan.c
+        LABELS unit ARGS ${PROJECT_SOURCE_DIR})
