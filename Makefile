@@ -26,6 +26,11 @@ build: deps
 demo: build
 	scripts/demo.sh $(BUILD)
 
+# Pretrain a 3M-parameter Llama on fortunes, LoRA-finetune it on 2 MPI workers (~4 min).
+.PHONY: lora-demo
+lora-demo: build
+	scripts/lora_demo.sh $(BUILD)
+
 test: build venv
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE slow
 	$(MAKE) test-asan

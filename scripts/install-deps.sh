@@ -13,6 +13,7 @@ pkgs=(
   libopenmpi-dev openmpi-bin
   libcurl4-openssl-dev
   libssl-dev # libcrypto: SHA-256 of S3 request bodies (storage_s3.c)
+  libsqlite3-dev # the experiment store (src/track/)
 )
 
 missing=()

@@ -123,6 +123,9 @@ typedef struct dt_config_values {
         char experiment[DT_CFG_STR_MAX], run_name[DT_CFG_STR_MAX];
         int export_model; /* key "output.export" */
     } output;
+    struct {
+        char uri[DT_CFG_STR_MAX]; /* experiment store: "" = <output.dir>/dtrain.db, "off" */
+    } tracking;
 } dt_config_values;
 
 typedef struct dt_config dt_config;

@@ -93,6 +93,18 @@ dt_status dt_lora_save(dt_graph *g, const dt_llama_config *c, const char *dir,
 dt_status dt_lora_load(dt_graph *g, const dt_llama_config *c, const char *dir);
 /* Reads rank/alpha/dropout/targets from a PEFT adapter_config.json into c->lora. */
 dt_status dt_lora_config_load(const char *dir, dt_llama_config *c);
+/* Merging an adapter into its base (src/nn/lora_merge.c), as PEFT's merge_and_unload: for every
+ * targeted projection W [out, in], W' = W + (alpha / r) B A in f32 (A [r, in], B [out, r]).
+ * base_dir: a Hugging Face folder (config.json + weights, any float dtype); adapter_dir: a PEFT
+ * folder that dt_lora_config_load accepts, whose every targeted projection of every layer has
+ * its A and B with the shapes the base implies (and no other tensors).
+ * dt_lora_merge_graph: a forward-only f32 graph (ids [1, 1] -> logits) of the merged model and
+ * its config (no LoRA), e.g. for dt_llm_from_graph; free it with dt_graph_free.
+ * dt_lora_merge: writes the merged model to out_dir with dt_llama_save_hf (f32) and copies the
+ * base's tokenizer and generation files; out_dir must not be the base or adapter folder. */
+dt_status dt_lora_merge_graph(const char *base_dir, const char *adapter_dir, dt_graph **g,
+                              dt_llama_config *c);
+dt_status dt_lora_merge(const char *base_dir, const char *adapter_dir, const char *out_dir);
 
 /* ---- Weights in and out ------------------------------------------------------------------ */
 

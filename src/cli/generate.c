@@ -1,5 +1,7 @@
 /* `dtrain generate --model HF_DIR (--prompt TEXT | --ids 1,2,3) [options]`: text generation with
- * a Llama model from a Hugging Face folder, greedy or sampled, with a KV cache. */
+ * a Llama model from a Hugging Face folder, greedy or sampled, with a KV cache. With --adapter
+ * the PEFT LoRA adapter is merged into the weights in memory first (dt_lora_merge_graph), so
+ * decoding costs what the base's does. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dtrain generate --model HF_DIR (--prompt TEXT | --ids ID,ID,...) [options]\n"
+            "  --adapter DIR      a PEFT LoRA adapter of HF_DIR (dtrain train's <run>/adapter),\n"
+            "                     merged into the weights in memory\n"
             "  --tokenizer FILE   tokenizer.json or tiktoken rank file (default: HF_DIR's\n"
             "                     tokenizer.json, then original/tokenizer.model)\n"
             "  --max-new N        new tokens at most (default 64)\n"
@@ -43,8 +47,10 @@ static int parse_ids(const char *s, int32_t **out, int *n) {
         }
         v[k++] = (int32_t)x;
         s = end;
-        if (*s == ',') s++;
-        else if (*s) break;
+        if (*s == ',')
+            s++;
+        else if (*s)
+            break;
     }
     if (!v || *s || k == 0) {
         free(v);
@@ -56,25 +62,42 @@ static int parse_ids(const char *s, int32_t **out, int *n) {
 
 int dt_cli_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *ids_arg = NULL, *tok_path = NULL, *dump = NULL;
+    const char *adapter = NULL;
     int max_new = 64, max_seq = 0, threads = 0;
     dt_sample_opts o = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define ARG(name) (!strcmp(a, name) && v && (i++, 1))
-        if (ARG("--model")) model = v;
-        else if (ARG("--prompt")) prompt = v;
-        else if (ARG("--ids")) ids_arg = v;
-        else if (ARG("--tokenizer")) tok_path = v;
-        else if (ARG("--max-new")) max_new = atoi(v);
-        else if (ARG("--max-seq")) max_seq = atoi(v);
-        else if (ARG("--temperature")) o.temperature = strtof(v, NULL);
-        else if (ARG("--top-p")) o.top_p = strtof(v, NULL);
-        else if (ARG("--top-k")) o.top_k = atoi(v);
-        else if (ARG("--seed")) o.seed = strtoull(v, NULL, 10);
-        else if (ARG("--threads")) threads = atoi(v);
-        else if (ARG("--dump-logits")) dump = v;
-        else if (!strcmp(a, "--ignore-eos")) o.ignore_eos = 1;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout), 0;
+        if (ARG("--model"))
+            model = v;
+        else if (ARG("--prompt"))
+            prompt = v;
+        else if (ARG("--adapter"))
+            adapter = v;
+        else if (ARG("--ids"))
+            ids_arg = v;
+        else if (ARG("--tokenizer"))
+            tok_path = v;
+        else if (ARG("--max-new"))
+            max_new = atoi(v);
+        else if (ARG("--max-seq"))
+            max_seq = atoi(v);
+        else if (ARG("--temperature"))
+            o.temperature = strtof(v, NULL);
+        else if (ARG("--top-p"))
+            o.top_p = strtof(v, NULL);
+        else if (ARG("--top-k"))
+            o.top_k = atoi(v);
+        else if (ARG("--seed"))
+            o.seed = strtoull(v, NULL, 10);
+        else if (ARG("--threads"))
+            threads = atoi(v);
+        else if (ARG("--dump-logits"))
+            dump = v;
+        else if (!strcmp(a, "--ignore-eos"))
+            o.ignore_eos = 1;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+            return usage(stdout), 0;
         else {
             fprintf(stderr, "dtrain generate: unknown or incomplete option '%s'\n", a);
             usage(stderr);
@@ -123,9 +146,14 @@ int dt_cli_generate(int argc, char **argv) {
         ids = tt.ids, n = (int)tt.n;
     }
     dt_llm *m = NULL;
+    dt_graph *merged = NULL; /* with --adapter: holds the weights m borrows */
     int32_t *out = malloc((size_t)max_new * sizeof *out);
     int n_out = 0;
-    if (dt_llm_load(model, max_seq > 0 ? max_seq : n + max_new, &m) != DT_OK) {
+    int cache = max_seq > 0 ? max_seq : n + max_new;
+    dt_llama_config mc;
+    if (adapter ? dt_lora_merge_graph(model, adapter, &merged, &mc) != DT_OK ||
+                      dt_llm_from_graph(merged, &mc, cache, &m) != DT_OK
+                : dt_llm_load(model, cache, &m) != DT_OK) {
         fprintf(stderr, "dtrain generate: %s\n", dt_last_error());
         goto done;
     }
@@ -165,6 +193,7 @@ int dt_cli_generate(int argc, char **argv) {
     rc = 0;
 done:
     dt_llm_free(m);
+    dt_graph_free(merged);
     free(out);
     if (ids_arg) free(ids);
     dt_tokens_free(&tt);

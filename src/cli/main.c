@@ -18,7 +18,9 @@ static void usage(FILE *f) {
                "  data        import | inspect | verify datasets (shards + manifest)\n"
                "  ckpt        ls | verify | show checkpoints (path, file://, s3://)\n"
                "  plan        per-worker memory of a training config, without weights\n"
+               "  runs        ls | show | compare | export | rm runs in the experiment store\n"
                "  launch      run N workers through mpirun, restart from checkpoints on failure\n"
+               "  lora        merge a LoRA adapter into its base model (Hugging Face folders)\n"
                "  generate    text generation with a Llama model (Hugging Face folder)\n"
                "  train       train a model from a YAML config (--help-config: every key)\n"
                "  demo        train a small model on generated data (engine self-demo)\n"
@@ -58,7 +60,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "ckpt")) return dt_cli_ckpt(argc - 1, argv + 1);
     if (!strcmp(cmd, "launch")) return dt_cli_launch(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return dt_cli_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "lora")) return dt_cli_lora(argc - 1, argv + 1);
     if (!strcmp(cmd, "train")) return dt_cli_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "runs")) return dt_cli_runs(argc - 1, argv + 1);
     fprintf(stderr, "dtrain: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

@@ -117,11 +117,11 @@ static dt_status read_key(reader *r, const char *sec, const yaml_event_t *ke) {
 }
 
 static dt_status read_section(reader *r, const yaml_event_t *se, unsigned *sections_seen) {
-    static const char *const names[] = {"model", "data", "optim", "schedule", "train",
-                                        "dist",  "lora", "ckpt",  "output"};
+    static const char *const names[] = {"model", "data", "optim",  "schedule", "train",
+                                        "dist",  "lora", "ckpt",   "output",   "tracking"};
     const char *sec = scalar(se);
     int si = -1;
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < 10; i++)
         if (!strcmp(sec, names[i])) si = i;
     yaml_event_t v;
     dt_status st = next(r, &v);

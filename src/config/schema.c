@@ -163,6 +163,10 @@ static const dt_config_key keys[] = {
     {"output.export", DT_CFG_BOOL, "true", 0, 0, 0, NULL,
      "write the final model (torchvision safetensors / Hugging Face folder)",
      OFF(output.export_model)},
+    /* tracking */
+    {"tracking.uri", DT_CFG_STR, "", 0, 0, 0, NULL,
+     "experiment store: SQLite file path or file:// (empty: <output.dir>/dtrain.db; off: none)",
+     OFF(tracking.uri)},
 };
 /* clang-format on */
 

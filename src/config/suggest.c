@@ -49,8 +49,8 @@ static const char *prefix_match(const char *s, const char *const *cand, int n) {
 
 void dt_cfg_unknown_msg(const char *name, int is_section, char *buf, size_t n) {
     const char *cand[DT_CFG_MAX_KEYS];
-    static const char *const sections[] = {"model", "data", "optim", "schedule", "train",
-                                           "dist",  "lora", "ckpt",  "output"};
+    static const char *const sections[] = {"model", "data", "optim",  "schedule", "train",
+                                           "dist",  "lora", "ckpt",   "output",   "tracking"};
     int nk = dt_config_key_count();
     for (int i = 0; i < nk; i++) cand[i] = dt_config_key_at(i)->name;
     /* The same key name in another section (train.lr -> optim.lr, or "lr" at the top). */
@@ -58,14 +58,14 @@ void dt_cfg_unknown_msg(const char *name, int is_section, char *buf, size_t n) {
     for (int i = 0; i < nk && !same; i++)
         if (!strcmp(strchr(cand[i], '.') + 1, bare)) same = cand[i];
     if (is_section) {
-        const char *near = same ? same : dt_cfg_nearest(name, sections, 9);
-        if (!near) near = prefix_match(name, sections, 9);
+        const char *near = same ? same : dt_cfg_nearest(name, sections, 10);
+        if (!near) near = prefix_match(name, sections, 10);
         if (near)
             snprintf(buf, n, "unknown section '%s' (did you mean '%s'?)", name, near);
         else
             snprintf(buf, n,
                      "unknown section '%s' (sections: model, data, optim, schedule, train, dist, "
-                     "lora, ckpt, output)",
+                     "lora, ckpt, output, tracking)",
                      name);
         return;
     }

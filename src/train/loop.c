@@ -132,6 +132,7 @@ static dt_status log_line(dt_trainer *t) {
                 t->task == DT_TASK_LM ? "tok" : "img", 100 * t->prog.data_wait, comm,
                 t->prog.elapsed_s);
     if (t->log) fflush(t->log);
+    dt_train_track_log(t);
     t->t_last = now, t->wait_sum = t->step_time_sum = 0, t->samples_since = 0;
     return DT_OK;
 }
@@ -192,6 +193,7 @@ static dt_status eval_and_log(dt_trainer *t) {
     dt_eval_result r;
     dt_status st = dt_trainer_evaluate(t, &r);
     if (st != DT_OK) return st;
+    dt_train_track_eval(t, &r);
     if (t->log) {
         if (t->task == DT_TASK_LM)
             fprintf(t->log,
@@ -247,11 +249,12 @@ static dt_status run_loop(dt_trainer *t) {
                 fprintf(t->log, "\n");
             }
         }
-        if ((st = dt_train_ckpt_after_step(t)) != DT_OK) return st;
-        if (t->prog.preempted) return DT_OK; /* saved; no evaluation or export */
+        /* evaluation first, so that a checkpoint of the same step records its metrics */
         if (t->val_ld && v->train.eval_every && t->prog.step % v->train.eval_every == 0 &&
             t->prog.step != t->prog.total_steps && (st = eval_and_log(t)) != DT_OK)
             return st;
+        if ((st = dt_train_ckpt_after_step(t)) != DT_OK) return st;
+        if (t->prog.preempted) return DT_OK; /* saved; no evaluation or export */
     }
     if (t->val_ld && (st = eval_and_log(t)) != DT_OK) return st;
     /* ZeRO-3: leave every rank with the whole trained model (export, the caller's reads). */
@@ -291,6 +294,7 @@ dt_status dt_trainer_run(dt_trainer *t) {
             char m[1024];
             snprintf(m, sizeof m, "%s", dt_last_error());
             dt_train_record(t, "failed");
+            dt_train_track_end(t, "failed", m);
             dt_error_set(st, "%s", m);
         }
         return st;
@@ -300,6 +304,7 @@ dt_status dt_trainer_run(dt_trainer *t) {
         if (t->log)
             fprintf(t->log, "stopped at step %lld on request (preemption)\n",
                     (long long)t->prog.step);
+        dt_train_track_end(t, "preempted", NULL);
         return dt_train_record(t, "preempted");
     }
     if (v->output.export_model) {
@@ -310,6 +315,8 @@ dt_status dt_trainer_run(dt_trainer *t) {
                                             : "/model");
         if ((st = dt_trainer_export(t, dir)) != DT_OK) return st;
         if (t->log) fprintf(t->log, "model written to %s\n", dir);
+        dt_train_track_export(t, dir);
     }
+    dt_train_track_end(t, "done", NULL);
     return dt_train_record(t, "done");
 }

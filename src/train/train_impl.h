@@ -48,6 +48,7 @@ struct dt_trainer {
     double rss_step_mib;   /* resident memory right after the last training step */
     double rss_base_mib;   /* resident memory before the model was built (libraries, MPI) */
     int64_t samples_since;
+    struct dt_train_track *tk; /* rank 0: the experiment store (src/train/track_glue.c) */
 };
 
 double dt_train_now(void);
@@ -67,5 +68,18 @@ dt_status dt_train_ckpt_resume(dt_trainer *t);
 /* After every step: the per-step exchange, commits, saves by policy, preemption. */
 dt_status dt_train_ckpt_after_step(dt_trainer *t);
 void dt_train_ckpt_free(dt_trainer *t);
+
+/* The experiment store (tracking.uri; src/train/track_glue.c). Tracking never stops training:
+ * its first error is one warning on stderr and tracking is off for the rest of the run. open is
+ * called on every rank (it gathers the host names); the rest do nothing off rank 0. */
+void dt_train_track_open(dt_trainer *t, const dt_config *cfg);
+void dt_train_track_log(dt_trainer *t);                               /* at each log line */
+void dt_train_track_eval(dt_trainer *t, const dt_eval_result *r);     /* at each evaluation */
+/* A committed checkpoint (the ckpt writer thread): its trainer_state.json gives the metrics. */
+void dt_train_track_ckpt(dt_trainer *t, int64_t step, const char *store_url, const char *dir,
+                         const char *state_json);
+void dt_train_track_export(dt_trainer *t, const char *dir);           /* the exported model */
+void dt_train_track_end(dt_trainer *t, const char *status, const char *reason);
+void dt_train_track_close(dt_trainer *t); /* ends a run left open as failed; closes */
 
 #endif

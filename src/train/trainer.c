@@ -390,6 +390,7 @@ dt_status dt_trainer_create(const dt_config *cfg, const dt_model_def *custom, dt
     /* The plan is only for the log's memory line: a model it cannot plan still trains. */
     t->have_plan = dt_plan_compute(cfg, t->world, &t->plan) == DT_OK;
     dt_error_clear();
+    dt_train_track_open(t, cfg); /* experiment store: begins the run (or a new attempt) */
     t->t_start = t->t_last = dt_train_now();
     *out = t;
     return DT_OK;
@@ -398,6 +399,7 @@ dt_status dt_trainer_create(const dt_config *cfg, const dt_model_def *custom, dt
 void dt_trainer_free(dt_trainer *t) {
     if (!t) return;
     dt_train_ckpt_free(t);
+    dt_train_track_close(t); /* after the checkpoint writer: it may still record an artifact */
     free(t->config_yaml);
     dt_loader_free(t->train_ld), dt_loader_free(t->val_ld);
     dt_dataset_close(t->train_ds), dt_dataset_close(t->val_ds);

@@ -1,0 +1,353 @@
+/* dtrain runs ls|show|compare|export|rm [--db PATH | --output-dir DIR]
+ *
+ * Reads the experiment store (include/dtrain/track.h) that `dtrain train` writes, by default
+ * runs/dtrain.db (output.dir's default), while runs are live or after they ended:
+ *   ls       runs, newest first (--experiment E, --status S): id, experiment, name, status
+ *            ("lost" when a running run's process on this host is gone), attempts, workers,
+ *            start, duration, last step, final loss
+ *   show     one run: status and exit reason, attempts, hosts, lineage, tags, metric summary
+ *            (final, min, max), artifacts (checkpoints and the exported model), params
+ *   compare  params that differ and final/best metrics side by side (src/cli/runs_report.c)
+ *   export   one run as CSV (its metrics) or JSON (everything) (src/cli/runs_report.c)
+ *   rm       deletes runs from the store (their files stay); a live run only with --force
+ * A run is named by its id, experiment/name, or a name unique in the store. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "cli/cli.h"
+#include "cli/cli_runs.h"
+#include "dtrain/dtrain.h"
+
+enum { EXIT_GOOD = 0, EXIT_BAD = 1, EXIT_USAGE = 2, MAX_REFS = 64 };
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dtrain runs ls [--experiment E] [--status S]\n"
+            "       dtrain runs show RUN\n"
+            "       dtrain runs compare RUN RUN [RUN ...]\n"
+            "       dtrain runs export RUN --format csv|json [-o FILE]\n"
+            "       dtrain runs rm [--force] RUN [RUN ...]\n"
+            "each with --db PATH, or --output-dir DIR for DIR/dtrain.db (default runs/dtrain.db,\n"
+            "where output.dir's default puts it; tracking.uri in the config moves it).\n"
+            "RUN: a run id, EXPERIMENT/NAME, or a NAME unique in the store.\n"
+            "  ls       runs, newest first; 'lost': running, but its process here is gone\n"
+            "  show     status, attempts, hosts, lineage, tags, metrics, artifacts, params\n"
+            "  compare  the params that differ (output.run_name aside) and every metric's final\n"
+            "           value and best (min loss/perplexity, max accuracy), side by side\n"
+            "  export   csv: key,step,wall,value,attempt per metric value; json: the whole run\n"
+            "  rm       deletes runs from the store (files stay); a running one needs --force\n");
+}
+
+/* ---- helpers shared with runs_report.c ------------------------------------------------------ */
+
+int dt_runs_kv_add(void *ud, const char *key, const char *value) {
+    dt_runs_kv *l = ud;
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 64;
+        char **k = realloc(l->key, (size_t)cap * sizeof *k);
+        if (k) l->key = k;
+        char **v = realloc(l->value, (size_t)cap * sizeof *v);
+        if (v) l->value = v;
+        if (!k || !v) return 1;
+        l->cap = cap;
+    }
+    l->key[l->n] = strdup(key);
+    l->value[l->n] = strdup(value);
+    l->n++;
+    return 0;
+}
+
+void dt_runs_kv_free(dt_runs_kv *l) {
+    for (int i = 0; i < l->n; i++) free(l->key[i]), free(l->value[i]);
+    free(l->key), free(l->value);
+    memset(l, 0, sizeof *l);
+}
+
+static int summ_add(void *ud, const dt_track_summary *m) {
+    dt_runs_summ *l = ud;
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 16;
+        dt_track_summary *p = realloc(l->m, (size_t)cap * sizeof *p);
+        if (!p) return 1;
+        l->m = p, l->cap = cap;
+    }
+    l->m[l->n] = *m;
+    l->m[l->n].key = strdup(m->key);
+    l->n++;
+    return 0;
+}
+
+dt_status dt_runs_summ_load(dt_track *s, int64_t run, dt_runs_summ *out) {
+    memset(out, 0, sizeof *out);
+    return dt_track_metric_summary(s, run, summ_add, out);
+}
+
+void dt_runs_summ_free(dt_runs_summ *l) {
+    for (int i = 0; i < l->n; i++) free((char *)l->m[i].key);
+    free(l->m);
+    memset(l, 0, sizeof *l);
+}
+
+const dt_track_summary *dt_runs_summ_find(const dt_runs_summ *l, const char *key) {
+    for (int i = 0; i < l->n; i++)
+        if (!strcmp(l->m[i].key, key)) return &l->m[i];
+    return NULL;
+}
+
+int dt_runs_best_dir(const char *key) {
+    if (strstr(key, "acc")) return 1;
+    if (strstr(key, "loss") || strstr(key, "perplexity")) return -1;
+    return 0;
+}
+
+const char *dt_runs_num(double v, char *buf, size_t n) {
+    if (isnan(v))
+        snprintf(buf, n, "-");
+    else
+        snprintf(buf, n, "%.6g", v);
+    return buf;
+}
+
+static void fmt_time(double t, char *buf, size_t n) {
+    time_t s = (time_t)t;
+    struct tm tmv;
+    gmtime_r(&s, &tmv);
+    strftime(buf, n, "%Y-%m-%d %H:%M:%S", &tmv);
+}
+
+static void fmt_duration(double s, char *buf, size_t n) {
+    long long x = (long long)(s + 0.5);
+    if (x >= 3600)
+        snprintf(buf, n, "%lldh%02lldm", x / 3600, x / 60 % 60);
+    else if (x >= 60)
+        snprintf(buf, n, "%lldm%02llds", x / 60, x % 60);
+    else
+        snprintf(buf, n, "%llds", x);
+}
+
+static double duration(const dt_track_run *r) {
+    return (r->end_time > 0 ? r->end_time : (double)time(NULL)) - r->start_time;
+}
+
+/* ---- ls ------------------------------------------------------------------------------------- */
+
+typedef struct run_list {
+    int n, cap;
+    dt_track_run *r;
+} run_list;
+
+static int run_add(void *ud, const dt_track_run *r) {
+    run_list *l = ud;
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 32;
+        dt_track_run *p = realloc(l->r, (size_t)cap * sizeof *p);
+        if (!p) return 1;
+        l->r = p, l->cap = cap;
+    }
+    l->r[l->n++] = *r;
+    return 0;
+}
+
+static int cmd_ls(dt_track *s, const char *experiment, const char *status) {
+    run_list l = {0};
+    if (dt_track_runs(s, experiment, status, run_add, &l) != DT_OK) {
+        fprintf(stderr, "dtrain runs ls: %s\n", dt_last_error());
+        free(l.r);
+        return EXIT_BAD;
+    }
+    printf("%-5s %-24s %-20s %-10s %-8s %-5s %-19s %-9s %-7s %s\n", "ID", "EXPERIMENT", "RUN",
+           "STATUS", "ATTEMPTS", "WORLD", "STARTED (UTC)", "DURATION", "STEP", "LOSS");
+    for (int i = 0; i < l.n; i++) {
+        const dt_track_run *r = &l.r[i];
+        dt_runs_summ sm;
+        char start[32], dur[32], loss[32] = "-", step[32] = "-";
+        if (dt_runs_summ_load(s, r->id, &sm) == DT_OK) {
+            const dt_track_summary *m = dt_runs_summ_find(&sm, "loss");
+            if (m) dt_runs_num(m->last, loss, sizeof loss);
+        }
+        dt_runs_summ_free(&sm);
+        fmt_time(r->start_time, start, sizeof start);
+        fmt_duration(duration(r), dur, sizeof dur);
+        if (r->last_step >= 0) snprintf(step, sizeof step, "%lld", (long long)r->last_step);
+        printf("%-5lld %-24s %-20s %-10s %-8d %-5d %-19s %-9s %-7s %s\n", (long long)r->id,
+               r->experiment, r->name, r->lost ? "lost" : r->status, r->attempts, r->world, start,
+               dur, step, loss);
+    }
+    if (!l.n)
+        printf("(no runs%s%s%s%s)\n", experiment ? " in experiment " : "",
+               experiment ? experiment : "", status ? " with status " : "", status ? status : "");
+    free(l.r);
+    return EXIT_GOOD;
+}
+
+/* ---- show ----------------------------------------------------------------------------------- */
+
+static int print_kv(void *ud, const char *key, const char *value) {
+    printf("  %-28s %s\n", key, value);
+    return 0;
+}
+
+static int print_artifact(void *ud, const dt_track_artifact_row *a) {
+    printf("  %-10s step %-8lld attempt %d  %s  %s\n", a->kind, (long long)a->step, a->attempt,
+           a->uri, a->metrics_json);
+    return 0;
+}
+
+static int cmd_show(dt_track *s, const char *ref) {
+    dt_track_run r;
+    if (dt_track_run_find(s, ref, &r) != DT_OK) {
+        fprintf(stderr, "dtrain runs show: %s\n", dt_last_error());
+        return EXIT_BAD;
+    }
+    char t0[32], t1[32] = "-", dur[32];
+    fmt_time(r.start_time, t0, sizeof t0);
+    if (r.end_time > 0) fmt_time(r.end_time, t1, sizeof t1);
+    fmt_duration(duration(&r), dur, sizeof dur);
+    printf("run %lld: %s/%s\n", (long long)r.id, r.experiment, r.name);
+    if (r.lost)
+        printf("  status      lost (recorded as %s, but its process is gone)\n", r.status);
+    else
+        printf("  status      %s\n", r.status);
+    if (r.exit_reason[0]) printf("  exit        %s\n", r.exit_reason);
+    printf("  attempts    %d\n", r.attempts);
+    printf("  world       %d (hosts %s)\n", r.world, r.hosts);
+    printf("  started     %s UTC\n  ended       %s%s\n  duration    %s\n", t0, t1,
+           r.end_time > 0 ? " UTC" : "", dur);
+    printf("  writer      %s pid %lld\n", r.writer_host, (long long)r.writer_pid);
+    printf("lineage:\n");
+    dt_status st = dt_track_lineage(s, r.id, print_kv, NULL);
+    if (st == DT_OK) printf("tags:\n");
+    if (st == DT_OK) st = dt_track_tags(s, r.id, print_kv, NULL);
+    dt_runs_summ sm;
+    if (st == DT_OK) st = dt_runs_summ_load(s, r.id, &sm);
+    if (st == DT_OK) {
+        printf("metrics: %lld values, last step %lld\n", (long long)r.n_metrics,
+               (long long)r.last_step);
+        printf("  %-20s %6s %14s %8s %14s %8s %14s %8s\n", "KEY", "N", "FINAL", "STEP", "MIN",
+               "STEP", "MAX", "STEP");
+        for (int i = 0; i < sm.n; i++) {
+            const dt_track_summary *m = &sm.m[i];
+            char a[32], b[32], c[32];
+            printf("  %-20s %6lld %14s %8lld %14s %8lld %14s %8lld\n", m->key, (long long)m->n,
+                   dt_runs_num(m->last, a, sizeof a), (long long)m->last_step,
+                   dt_runs_num(m->min, b, sizeof b), (long long)m->min_step,
+                   dt_runs_num(m->max, c, sizeof c), (long long)m->max_step);
+        }
+        dt_runs_summ_free(&sm);
+        printf("artifacts:\n");
+        st = dt_track_artifacts(s, r.id, print_artifact, NULL);
+    }
+    if (st == DT_OK) printf("params:\n");
+    if (st == DT_OK) st = dt_track_params(s, r.id, print_kv, NULL);
+    if (st != DT_OK) {
+        fprintf(stderr, "dtrain runs show: %s\n", dt_last_error());
+        return EXIT_BAD;
+    }
+    return EXIT_GOOD;
+}
+
+/* ---- rm ------------------------------------------------------------------------------------- */
+
+static int cmd_rm(dt_track *s, int n, char **refs, int force) {
+    int rc = EXIT_GOOD;
+    for (int i = 0; i < n; i++) {
+        dt_track_run r;
+        if (dt_track_run_find(s, refs[i], &r) != DT_OK) {
+            fprintf(stderr, "dtrain runs rm: %s\n", dt_last_error());
+            rc = EXIT_BAD;
+            continue;
+        }
+        if (!strcmp(r.status, "running") && !r.lost && !force) {
+            fprintf(stderr,
+                    "dtrain runs rm: run %lld (%s/%s) is running (pid %lld on %s): stop it "
+                    "first, or give --force\n",
+                    (long long)r.id, r.experiment, r.name, (long long)r.writer_pid, r.writer_host);
+            rc = EXIT_BAD;
+            continue;
+        }
+        if (dt_track_run_delete(s, r.id) != DT_OK) {
+            fprintf(stderr, "dtrain runs rm: %s\n", dt_last_error());
+            rc = EXIT_BAD;
+            continue;
+        }
+        printf("removed run %lld (%s/%s): %lld metric values\n", (long long)r.id, r.experiment,
+               r.name, (long long)r.n_metrics);
+    }
+    return rc;
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------- */
+
+int dt_cli_runs(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? EXIT_USAGE : EXIT_GOOD;
+    }
+    const char *cmd = argv[1], *db = NULL, *dir = NULL, *experiment = NULL, *status = NULL;
+    const char *format = NULL, *out = NULL;
+    char *refs[MAX_REFS];
+    int n = 0, force = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char **opt = !strcmp(a, "--db")                               ? &db
+                           : !strcmp(a, "--output-dir")                     ? &dir
+                           : !strcmp(a, "--experiment") || !strcmp(a, "-e") ? &experiment
+                           : !strcmp(a, "--status")                         ? &status
+                           : !strcmp(a, "--format")                         ? &format
+                           : !strcmp(a, "-o")                               ? &out
+                                                                            : NULL;
+        if (opt && i + 1 < argc) {
+            *opt = argv[++i];
+        } else if (opt || (a[0] == '-' && a[1] && strcmp(a, "--force"))) {
+            fprintf(stderr, "dtrain runs %s: %s %s\n", cmd, a,
+                    opt ? "needs a value" : "is not an option");
+            return EXIT_USAGE;
+        } else if (!strcmp(a, "--force")) {
+            force = 1;
+        } else if (n < MAX_REFS) {
+            refs[n++] = argv[i];
+        }
+    }
+    int want = !strcmp(cmd, "ls")                               ? 0
+               : !strcmp(cmd, "show") || !strcmp(cmd, "export") ? 1
+               : !strcmp(cmd, "compare")                        ? 2
+               : !strcmp(cmd, "rm")                             ? 3
+                                                                : -1;
+    if (want < 0) {
+        fprintf(stderr, "dtrain runs: unknown command '%s'\n", cmd);
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if ((want == 0 && n) || (want == 1 && n != 1) || (want == 2 && n < 2) || (want == 3 && !n)) {
+        fprintf(stderr, "dtrain runs %s: %s\n", cmd,
+                want == 0   ? "takes no run"
+                : want == 1 ? "needs one run"
+                : want == 2 ? "needs two runs or more"
+                            : "needs a run");
+        return EXIT_USAGE;
+    }
+    if (!strcmp(cmd, "export") && (!format || (strcmp(format, "csv") && strcmp(format, "json")))) {
+        fprintf(stderr, "dtrain runs export: --format csv or --format json\n");
+        return EXIT_USAGE;
+    }
+    if (db && dir) {
+        fprintf(stderr, "dtrain runs %s: give --db or --output-dir, not both\n", cmd);
+        return EXIT_USAGE;
+    }
+    char path[4200];
+    if (!db) snprintf(path, sizeof path, "%s/dtrain.db", dir ? dir : "runs");
+    dt_track *s;
+    if (dt_track_open_existing(db ? db : path, &s) != DT_OK) {
+        fprintf(stderr, "dtrain runs %s: %s\n", cmd, dt_last_error());
+        return EXIT_BAD;
+    }
+    int rc = want == 0                ? cmd_ls(s, experiment, status)
+             : !strcmp(cmd, "show")   ? cmd_show(s, refs[0])
+             : !strcmp(cmd, "export") ? dt_runs_export(s, refs[0], format, out)
+             : want == 2              ? dt_runs_compare(s, n, refs)
+                                      : cmd_rm(s, n, refs, force);
+    dt_track_close(s);
+    return rc;
+}

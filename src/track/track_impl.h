@@ -1,0 +1,59 @@
+/* Internal state of the experiment store (include/dtrain/track.h). store.c opens it and owns
+ * the schema, metrics.c buffers metrics and artifacts and runs the writer thread, write.c writes
+ * runs and tags, query.c reads. */
+#ifndef DTRAIN_TRACK_IMPL_H
+#define DTRAIN_TRACK_IMPL_H
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include "dtrain/track.h"
+
+enum { DT_TRK_KEY_MAX = 64, DT_TRK_BEGUN_MAX = 16 };
+
+/* A buffered row: a metric value, or an artifact (uri set; key = its kind). */
+typedef struct trk_metric {
+    int64_t run, step;
+    double wall, value;
+    int attempt; /* 0: the run's current attempt at write time */
+    char key[DT_TRK_KEY_MAX];
+    char *uri, *metrics; /* artifacts only (owned); metrics may be NULL */
+} trk_metric;
+
+struct dt_track {
+    sqlite3 *db;
+    char path[4096];
+    /* One transaction at a time on the connection (the writer thread, the ckpt writer thread
+     * and the caller share it). Recursive: a reader's callback may query again. */
+    pthread_mutex_t db_mu;
+    /* the metric buffer, handed to the writer thread */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    trk_metric *rows, *spare;
+    size_t n, cap, spare_cap;
+    int every_n;
+    double every_s;
+    pthread_t th;
+    int have_th, quit, writing;
+    dt_status err; /* sticky: the first failed metric write */
+    char err_msg[1024];
+    /* attempts of the runs begun through this handle, for their metric rows */
+    int n_begun;
+    int64_t begun_run[DT_TRK_BEGUN_MAX];
+    int begun_attempt[DT_TRK_BEGUN_MAX];
+};
+
+/* "PATH: WHAT: sqlite's message" as the last error (DT_ERR_IO). */
+dt_status dt_trk_fail(dt_track *s, const char *what);
+/* Runs `fn` inside BEGIN IMMEDIATE ... COMMIT (ROLLBACK when it fails), holding db_mu. */
+dt_status dt_trk_tx(dt_track *s, const char *what, dt_status (*fn)(dt_track *s, void *ud),
+                    void *ud);
+/* Prepares a statement; errors name the path. */
+dt_status dt_trk_prepare(dt_track *s, const char *sql, sqlite3_stmt **st);
+/* Binds text, NULL pointers as SQL NULL. */
+void dt_trk_bind_text(sqlite3_stmt *st, int i, const char *v);
+/* Writes the buffered metrics now (metrics.c). */
+dt_status dt_trk_metrics_flush(dt_track *s);
+/* Stops the writer thread after its last flush (metrics.c). */
+void dt_trk_metrics_stop(dt_track *s);
+
+#endif

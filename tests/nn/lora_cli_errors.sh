@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# `dtrain lora merge` / `dtrain generate --adapter` refusals: each case must exit with the given
+# status, print exactly one line on stderr naming the problem, and leave no output folder (and an
+# untouched base where the output was aimed at it).
+#   lora_cli_errors.sh DTRAIN REF_DIR WORK_DIR CASE
+# REF_DIR holds ref_lora.py's lora_gqa / lora_tied bases and adapters (cases marked * need them).
+set -u
+dtrain=$1 ref=$2 work=$3/$4 case=$4
+rm -rf "$work" && mkdir -p "$work"
+out=$work/merged
+expect() { # STATUS PATTERN CMD...
+  local want=$1 pat=$2
+  shift 2
+  "$@" >"$work/stdout" 2>"$work/stderr"
+  local rc=$?
+  local lines
+  lines=$(wc -l <"$work/stderr")
+  echo "exit $rc; stderr: $(cat "$work/stderr")"
+  [ "$rc" = "$want" ] || { echo "FAIL: exit $rc, expected $want"; exit 1; }
+  [ "$lines" = 1 ] || { echo "FAIL: $lines lines on stderr, expected 1"; exit 1; }
+  grep -q -- "$pat" "$work/stderr" || { echo "FAIL: stderr does not mention '$pat'"; exit 1; }
+  [ ! -e "$out" ] || { echo "FAIL: $out was created"; exit 1; }
+}
+adapter_with() { # SRC_ADAPTER PYTHON_EXPR_ON_cfg -> $work/adapter (a copy, config edited)
+  cp -r "$1" "$work/adapter"
+  python3 -c "import json,sys; p=sys.argv[1]; cfg=json.load(open(p)); $2; json.dump(cfg, open(p,'w'))" \
+    "$work/adapter/adapter_config.json"
+}
+case $case in
+no-output)
+  expect 2 "need --base, --adapter and -o" "$dtrain" lora merge --base "$work" --adapter "$work" ;;
+bad-subcommand)
+  expect 2 "unknown subcommand 'split'" "$dtrain" lora split ;;
+missing-base)
+  expect 2 "base $work/nope: no such folder" \
+    "$dtrain" lora merge --base "$work/nope" --adapter "$work" -o "$out" ;;
+missing-adapter)
+  mkdir -p "$work/base" && echo '{}' >"$work/base/config.json"
+  expect 2 "adapter $work/nope: no such folder" \
+    "$dtrain" lora merge --base "$work/base" --adapter "$work/nope" -o "$out" ;;
+not-an-adapter) # *
+  expect 2 "adapter_config.json: no such file" \
+    "$dtrain" lora merge --base "$ref/lora_gqa" --adapter "$ref/lora_gqa" -o "$out" ;;
+other-base) # * lora_tied's adapter (hidden 48) on lora_gqa (hidden 64)
+  expect 2 "lora_A.weight' has shape \[8, 48\], the base needs \[8, 64\]" \
+    "$dtrain" lora merge --base "$ref/lora_gqa" --adapter "$ref/lora_tied_adapter" -o "$out" ;;
+extra-tensors) # * the file has adapters on modules the config does not target
+  adapter_with "$ref/lora_tied_adapter" "cfg['target_modules']=['q_proj']"
+  expect 2 "is not an adapter of the base's targeted projections" \
+    "$dtrain" lora merge --base "$ref/lora_tied" --adapter "$work/adapter" -o "$out" ;;
+rslora) # * alpha/sqrt(r) scaling is not implemented: refused, not merged with alpha/r
+  adapter_with "$ref/lora_gqa_adapter" "cfg['use_rslora']=True"
+  expect 2 "use_rslora" \
+    "$dtrain" lora merge --base "$ref/lora_gqa" --adapter "$work/adapter" -o "$out" ;;
+output-is-base) # *
+  cp -r "$ref/lora_gqa" "$work/base"
+  sum=$(cat "$work/base"/* | md5sum)
+  out=$work/none # the output is the existing base: check it is unchanged instead
+  expect 2 "is the base folder" \
+    "$dtrain" lora merge --base "$work/base" --adapter "$ref/lora_gqa_adapter" -o "$work/base/"
+  [ "$(cat "$work/base"/* | md5sum)" = "$sum" ] || { echo "FAIL: the base changed"; exit 1; } ;;
+generate-other-base) # *
+  expect 1 "has shape" "$dtrain" generate --model "$ref/lora_gqa" \
+    --adapter "$ref/lora_tied_adapter" --ids 1,2,3 ;;
+*)
+  echo "unknown case $case"
+  exit 2 ;;
+esac
+echo "OK: $case"

@@ -1,0 +1,406 @@
+/* The experiment store API (include/dtrain/track.h) against a real SQLite file, read back both
+ * through the API and through a raw sqlite3 connection:
+ *   - schema: every table, the version row, WAL mode; a newer schema version is refused
+ *   - open errors name the path (missing file for readers, /proc, under a regular file, not a
+ *     database, s3://)
+ *   - flattening of the config YAML into params
+ *   - runs: a second begin of the same name is attempt 2 of the same run, params and lineage
+ *     replaced; references by id, experiment/name and name (ambiguous, missing)
+ *   - metrics: batching (nothing on disk before N rows or T seconds, then a reader sees them
+ *     while the writer is open), an exact round trip (values, NaN, steps, wall, attempt), the
+ *     summary (n, final, min, max)
+ *   - artifacts, tags, run end (status, reason, time; pending metrics flushed), delete
+ *   - a write error is sticky and named (metrics table dropped under the writer)
+ *   - two processes writing one new file at once (both creating it): no "database is locked",
+ *     every row present, and the run both begin gets exactly 2 attempts
+ *   test_track [--writer DB NAME START_TIME]  (the second form is the concurrent writer) */
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "dtrain/dtrain.h"
+#include "dtrain/track.h"
+#include "harness.h"
+
+enum { W_METRICS = 3000, W_ARTIFACTS = 20, W_SHARED = 500 };
+
+static char dir[256];
+
+static void path_of(char *out, size_t n, const char *name) {
+    snprintf(out, n, "%s/%s", dir, name);
+}
+
+/* One integer from a raw connection (a second reader of the file). */
+static long long sql_int(const char *db, const char *sql) {
+    sqlite3 *c;
+    sqlite3_stmt *q;
+    long long v = -1;
+    if (sqlite3_open_v2(db, &c, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(c, sql, -1, &q, NULL) == SQLITE_OK) {
+        if (sqlite3_step(q) == SQLITE_ROW) v = sqlite3_column_int64(q, 0);
+        sqlite3_finalize(q);
+    }
+    sqlite3_close(c);
+    return v;
+}
+
+static void sql_exec(const char *db, const char *sql) {
+    sqlite3 *c;
+    int ok = sqlite3_open_v2(db, &c, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK &&
+             sqlite3_exec(c, sql, NULL, NULL, NULL) == SQLITE_OK;
+    CHECK(ok, "raw sql '%s': %s", sql, sqlite3_errmsg(c));
+    sqlite3_close(c);
+}
+
+/* ---- the concurrent writer (a child process) ------------------------------------------------ */
+
+static int writer_main(const char *db, const char *name, double start) {
+    while (dt_track_wall() < start) usleep(1000);
+    dt_track *s;
+    int64_t run, shared;
+    dt_status st = dt_track_open(db, &s);
+    if (st == DT_OK) st = dt_track_run_begin(s, "conc", name, 1, "h:1", NULL, NULL, 0, &run);
+    if (st == DT_OK) st = dt_track_run_begin(s, "conc", "shared", 1, "h:1", NULL, NULL, 0, &shared);
+    if (st == DT_OK) dt_track_set_flush(s, 25, 0.01); /* many small transactions */
+    for (int i = 0; st == DT_OK && i < W_METRICS; i++) {
+        st = dt_track_metric(s, run, i % 2 ? "loss" : "lr", i, dt_track_wall(), i * 0.5);
+        if (st == DT_OK && i < W_SHARED)
+            st = dt_track_metric(s, shared, "loss", i, dt_track_wall(), i);
+        if (st == DT_OK && i % (W_METRICS / W_ARTIFACTS) == 0)
+            st = dt_track_artifact(s, run, "checkpoint", name, i, "{\"loss\": 1}");
+        if (i % 100 == 0) usleep(2000);
+    }
+    if (st == DT_OK) st = dt_track_run_end(s, run, "done", "ok");
+    if (st == DT_OK) st = dt_track_run_end(s, shared, "done", "ok");
+    dt_status cs = dt_track_close(s);
+    if (st == DT_OK) st = cs;
+    if (st != DT_OK) fprintf(stderr, "writer %s: %s\n", name, dt_last_error());
+    return st == DT_OK ? 0 : 1;
+}
+
+static void test_concurrent(const char *self) {
+    char db[512], start[64];
+    path_of(db, sizeof db, "conc/new.db"); /* the folder too is created by both */
+    snprintf(start, sizeof start, "%.6f", dt_track_wall() + 0.5);
+    pid_t pid[2];
+    const char *names[2] = {"w1", "w2"};
+    for (int i = 0; i < 2; i++) {
+        pid[i] = fork();
+        if (pid[i] == 0) {
+            execl("/proc/self/exe", self, "--writer", db, names[i], start, (char *)NULL);
+            _exit(127);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        int ws = 0;
+        waitpid(pid[i], &ws, 0);
+        CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "concurrent writer %s: status %d", names[i],
+              ws);
+    }
+    dt_track *s;
+    CHECK_OK(dt_track_open_existing(db, &s));
+    if (!s) return;
+    for (int i = 0; i < 2; i++) {
+        dt_track_run r;
+        CHECK_OK(dt_track_run_find(s, names[i], &r));
+        CHECK(r.n_metrics == W_METRICS && !strcmp(r.status, "done") && r.attempts == 1,
+              "writer %s: %lld metrics (want %d), status %s, attempts %d", names[i],
+              (long long)r.n_metrics, W_METRICS, r.status, r.attempts);
+        char sql[200];
+        snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM artifacts WHERE run_id = %lld",
+                 (long long)r.id);
+        CHECK(sql_int(db, sql) == W_ARTIFACTS, "writer %s: artifacts %lld", names[i],
+              sql_int(db, sql));
+    }
+    dt_track_run r;
+    CHECK_OK(dt_track_run_find(s, "conc/shared", &r));
+    CHECK(r.attempts == 2 && r.n_metrics == 2 * W_SHARED,
+          "shared run: %d attempts (want 2), %lld metrics (want %d)", r.attempts,
+          (long long)r.n_metrics, 2 * W_SHARED);
+    dt_track_close(s);
+}
+
+/* ---- single-process tests ---------------------------------------------------------------------
+ */
+
+static void test_schema(void) {
+    char db[512];
+    path_of(db, sizeof db, "a/b/schema.db");
+    dt_track *s;
+    CHECK_OK(dt_track_open(db, &s));
+    CHECK(s && !strcmp(dt_track_path(s), db), "path %s", s ? dt_track_path(s) : "");
+    dt_track_close(s);
+    const char *tables[] = {"schema_version", "experiments", "runs",      "params",
+                            "metrics",        "tags",        "artifacts", "lineage"};
+    for (int i = 0; i < 8; i++) {
+        char sql[200];
+        snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM sqlite_master WHERE name = '%s'",
+                 tables[i]);
+        CHECK(sql_int(db, sql) == 1, "table %s", tables[i]);
+    }
+    CHECK(sql_int(db, "SELECT MAX(version) FROM schema_version") == DT_TRACK_SCHEMA_VERSION &&
+              sql_int(db, "SELECT COUNT(*) FROM schema_version") == 1,
+          "schema version");
+    CHECK(sql_int(db, "SELECT journal_mode = 'wal' FROM pragma_journal_mode") == 1, "WAL mode");
+    /* opening again creates nothing twice */
+    CHECK_OK(dt_track_open(db, &s));
+    dt_track_close(s);
+    CHECK(sql_int(db, "SELECT COUNT(*) FROM schema_version") == 1, "one version row");
+    sql_exec(db, "UPDATE schema_version SET version = 99");
+    CHECK(dt_track_open_existing(db, &s) == DT_ERR_FORMAT && !s &&
+              strstr(dt_last_error(), "newer") && strstr(dt_last_error(), db),
+          "newer schema refused: %s", dt_last_error());
+}
+
+static void test_open_errors(void) {
+    char db[600], file[512];
+    dt_track *s = NULL;
+    path_of(db, sizeof db, "missing.db");
+    CHECK(dt_track_open_existing(db, &s) == DT_ERR_NOTFOUND && strstr(dt_last_error(), db),
+          "missing: %s", dt_last_error());
+    struct stat sb;
+    CHECK(stat(db, &sb) != 0, "a reader created %s", db);
+    CHECK(dt_track_open("/proc/dtrain-track-test.db", &s) != DT_OK && !s &&
+              strstr(dt_last_error(), "/proc/dtrain-track-test.db"),
+          "/proc: %s", dt_last_error());
+    path_of(file, sizeof file, "plain-file");
+    FILE *f = fopen(file, "w");
+    fputs("not a database, just text that is long enough to be a header.........\n", f);
+    fclose(f);
+    snprintf(db, sizeof db, "%s/x.db", file);
+    CHECK(dt_track_open(db, &s) != DT_OK && strstr(dt_last_error(), db), "under a file: %s",
+          dt_last_error());
+    CHECK(dt_track_open(file, &s) == DT_ERR_FORMAT && strstr(dt_last_error(), file) &&
+              strstr(dt_last_error(), "not an experiment store"),
+          "not a database: %s", dt_last_error());
+    CHECK(dt_track_open("s3://bucket/x.db", &s) == DT_ERR_INVALID, "s3: %s", dt_last_error());
+}
+
+typedef struct kvs {
+    int n;
+    char k[128][64], v[128][128];
+} kvs;
+
+static int kv_cb(void *ud, const char *key, const char *value) {
+    kvs *l = ud;
+    if (l->n < 128) {
+        snprintf(l->k[l->n], 64, "%s", key);
+        snprintf(l->v[l->n], 128, "%s", value);
+        l->n++;
+    }
+    return 0;
+}
+
+static const char *kv_get(const kvs *l, const char *key) {
+    for (int i = 0; i < l->n; i++)
+        if (!strcmp(l->k[i], key)) return l->v[i];
+    return NULL;
+}
+
+static void test_flatten(void) {
+    kvs l = {0};
+    CHECK_OK(dt_track_flatten_yaml("a:\n  b: 1\n  c: [x, y]\nd:\n  e: \"q r\"\n  f:\n    g: no\n",
+                                   kv_cb, &l));
+    CHECK(l.n == 4, "4 keys, got %d", l.n);
+    const char *b = kv_get(&l, "a.b"), *c = kv_get(&l, "a.c"), *e = kv_get(&l, "d.e"),
+               *g = kv_get(&l, "d.f.g");
+    CHECK(b && !strcmp(b, "1") && c && !strcmp(c, "[x, y]") && e && !strcmp(e, "q r") && g &&
+              !strcmp(g, "no"),
+          "values %s %s %s %s", b, c, e, g);
+    CHECK(dt_track_flatten_yaml("a: [b\n", kv_cb, &l) == DT_ERR_FORMAT, "bad YAML refused");
+}
+
+typedef struct rows {
+    int n;
+    char key[4096][16];
+    int64_t step[4096];
+    double wall[4096], value[4096];
+    int attempt[4096];
+} rows;
+
+static int row_cb(void *ud, const dt_track_metric_row *m) {
+    rows *r = ud;
+    if (r->n < 4096) {
+        snprintf(r->key[r->n], 16, "%s", m->key);
+        r->step[r->n] = m->step, r->wall[r->n] = m->wall, r->value[r->n] = m->value;
+        r->attempt[r->n] = m->attempt;
+        r->n++;
+    }
+    return 0;
+}
+
+static int summ_cb(void *ud, const dt_track_summary *m) {
+    if (!strcmp(m->key, "loss")) *(dt_track_summary *)ud = *m;
+    return 0;
+}
+
+static int art_cb(void *ud, const dt_track_artifact_row *a) {
+    int *n = ud;
+    CHECK(!strcmp(a->kind, "checkpoint") && !strcmp(a->uri, "/ck/step-10") && a->step == 10 &&
+              strstr(a->metrics_json, "2.5") && a->attempt == 2,
+          "artifact %s %s %lld %s attempt %d", a->kind, a->uri, (long long)a->step, a->metrics_json,
+          a->attempt);
+    ++*n;
+    return 0;
+}
+
+/* Polls a reader until the run shows `want` metric rows (the writer's thread flushed). */
+static long long wait_rows(const char *db, long long want, double timeout) {
+    long long n = -1;
+    for (double t0 = dt_track_wall(); dt_track_wall() - t0 < timeout; usleep(10000))
+        if ((n = sql_int(db, "SELECT COUNT(*) FROM metrics")) >= want) break;
+    return n;
+}
+
+static void test_runs_and_metrics(void) {
+    char db[512];
+    path_of(db, sizeof db, "runs.db");
+    dt_track *s, *rd;
+    CHECK_OK(dt_track_open(db, &s));
+    if (!s) return;
+    int64_t id1, id1b, id2;
+    dt_track_kv lin1[] = {{"code_version", "abc"}, {"dataset.train", "f00"}};
+    dt_track_kv lin2[] = {{"code_version", "def"}};
+    CHECK_OK(dt_track_run_begin(s, "exp1", "r1", 2, "n1:2", "optim:\n  lr: 0.003\nold:\n  k: 1\n",
+                                lin1, 2, &id1));
+    CHECK_OK(dt_track_run_begin(s, "exp1", "r1", 4, "n1:2,n2:2", "optim:\n  lr: 0.001\n", lin2, 1,
+                                &id1b));
+    CHECK_OK(dt_track_run_begin(s, "exp2", "r1", 1, "n3:1", NULL, NULL, 0, &id2));
+    CHECK(id1 == id1b && id2 != id1,
+          "same name = same run (%lld %lld), other experiment = other "
+          "run (%lld)",
+          (long long)id1, (long long)id1b, (long long)id2);
+    dt_track_run r;
+    char ref[64];
+    snprintf(ref, sizeof ref, "%lld", (long long)id1);
+    CHECK_OK(dt_track_run_find(s, ref, &r));
+    CHECK(r.id == id1 && r.attempts == 2 && !strcmp(r.status, "running") && r.world == 4 &&
+              !strcmp(r.hosts, "n1:2,n2:2") && r.end_time == 0 && r.writer_pid == getpid() &&
+              !r.lost && r.last_step == -1,
+          "attempt 2: attempts %d status %s world %d hosts %s", r.attempts, r.status, r.world,
+          r.hosts);
+    CHECK(dt_track_run_find(s, "r1", &r) == DT_ERR_INVALID && strstr(dt_last_error(), "exp1/r1") &&
+              strstr(dt_last_error(), "exp2/r1"),
+          "ambiguous: %s", dt_last_error());
+    CHECK_OK(dt_track_run_find(s, "exp2/r1", &r));
+    CHECK(r.id == id2, "exp2/r1 -> %lld", (long long)r.id);
+    CHECK(dt_track_run_find(s, "nope", &r) == DT_ERR_NOTFOUND && strstr(dt_last_error(), "nope"),
+          "missing run: %s", dt_last_error());
+    kvs p = {0}, l = {0};
+    CHECK_OK(dt_track_params(s, id1, kv_cb, &p));
+    CHECK(p.n == 1 && kv_get(&p, "optim.lr") && !strcmp(kv_get(&p, "optim.lr"), "0.001"),
+          "params of attempt 2 replace attempt 1's (%d, lr %s)", p.n, kv_get(&p, "optim.lr"));
+    CHECK_OK(dt_track_lineage(s, id1, kv_cb, &l));
+    CHECK(l.n == 1 && !strcmp(kv_get(&l, "code_version"), "def"), "lineage replaced (%d)", l.n);
+
+    /* batching: nothing is written before N rows or T seconds */
+    CHECK_OK(dt_track_open_existing(db, &rd));
+    dt_track_set_flush(s, 100000, 1000);
+    for (int i = 0; i < 10; i++) CHECK_OK(dt_track_metric(s, id1, "loss", i, 1e9 + i, 10 - i));
+    usleep(100000);
+    CHECK(sql_int(db, "SELECT COUNT(*) FROM metrics") == 0, "buffered, not written");
+    CHECK_OK(dt_track_flush(s));
+    CHECK_OK(dt_track_run_find(rd, "exp1/r1", &r));
+    CHECK(r.n_metrics == 10 && r.last_step == 9, "flushed: a reader sees %lld",
+          (long long)r.n_metrics);
+    dt_track_set_flush(s, 50, 1000); /* every N */
+    for (int i = 10; i < 60; i++)
+        CHECK_OK(dt_track_metric(s, id1, i % 3 ? "loss" : "acc", i, 1e9 + i, i % 7 ? sin(i) : NAN));
+    CHECK(wait_rows(db, 60, 5) == 60, "N rows written by the thread");
+    dt_track_set_flush(s, 100000, 0.2); /* every T */
+    CHECK_OK(dt_track_metric(s, id1, "loss", 60, 1e9 + 60, -3.25));
+    CHECK(wait_rows(db, 61, 5) == 61, "written after T seconds");
+
+    /* exact round trip and summary */
+    rows *got = calloc(1, sizeof *got);
+    CHECK_OK(dt_track_metrics(rd, id1, "loss", row_cb, got));
+    int n = 0, bad = 0;
+    double mn = INFINITY, mx = -INFINITY;
+    for (int i = 0; i <= 60; i++) {
+        if (i >= 10 && i < 60 && i % 3 == 0) continue; /* acc */
+        double v = i < 10 ? 10 - i : i < 60 ? (i % 7 ? sin(i) : NAN) : -3.25;
+        int same = isnan(v) ? isnan(got->value[n]) : got->value[n] == v;
+        bad += !same || got->step[n] != i || got->wall[n] != 1e9 + i || got->attempt[n] != 2 ||
+               strcmp(got->key[n], "loss");
+        if (!isnan(v)) mn = fmin(mn, v), mx = fmax(mx, v);
+        n++;
+    }
+    CHECK(got->n == n && !bad, "loss rows: %d of %d, %d differ", got->n, n, bad);
+    dt_track_summary sm = {0};
+    CHECK_OK(dt_track_metric_summary(rd, id1, summ_cb, &sm));
+    CHECK(sm.last == -3.25 && sm.last_step == 60 && sm.min == mn && sm.max == mx && sm.max == 10 &&
+              sm.max_step == 0,
+          "summary: last %g@%lld min %g max %g@%lld (want %g %g)", sm.last, (long long)sm.last_step,
+          sm.min, sm.max, (long long)sm.max_step, mn, mx);
+    free(got);
+
+    /* artifacts (buffered like metrics), tags, end (pending rows are flushed first) */
+    dt_track_set_flush(s, 100000, 1000);
+    CHECK(dt_track_artifact(s, id1, "checkpoint", "/x", 1, "[1") == DT_ERR_INVALID,
+          "bad metrics JSON refused");
+    CHECK_OK(dt_track_artifact(s, id1, "checkpoint", "/ck/step-10", 10, "{\"loss\": 2.5}"));
+    int na = 0;
+    CHECK_OK(dt_track_artifacts(rd, id1, art_cb, &na));
+    CHECK(na == 0, "artifact buffered, not yet written (%d)", na);
+    CHECK_OK(dt_track_flush(s));
+    CHECK_OK(dt_track_artifacts(rd, id1, art_cb, &na));
+    CHECK(na == 1, "one artifact, got %d", na);
+    CHECK_OK(dt_track_tag(s, id1, "note", "a"));
+    CHECK_OK(dt_track_tag(s, id1, "note", "b"));
+    kvs t = {0};
+    CHECK_OK(dt_track_tags(rd, id1, kv_cb, &t));
+    CHECK(t.n == 1 && !strcmp(t.v[0], "b"), "tag replaced");
+    dt_track_set_flush(s, 100000, 1000);
+    CHECK_OK(dt_track_metric(s, id1, "loss", 61, 1e9 + 61, 1.5));
+    CHECK_OK(dt_track_run_end(s, id1, "failed", "boom at step 61"));
+    CHECK_OK(dt_track_run_find(rd, "exp1/r1", &r));
+    CHECK(!strcmp(r.status, "failed") && !strcmp(r.exit_reason, "boom at step 61") &&
+              r.end_time >= r.start_time && r.last_step == 61,
+          "end: %s (%s) last step %lld", r.status, r.exit_reason, (long long)r.last_step);
+
+    /* delete: every row of the run, nothing of the other */
+    CHECK_OK(dt_track_metric(s, id2, "loss", 1, 1e9, 1));
+    CHECK_OK(dt_track_flush(s));
+    CHECK_OK(dt_track_run_delete(s, id1));
+    CHECK(dt_track_run_delete(s, id1) == DT_ERR_NOTFOUND, "second delete: not found");
+    const char *tables[] = {"metrics", "params", "tags", "artifacts", "lineage"};
+    for (int i = 0; i < 5; i++) {
+        char sql[200];
+        snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM %s WHERE run_id = %lld", tables[i],
+                 (long long)id1);
+        CHECK(sql_int(db, sql) == 0, "deleted from %s", tables[i]);
+    }
+    CHECK(sql_int(db, "SELECT COUNT(*) FROM metrics") == 1, "the other run's metric kept");
+    CHECK(dt_track_run_find(rd, "exp1/r1", &r) == DT_ERR_NOTFOUND, "run gone");
+
+    /* a failed write is sticky and named; the rows are dropped, nothing crashes */
+    sql_exec(db, "DROP TABLE metrics");
+    CHECK_OK(dt_track_metric(s, id2, "loss", 2, 1e9, 2));
+    CHECK(dt_track_flush(s) == DT_ERR_IO && strstr(dt_last_error(), db) &&
+              strstr(dt_last_error(), "metrics"),
+          "write error: %s", dt_last_error());
+    CHECK(dt_track_metric(s, id2, "loss", 3, 1e9, 3) == DT_ERR_IO, "sticky");
+    CHECK(dt_track_close(s) == DT_ERR_IO, "close reports it");
+    dt_track_close(rd);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 5 && !strcmp(argv[1], "--writer"))
+        return writer_main(argv[2], argv[3], strtod(argv[4], NULL));
+    snprintf(dir, sizeof dir, "/tmp/dt-track-XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    test_concurrent(argv[0]); /* first: no threads in this process yet when it forks */
+    test_schema();
+    test_open_errors();
+    test_flatten();
+    test_runs_and_metrics();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return dt_test_finish("test_track");
+}
