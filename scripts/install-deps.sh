@@ -14,6 +14,8 @@ pkgs=(
   libcurl4-openssl-dev
   libssl-dev # libcrypto: SHA-256 of S3 request bodies (storage_s3.c)
   libsqlite3-dev # the experiment store (src/track/)
+  libmicrohttpd-dev # build: the monitoring server (src/serve/: /metrics, dashboard)
+  prometheus chromium # tests only: tests/serve/ scrapes with Prometheus, loads the dashboard headless
 )
 
 missing=()

@@ -11,4 +11,6 @@ int dt_cli_train(int argc, char **argv);
 int dt_cli_launch(int argc, char **argv);
 int dt_cli_runs(int argc, char **argv); /* src/cli/runs.c: dtrain runs ls|show|compare|export|rm */
 
+int dt_cli_serve(int argc, char **argv); /* src/cli/serve.c: dtrain serve (dashboard, /metrics) */
+
 #endif

@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include "cli/cli.h"
 #include "dtrain/dtrain.h"
+#include "dtrain/serve.h"
 
 #define MAX_HOSTS 256
 #define EXIT_PREEMPTED 75
@@ -47,6 +48,9 @@ typedef struct launch_opts {
 
 static volatile sig_atomic_t stop_signal;
 static volatile pid_t child_pid;
+/* --monitor-port: the monitoring server (include/dtrain/serve.h) and the attempt it reports */
+static dt_serve *monitor;
+static int monitor_attempt;
 
 static void on_signal(int sig) {
     stop_signal = sig;
@@ -59,10 +63,13 @@ static int usage(FILE *f) {
             "usage: dtrain launch -n N [--hosts h1:slots,h2:slots | --hostfile FILE]\n"
             "                     [--threads-per-worker T] [--max-failures K] [--oversubscribe]\n"
             "                     [--mpirun PATH] [--mpirun-args \"ARGS\"] [--backoff SECONDS]\n"
+            "                     [--monitor-port P [--monitor-addr A] [--monitor-token T]]\n"
             "                     CONFIG.yaml [section.key=value ...]\n"
             "Runs N workers of `dtrain train` through mpirun, restarts the job from its newest\n"
             "checkpoint when it fails (up to K times, default 3; -1 = no limit), forwards SIGTERM\n"
-            "so that workers checkpoint before exiting (exit status 75).\n");
+            "so that workers checkpoint before exiting (exit status 75). --monitor-port serves\n"
+            "the run's dashboard at / and Prometheus metrics at /metrics (default address\n"
+            "127.0.0.1; --monitor-token or DTRAIN_MONITOR_TOKEN: bearer token required).\n");
     return 2;
 }
 
@@ -303,6 +310,7 @@ static int run_attempt(const launch_opts *o, const char *self, const char *run_n
         _exit(127);
     }
     child_pid = pid;
+    dt_serve_set_job(monitor, pid, monitor_attempt);
     if (stop_signal) kill(pid, SIGUSR1); /* a signal that came while we were starting */
     close(fds[1]);
     FILE *in = fdopen(fds[0], "r");
@@ -342,6 +350,8 @@ static void record(const char *path, cJSON *rec) {
 int dt_cli_launch(int argc, char **argv) {
     launch_opts o = {.n = 0, .threads = 1, .max_failures = 3, .backoff_s = 1.0};
     const char *hostfile = NULL, *mpirun = "mpirun";
+    const char *mon_addr = NULL, *mon_token = getenv("DTRAIN_MONITOR_TOKEN");
+    int mon_port = -1;
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -380,6 +390,15 @@ int dt_cli_launch(int argc, char **argv) {
             mpirun = v;
         } else if (!strcmp(a, "--mpirun-args")) {
             o.mpirun_args = v;
+        } else if (!strcmp(a, "--monitor-port")) {
+            if (parse_int(v, &mon_port) || mon_port < 0 || mon_port > 65535) {
+                fprintf(stderr, "dtrain launch: --monitor-port %s: expected 0-65535\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--monitor-addr")) {
+            mon_addr = v;
+        } else if (!strcmp(a, "--monitor-token")) {
+            mon_token = v;
         } else if (!strcmp(a, "--backoff")) {
             o.backoff_s = atof(v);
         } else {
@@ -415,6 +434,13 @@ int dt_cli_launch(int argc, char **argv) {
     const char *root = v->output.dir;
     if (!strncmp(root, "file://", 7)) root += 7;
     snprintf(run_dir, sizeof run_dir, "%s/%s/%s", root, v->output.experiment, run_name);
+    /* the store the workers' rank 0 writes (src/train/track_glue.c), for the monitor */
+    char mon_db[8300], experiment[1100];
+    if (v->tracking.uri[0])
+        snprintf(mon_db, sizeof mon_db, "%s", v->tracking.uri);
+    else
+        snprintf(mon_db, sizeof mon_db, "%s/dtrain.db", root);
+    snprintf(experiment, sizeof experiment, "%s", v->output.experiment);
     dt_config_free(cfg);
     /* 2. resources and tools */
     char mpirun_path[4096], self[4096];
@@ -456,6 +482,25 @@ int dt_cli_launch(int argc, char **argv) {
            o.n_hosts ? "the given hosts" : "", rec_path);
     fflush(stdout);
 
+    /* Monitoring never stops the job: a server that cannot start is one warning. */
+    if (mon_port >= 0 && !strcmp(mon_db, "off")) {
+        fprintf(stderr, "dtrain launch: warning: --monitor-port: tracking.uri=off, no store to "
+                        "serve; monitoring is off (the job goes on)\n");
+    } else if (mon_port >= 0) {
+        dt_serve_opts mo = {.addr = mon_addr,
+                            .port = mon_port,
+                            .token = mon_token,
+                            .db = mon_db,
+                            .experiment = experiment,
+                            .run = run_name};
+        if (dt_serve_start(&mo, &monitor) != DT_OK)
+            fprintf(stderr, "dtrain launch: warning: %s; monitoring is off (the job goes on)\n",
+                    dt_last_error());
+        else
+            printf("dtrain launch: monitor on http://%s:%d/ (dashboard) and /metrics\n",
+                   mon_addr && mon_addr[0] ? mon_addr : "127.0.0.1", dt_serve_port(monitor));
+        fflush(stdout);
+    }
     int failures = 0, no_progress = 0, rc = 1;
     long long best_step = -1;
     const char *status = "failed";
@@ -468,7 +513,9 @@ int dt_cli_launch(int argc, char **argv) {
                          .failed_signal = 0};
         char t0[64], t1[64];
         iso_now(t0, sizeof t0);
+        monitor_attempt = attempt;
         int code = run_attempt(&o, self, run_name, attempt > 0, &a);
+        dt_serve_set_job(monitor, 0, attempt);
         iso_now(t1, sizeof t1);
         char cause[512];
         if (code == 0)
@@ -542,5 +589,7 @@ int dt_cli_launch(int argc, char **argv) {
     cJSON_AddNumberToObject(rec, "failures", failures);
     record(rec_path, rec);
     cJSON_Delete(rec);
+    dt_serve_stop(monitor);
+    monitor = NULL;
     return rc;
 }

@@ -19,6 +19,7 @@ static void usage(FILE *f) {
                "  ckpt        ls | verify | show checkpoints (path, file://, s3://)\n"
                "  plan        per-worker memory of a training config, without weights\n"
                "  runs        ls | show | compare | export | rm runs in the experiment store\n"
+               "  serve       dashboard and Prometheus /metrics for the experiment store\n"
                "  launch      run N workers through mpirun, restart from checkpoints on failure\n"
                "  lora        merge a LoRA adapter into its base model (Hugging Face folders)\n"
                "  generate    text generation with a Llama model (Hugging Face folder)\n"
@@ -63,6 +64,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "lora")) return dt_cli_lora(argc - 1, argv + 1);
     if (!strcmp(cmd, "train")) return dt_cli_train(argc - 1, argv + 1);
     if (!strcmp(cmd, "runs")) return dt_cli_runs(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return dt_cli_serve(argc - 1, argv + 1);
     fprintf(stderr, "dtrain: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

@@ -1,0 +1,152 @@
+/* The dashboard's JSON API over the experiment store:
+ *   runs                          [{id, experiment, name, status, attempts, world, start, end,
+ *                                   last_step, n_metrics, hosts}], newest first (at most 200)
+ *   runs/ID                       the same fields plus exit_reason, config (YAML), params,
+ *                                 tags, lineage, metric keys, artifacts [{kind, uri, step,
+ *                                 created, attempt, metrics}]
+ *   runs/ID/metrics?key=K&since=S {key, points: [[step, value, wall], ...]} for steps > S
+ * ID is a run id or "experiment/name". Errors are {"error": "..."} with 400/404/503. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "serve/serve_impl.h"
+
+enum { MAX_LIST = 200 };
+
+static cJSON *run_json(const dt_track_run *r) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)r->id);
+    cJSON_AddStringToObject(o, "experiment", r->experiment);
+    cJSON_AddStringToObject(o, "name", r->name);
+    cJSON_AddStringToObject(o, "status", r->lost ? "lost" : r->status);
+    cJSON_AddNumberToObject(o, "attempts", r->attempts);
+    cJSON_AddNumberToObject(o, "world", r->world);
+    cJSON_AddNumberToObject(o, "start", r->start_time);
+    cJSON_AddNumberToObject(o, "end", r->end_time);
+    cJSON_AddNumberToObject(o, "last_step", (double)r->last_step);
+    cJSON_AddNumberToObject(o, "n_metrics", (double)r->n_metrics);
+    cJSON_AddStringToObject(o, "hosts", r->hosts);
+    return o;
+}
+
+static int list_cb(void *ud, const dt_track_run *r) {
+    cJSON_AddItemToArray(ud, run_json(r));
+    return cJSON_GetArraySize(ud) >= MAX_LIST;
+}
+
+static int kv_cb(void *ud, const char *k, const char *v) {
+    cJSON_AddStringToObject(ud, k, v);
+    return 0;
+}
+
+static int key_cb(void *ud, const dt_track_summary *m) {
+    cJSON_AddItemToArray(ud, cJSON_CreateString(m->key));
+    return 0;
+}
+
+static int art_cb(void *ud, const dt_track_artifact_row *a) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "kind", a->kind);
+    cJSON_AddStringToObject(o, "uri", a->uri);
+    cJSON_AddNumberToObject(o, "step", (double)a->step);
+    cJSON_AddNumberToObject(o, "created", a->created);
+    cJSON_AddNumberToObject(o, "attempt", a->attempt);
+    cJSON *m = a->metrics_json[0] ? cJSON_Parse(a->metrics_json) : NULL;
+    cJSON_AddItemToObject(o, "metrics", m ? m : cJSON_CreateObject());
+    cJSON_AddItemToArray(ud, o);
+    return 0;
+}
+
+static int point_cb(void *ud, const dt_track_metric_row *m) {
+    cJSON *p = cJSON_CreateArray();
+    cJSON_AddItemToArray(p, cJSON_CreateNumber((double)m->step));
+    /* JSON has no NaN: a diverged value is null */
+    cJSON_AddItemToArray(p, isfinite(m->value) ? cJSON_CreateNumber(m->value) : cJSON_CreateNull());
+    cJSON_AddItemToArray(p, cJSON_CreateNumber(m->wall));
+    cJSON_AddItemToArray(ud, p);
+    return 0;
+}
+
+static int error(sv_buf *b, int code, const char *msg) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "error", msg);
+    char *t = cJSON_PrintUnformatted(o);
+    sv_puts(b, t ? t : "{}");
+    free(t);
+    cJSON_Delete(o);
+    return code;
+}
+
+static int emit(sv_buf *b, cJSON *o) {
+    char *t = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!t) return b->failed = 1, 500;
+    sv_puts(b, t);
+    free(t);
+    return 200;
+}
+
+/* A store failure: the handle is reopened by the next request. */
+static int store_error(dt_serve *s, sv_buf *b) {
+    int code = error(b, 503, dt_last_error());
+    sv_store_reset(s);
+    return code;
+}
+
+int sv_api(dt_serve *s, const char *path, const char *key, const char *since, sv_buf *b) {
+    dt_track *st = sv_store(s);
+    if (!st) return error(b, 503, dt_last_error());
+    if (!strcmp(path, "runs") || !strcmp(path, "runs/")) {
+        cJSON *a = cJSON_CreateArray();
+        if (dt_track_runs(st, NULL, NULL, list_cb, a) != DT_OK) {
+            cJSON_Delete(a);
+            return store_error(s, b);
+        }
+        return emit(b, a);
+    }
+    if (strncmp(path, "runs/", 5)) return error(b, 404, "no such API: try /api/runs");
+    char ref[1024];
+    snprintf(ref, sizeof ref, "%s", path + 5);
+    int metrics = 0;
+    size_t l = strlen(ref);
+    if (l > 8 && !strcmp(ref + l - 8, "/metrics")) ref[l - 8] = 0, metrics = 1;
+    dt_track_run r;
+    dt_status rc = dt_track_run_find(st, ref, &r);
+    if (rc == DT_ERR_NOTFOUND || rc == DT_ERR_INVALID) return error(b, 404, dt_last_error());
+    if (rc != DT_OK) return store_error(s, b);
+    if (metrics) {
+        if (!key || !key[0]) return error(b, 400, "metrics: give ?key=NAME (e.g. key=loss)");
+        char *end = NULL;
+        long long from = since && since[0] ? strtoll(since, &end, 10) : -1;
+        if (end && *end) return error(b, 400, "metrics: since must be a step number");
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "key", key);
+        cJSON_AddNumberToObject(o, "attempts", r.attempts);
+        cJSON *pts = cJSON_AddArrayToObject(o, "points");
+        if (dt_track_metrics_since(st, r.id, key, from, point_cb, pts) != DT_OK) {
+            cJSON_Delete(o);
+            return store_error(s, b);
+        }
+        return emit(b, o);
+    }
+    cJSON *o = run_json(&r);
+    cJSON_AddStringToObject(o, "exit_reason", r.exit_reason);
+    char *yaml = NULL;
+    rc = dt_track_config_yaml(st, r.id, &yaml);
+    if (rc == DT_OK) cJSON_AddStringToObject(o, "config", yaml ? yaml : "");
+    free(yaml);
+    if (rc == DT_OK) rc = dt_track_params(st, r.id, kv_cb, cJSON_AddObjectToObject(o, "params"));
+    if (rc == DT_OK) rc = dt_track_tags(st, r.id, kv_cb, cJSON_AddObjectToObject(o, "tags"));
+    if (rc == DT_OK) rc = dt_track_lineage(st, r.id, kv_cb, cJSON_AddObjectToObject(o, "lineage"));
+    if (rc == DT_OK)
+        rc = dt_track_metric_summary(st, r.id, key_cb, cJSON_AddArrayToObject(o, "metric_keys"));
+    if (rc == DT_OK)
+        rc = dt_track_artifacts(st, r.id, art_cb, cJSON_AddArrayToObject(o, "artifacts"));
+    if (rc != DT_OK) {
+        cJSON_Delete(o);
+        return store_error(s, b);
+    }
+    return emit(b, o);
+}
