@@ -546,10 +546,18 @@ int dt_cli_launch(int argc, char **argv) {
             status = "done", rc = 0;
             break;
         }
-        if (code == EXIT_PREEMPTED || stop_signal) {
+        if (code == EXIT_PREEMPTED) {
             fprintf(stderr, "dtrain launch: %s; resume with the same command (ckpt.resume=auto)\n",
                     stop_signal ? "stopped on request, checkpoint saved" : cause);
             status = "preempted", rc = EXIT_PREEMPTED;
+            break;
+        }
+        if (stop_signal) { /* the workers did not confirm a checkpoint (exit 75) */
+            fprintf(stderr,
+                    "dtrain launch: stopped on request, but the workers did not save a "
+                    "checkpoint (%s); the newest committed checkpoint is the resume point\n",
+                    cause);
+            status = "stopped", rc = 1;
             break;
         }
         failures++;

@@ -25,13 +25,15 @@ static void *signal_main(void *arg) {
     for (;;) {
         int sig;
         if (sigwait(set, &sig) != 0) continue;
-        static int count;
+        static int interrupts;
         pthread_mutex_lock(&run_mu);
         int have = running != NULL;
         if (have) dt_trainer_request_stop(running);
         pthread_mutex_unlock(&run_mu);
-        /* before training, or a second signal: stop now, without a checkpoint */
-        if (!have || ++count > 1) _exit(128 + sig);
+        /* Before training: stop now. During it, SIGTERM and SIGUSR1 may well arrive twice (the
+         * pod's own SIGTERM and the launcher's through mpirun): the same request. Only a second
+         * Ctrl-C means "stop now, without a checkpoint". */
+        if (!have || (sig == SIGINT && ++interrupts > 1)) _exit(128 + sig);
     }
     return NULL;
 }

@@ -1,0 +1,11 @@
+# Deployment files (deploy/: Dockerfile, Kubernetes manifests, Slurm script; docs/deploy.md):
+# parsed and held against each other, this machine's Debian archive and the dtrain binary; the
+# pod entrypoint and the sbatch script run with stand-ins for sshd, ssh and Slurm. No container
+# runtime or cluster is needed. PyYAML is Debian's python3-yaml (a dependency of python3-torch).
+set(DT_DEPLOY_ARGS --root ${PROJECT_SOURCE_DIR} --dtrain $<TARGET_FILE:dtrain>)
+if(DT_SANITIZE)
+  list(APPEND DT_DEPLOY_ARGS --sanitized)
+endif()
+add_test(NAME test_deploy COMMAND ${DT_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/deploy/test_deploy.py
+         ${DT_DEPLOY_ARGS})
+set_tests_properties(test_deploy PROPERTIES LABELS "unit;deploy" TIMEOUT 180)
