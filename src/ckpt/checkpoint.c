@@ -86,7 +86,43 @@ dt_status dt_ckpt_list(dt_store *s, const char *root, const char *metric, dt_ckp
     return DT_OK;
 }
 
-dt_status dt_ckpt_verify(dt_store *s, const char *dir, int64_t *bytes) {
+/* One listed file: its size (a stat at DT_CKPT_SIZES; the whole file at DT_CKPT_CHECKSUMS, and
+ * its xxh3). *n: its size. */
+static dt_status check_file(dt_store *s, const char *dir, const cJSON *f, dt_ckpt_level level,
+                            size_t *n) {
+    cJSON *jb = cJSON_GetObjectItemCaseSensitive(f, "bytes");
+    cJSON *jh = cJSON_GetObjectItemCaseSensitive(f, "xxh3");
+    if (!cJSON_IsNumber(jb) || !cJSON_IsString(jh) || strchr(f->string, '/') || !f->string[0])
+        return dt_error_set(DT_ERR_FORMAT, "checkpoint %s/%s: bad entry for '%s'", dir,
+                            DT_CKPT_STATE, f->string);
+    char key[1400], hex[17] = "";
+    snprintf(key, sizeof key, "%s/%s", dir, f->string);
+    dt_status st;
+    if (level == DT_CKPT_SIZES) {
+        st = dt_store_stat(s, key, n);
+    } else {
+        void *data;
+        if ((st = dt_store_get(s, key, &data, n)) == DT_OK) {
+            snprintf(hex, sizeof hex, "%016" PRIx64, (uint64_t)XXH3_64bits(data, *n));
+            free(data);
+        }
+    }
+    if (st == DT_ERR_NOTFOUND)
+        return dt_error_set(st, "checkpoint %s: file %s is missing", dir, f->string);
+    if (st != DT_OK) return st;
+    if ((double)*n != jb->valuedouble)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "checkpoint %s: file %s has %zu bytes, expected %.0f "
+                            "(truncated or replaced)",
+                            dir, f->string, *n, jb->valuedouble);
+    if (level != DT_CKPT_SIZES && strcmp(hex, jh->valuestring) != 0)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "checkpoint %s: file %s: checksum xxh3 %s, expected %s (corrupt)", dir,
+                            f->string, hex, jh->valuestring);
+    return DT_OK;
+}
+
+dt_status dt_ckpt_check(dt_store *s, const char *dir, dt_ckpt_level level, int64_t *bytes) {
     char *txt;
     if (bytes) *bytes = 0;
     dt_status st = dt_ckpt_read_state(s, dir, &txt);
@@ -104,50 +140,26 @@ dt_status dt_ckpt_verify(dt_store *s, const char *dir, int64_t *bytes) {
     }
     cJSON *f;
     cJSON_ArrayForEach(f, files) {
-        cJSON *jb = cJSON_GetObjectItemCaseSensitive(f, "bytes");
-        cJSON *jh = cJSON_GetObjectItemCaseSensitive(f, "xxh3");
-        if (!cJSON_IsNumber(jb) || !cJSON_IsString(jh) || strchr(f->string, '/') || !f->string[0]) {
-            st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s/%s: bad entry for '%s'", dir,
-                              DT_CKPT_STATE, f->string);
-            break;
-        }
-        char key[1400];
-        snprintf(key, sizeof key, "%s/%s", dir, f->string);
-        void *data;
         size_t n;
-        if ((st = dt_store_get(s, key, &data, &n)) != DT_OK) {
-            if (st == DT_ERR_NOTFOUND)
-                st = dt_error_set(st, "checkpoint %s: file %s is missing", dir, f->string);
-            break;
-        }
-        char hex[17];
-        snprintf(hex, sizeof hex, "%016" PRIx64, (uint64_t)XXH3_64bits(data, n));
-        free(data);
-        if ((double)n != jb->valuedouble) {
-            st = dt_error_set(DT_ERR_FORMAT,
-                              "checkpoint %s: file %s has %zu bytes, expected %.0f "
-                              "(truncated or replaced)",
-                              dir, f->string, n, jb->valuedouble);
-            break;
-        }
-        if (strcmp(hex, jh->valuestring) != 0) {
-            st = dt_error_set(DT_ERR_FORMAT,
-                              "checkpoint %s: file %s: checksum xxh3 %s, expected %s (corrupt)",
-                              dir, f->string, hex, jh->valuestring);
-            break;
-        }
+        if ((st = check_file(s, dir, f, level, &n)) != DT_OK) break;
         if (bytes) *bytes += (int64_t)n;
     }
     cJSON_Delete(o);
     return st;
 }
 
-dt_status dt_ckpt_find_latest(dt_store *s, const char *root, FILE *log, dt_ckpt_info *out) {
+dt_status dt_ckpt_verify(dt_store *s, const char *dir, int64_t *bytes) {
+    return dt_ckpt_check(s, dir, DT_CKPT_CHECKSUMS, bytes);
+}
+
+dt_status dt_ckpt_find_before(dt_store *s, const char *root, int64_t before, dt_ckpt_level level,
+                              FILE *log, dt_ckpt_info *out) {
     dt_ckpt_info *v;
     int n;
     dt_status st = dt_ckpt_list(s, root, NULL, &v, &n);
     if (st != DT_OK) return st;
     for (int i = n - 1; i >= 0; i--) {
+        if (v[i].step >= before) continue;
         if (!v[i].committed) { /* a save that did not finish: not a checkpoint */
             if (log)
                 fprintf(log, "warning: skipping %s: no %s (a save that did not finish)\n", v[i].dir,
@@ -155,7 +167,7 @@ dt_status dt_ckpt_find_latest(dt_store *s, const char *root, FILE *log, dt_ckpt_
             continue;
         }
         int64_t b;
-        dt_status vs = dt_ckpt_verify(s, v[i].dir, &b);
+        dt_status vs = dt_ckpt_check(s, v[i].dir, level, &b);
         if (vs == DT_ERR_IO || vs == DT_ERR_STATE || vs == DT_ERR_NOMEM) {
             /* the store failed, not the checkpoint: falling back to an older one would
              * silently lose progress */
@@ -164,7 +176,7 @@ dt_status dt_ckpt_find_latest(dt_store *s, const char *root, FILE *log, dt_ckpt_
         }
         if (vs == DT_OK) {
             *out = v[i];
-            out->verified = 1, out->bytes = b;
+            out->verified = level == DT_CKPT_CHECKSUMS, out->bytes = b;
             free(v);
             return DT_OK;
         }
@@ -173,6 +185,10 @@ dt_status dt_ckpt_find_latest(dt_store *s, const char *root, FILE *log, dt_ckpt_
     free(v);
     return dt_error_set(DT_ERR_NOTFOUND, "checkpoint: no good checkpoint under %s/%s",
                         dt_store_url(s), root);
+}
+
+dt_status dt_ckpt_find_latest(dt_store *s, const char *root, FILE *log, dt_ckpt_info *out) {
+    return dt_ckpt_find_before(s, root, INT64_MAX, DT_CKPT_CHECKSUMS, log, out);
 }
 
 /* Removes a checkpoint directory: trainer_state.json first. */

@@ -1,12 +1,19 @@
 /* POSIX storage: a directory tree on local disk or a mounted distributed file system (NFS,
  * HopsFS/HDFS fuse mounts). A put writes "<key>.tmp-<pid>-<n>" in the key's directory, fsyncs
  * it, renames it over the key (atomic within a directory) and fsyncs the directory so the
- * rename itself survives a crash. */
+ * rename itself survives a crash.
+ *
+ * Large puts (checkpoint files) bypass the page cache: a buffered write() costs about one CPU
+ * second per GB in the kernel (copying into page-cache folios), taken from the training threads
+ * that share the cores with the checkpoint writer, and the pages are then written back anyway by
+ * the fsync. With O_DIRECT the device reads the caller's buffer itself (~0.02 CPU-s/GB) at the
+ * same bandwidth. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +54,49 @@ static int fsync_dir(const char *dir) {
     return r;
 }
 
+/* Puts of at least DIRECT_MIN bytes from a DIRECT_ALIGN-aligned buffer, with fsync on, write
+ * their whole blocks with O_DIRECT (checkpoint snapshots are allocated aligned for this). With
+ * fsync off the caller did not ask to wait for the disk, and buffered writes return sooner;
+ * small puts are not worth a second open. 4096 covers the logical block size of nearly every
+ * device; where it does not (or the file system refuses O_DIRECT: tmpfs before Linux 6.6, some
+ * FUSE mounts), the put falls back to buffered writes.
+ *
+ * Gets stay buffered: O_DIRECT reads measured half the bandwidth of buffered ones (no
+ * read-ahead), and reading into transparent huge pages (MADV_HUGEPAGE) was faster on a warm
+ * system but 3-7x slower on the first large read of a process (the trainer's resume). */
+enum { DIRECT_MIN = 8 << 20, DIRECT_ALIGN = 4096, DIRECT_CHUNK = 64 << 20 };
+
+/* Writes p [n] at offset off; 0 or an errno. */
+static int write_at(int fd, const char *p, size_t n, off_t off) {
+    while (n) {
+        ssize_t w = pwrite(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n, off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return w < 0 ? errno : ENOSPC;
+        p += w, n -= (size_t)w, off += w;
+    }
+    return 0;
+}
+
+/* The O_DIRECT part of a put: bulk bytes (a multiple of DIRECT_ALIGN) from the start of p into
+ * the file tmp (already created). Returns how many bytes it wrote, stopping at the first
+ * refusal or error (the caller writes the rest through the page cache: a real I/O error shows
+ * there again, and is reported; a refusal costs nothing but the fallback). */
+static size_t write_direct(const char *tmp, const char *p, size_t bulk) {
+    int fd = open(tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);
+    if (fd < 0) return 0; /* EINVAL: no O_DIRECT on this file system */
+    size_t done = 0;
+    while (done < bulk) {
+        size_t n = bulk - done < DIRECT_CHUNK ? bulk - done : DIRECT_CHUNK;
+        ssize_t w = pwrite(fd, p + done, n, (off_t)done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        done += (size_t)w;
+        if ((size_t)w % DIRECT_ALIGN) break; /* a short write: offsets are unaligned from here */
+    }
+    close(fd); /* nothing cached to flush; the fsync of the file covers these blocks */
+    return done;
+}
+
 static dt_status posix_put(dt_store *s, const char *key, const void *data, size_t n) {
     static atomic_long counter;
     char path[4400], tmp[4500], dir[4400];
@@ -62,26 +112,24 @@ static dt_status posix_put(dt_store *s, const char *key, const void *data, size_
         return dt_error_set(DT_ERR_IO, "storage put: %s: cannot create %s: %s", s->url, tmp,
                             strerror(errno));
     const char *p = data;
-    size_t left = n;
-    while (left) {
-        ssize_t w = write(fd, p, left > ((size_t)1 << 30) ? ((size_t)1 << 30) : left);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            int e = w < 0 ? errno : ENOSPC;
-            close(fd), unlink(tmp);
-            return dt_error_set(DT_ERR_IO, "storage put: %s: writing %s: %s", s->url, key,
-                                strerror(e));
-        }
-        p += w, left -= (size_t)w;
+    size_t done = 0;
+    if (s->opts.fsync && n >= DIRECT_MIN && (uintptr_t)p % DIRECT_ALIGN == 0)
+        done = write_direct(tmp, p, n / DIRECT_ALIGN * DIRECT_ALIGN);
+    /* the rest (the unaligned tail, or everything) through the page cache */
+    int e = write_at(fd, p + done, n - done, (off_t)done);
+    if (e) {
+        close(fd), unlink(tmp);
+        return dt_error_set(DT_ERR_IO, "storage put: %s: writing %s: %s", s->url, key, strerror(e));
     }
-    if ((s->opts.fsync && fsync(fd) != 0) || close(fd) != 0) {
-        int e = errno;
+    e = s->opts.fsync && fsync(fd) != 0 ? errno : 0;
+    if (close(fd) != 0 && !e) e = errno;
+    if (e) {
         unlink(tmp);
         return dt_error_set(DT_ERR_IO, "storage put: %s: flushing %s: %s", s->url, key,
                             strerror(e));
     }
     if (rename(tmp, path) != 0) {
-        int e = errno;
+        e = errno;
         unlink(tmp);
         return dt_error_set(DT_ERR_IO, "storage put: %s: renaming into %s: %s", s->url, key,
                             strerror(e));

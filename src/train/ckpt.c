@@ -62,6 +62,7 @@ struct dt_train_ckpt {
     int failed; /* the last save failed on this rank (files or commit) */
     char commit_line[2048];
     char failed_msg[1024];
+    int64_t loaded_bytes; /* resume: bytes this rank read (and hashed) */
 };
 
 /* ---- writer thread --------------------------------------------------------------------- */
@@ -93,6 +94,8 @@ static void *writer_main(void *arg) {
             snprintf(key, sizeof key, "%s/%s", c->dir, DT_CKPT_STATE);
             st = dt_store_put(c->store, key, c->commit_json, strlen(c->commit_json));
             if (st == DT_OK && t->log) fputs(c->commit_line, t->log), fflush(t->log);
+            if (st == DT_OK)
+                dt_train_track_ckpt(t, c->step, dt_store_url(c->store), c->dir, c->commit_json);
             /* Retention only after the new checkpoint is committed. Its failure leaves extra
              * checkpoints behind, not a bad one: a warning, not a failed save. */
             if (st == DT_OK && dt_ckpt_retain(c->store, c->root, c->step, (int)t->v.ckpt.keep_last,
@@ -152,19 +155,27 @@ static int writer_idle(dt_train_ckpt *c) {
 
 /* ---- snapshot ----------------------------------------------------------------------------- */
 
-/* Grows a reused buffer (kept across saves: the pages are touched once). */
-static dt_status reserve(snap_file *f, size_t n) {
+/* Snapshot buffers start on a 4096-byte boundary, so that the POSIX store writes them with
+ * O_DIRECT (no page-cache copy: see src/ckpt/storage_posix.c). */
+enum { SNAP_ALIGN = 4096 };
+
+/* Grows a reused buffer (kept across saves: the pages are touched once). `touch`: write every
+ * page now (at init, off the training's critical path) rather than in the first snapshot, which
+ * would otherwise pay a page fault per 4 KiB inside the stall. */
+static dt_status reserve(snap_file *f, size_t n, int touch) {
     if (f->cap >= n) return DT_OK;
     free(f->buf);
-    f->buf = malloc(n);
-    f->cap = f->buf ? n : 0;
+    size_t cap = (n + SNAP_ALIGN - 1) / SNAP_ALIGN * SNAP_ALIGN;
+    f->buf = aligned_alloc(SNAP_ALIGN, cap);
+    f->cap = f->buf ? cap : 0;
     if (!f->buf) return dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory for %zu bytes", n);
+    if (touch) memset(f->buf, 0, cap);
     return DT_OK;
 }
 
 /* model.safetensors: every trainable and state parameter by name (frozen ones come from the
- * pretrained files). */
-static dt_status snap_model(dt_trainer *t, snap_file *f) {
+ * pretrained files). prefault_only: size and touch the buffer, serialize nothing (init). */
+static dt_status snap_model(dt_trainer *t, snap_file *f, int prefault_only) {
     int np = dt_graph_param_count(t->g), k = 0;
     dt_st_entry *e = calloc((size_t)np + 1, sizeof *e);
     if (!e) return dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
@@ -176,16 +187,18 @@ static dt_status snap_model(dt_trainer *t, snap_file *f) {
         k++;
     }
     size_t need = dt_st_serialized_size(e, k, NULL, NULL, 0);
-    dt_status st =
-        need ? reserve(f, need) : dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
-    if (st == DT_OK) st = dt_st_serialize(f->buf, f->cap, e, k, NULL, NULL, 0, &f->len);
+    /* prefault: slack for a header that may grow (see snap_optim) */
+    dt_status st = need ? reserve(f, prefault_only ? need + SNAP_ALIGN : need, prefault_only)
+                        : dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
+    if (st == DT_OK && !prefault_only)
+        st = dt_st_serialize(f->buf, f->cap, e, k, NULL, NULL, 0, &f->len);
     free(e);
     snprintf(f->name, sizeof f->name, "model.safetensors");
     return st;
 }
 
 /* optim-R-of-W.safetensors: this rank's optimizer slice [lo, hi) with its layout. */
-static dt_status snap_optim(dt_trainer *t, snap_file *f, int shard, int shards) {
+static dt_status snap_optim(dt_trainer *t, snap_file *f, int shard, int shards, int prefault_only) {
     dt_optim_state os;
     dt_status st = dt_optim_get_state(t->opt, &os);
     if (st != DT_OK) return st;
@@ -202,8 +215,12 @@ static dt_status snap_optim(dt_trainer *t, snap_file *f, int shard, int shards) 
     const char *mk[] = {"lo", "hi", "n_total", "step", "kind"};
     const char *mv[] = {lo, hi, n, step, os.kind == DT_OPTIM_ADAMW ? "adamw" : "sgd"};
     size_t need = dt_st_serialized_size(e, os.n_buffers, mk, mv, 5);
-    st = need ? reserve(f, need) : dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
-    if (st == DT_OK) st = dt_st_serialize(f->buf, f->cap, e, os.n_buffers, mk, mv, 5, &f->len);
+    /* prefault: slack for the header's growth (the step's digits), so that later saves reuse
+     * the touched buffer */
+    st = need ? reserve(f, prefault_only ? need + SNAP_ALIGN : need, prefault_only)
+              : dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
+    if (st == DT_OK && !prefault_only)
+        st = dt_st_serialize(f->buf, f->cap, e, os.n_buffers, mk, mv, 5, &f->len);
     snprintf(f->name, sizeof f->name, "optim-%05d-of-%05d.safetensors", shard, shards);
     return st;
 }
@@ -399,10 +416,10 @@ static dt_status save(dt_trainer *t, const char *why) {
     snprintf(c->dir, sizeof c->dir, "%s/step-%09" PRId64, c->root, c->step);
     c->have_model = t->rank == 0;
     c->have_optim = sharded_optim(t) || t->rank == 0;
-    if (c->have_model) st = snap_model(t, &c->model);
+    if (c->have_model) st = snap_model(t, &c->model, 0);
     if (st == DT_OK && c->have_optim)
         st = snap_optim(t, &c->optim, sharded_optim(t) ? t->rank : 0,
-                        sharded_optim(t) ? t->world : 1);
+                        sharded_optim(t) ? t->world : 1, 0);
     if (zero3) {
         dt_status rs = dt_ddp_release_params(t->ddp);
         if (st == DT_OK) st = rs;
@@ -480,6 +497,15 @@ dt_status dt_train_ckpt_init(dt_trainer *t, const char *run_name) {
         t->ck_buf = malloc((size_t)(2 + t->world * SLOT) * sizeof(double));
         if (!t->ck_buf) return dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
     }
+    /* Periodic saves: the snapshot buffers get their final size and every page now, so the
+     * first save's stall is a copy like every other one's, not ~0.4 s of page faults per GB.
+     * (The same memory the first save would take anyway; only resident from the start.) A run
+     * without periodic saves allocates them only if it is preempted. */
+    if (c->enabled && t->rank == 0 && (st = snap_model(t, &c->model, 1)) != DT_OK) return st;
+    if (c->enabled && (sharded_optim(t) || t->rank == 0) &&
+        (st = snap_optim(t, &c->optim, sharded_optim(t) ? t->rank : 0,
+                         sharded_optim(t) ? t->world : 1, 1)) != DT_OK)
+        return st;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     if (pthread_create(&c->th, NULL, writer_main, t) != 0)
@@ -515,7 +541,8 @@ static int64_t jint(const cJSON *o, const char *key) {
     return (int64_t)v->valuedouble;
 }
 
-/* Reads one file of a checkpoint and checks it against trainer_state.json's entry. */
+/* Reads one file of a checkpoint and checks it against trainer_state.json's entry: its size
+ * and xxh3. This is the resume's only check of the contents (see dt_train_ckpt_resume). */
 static dt_status get_verified(dt_store *s, const char *dir, cJSON *files, const char *name,
                               void **data, size_t *n) {
     cJSON *e = cJSON_GetObjectItemCaseSensitive(files, name);
@@ -527,21 +554,32 @@ static dt_status get_verified(dt_store *s, const char *dir, cJSON *files, const 
     char key[1400], hex[17];
     snprintf(key, sizeof key, "%s/%s", dir, name);
     dt_status st = dt_store_get(s, key, data, n);
+    if (st == DT_ERR_NOTFOUND)
+        return dt_error_set(st, "checkpoint %s: file %s is missing", dir, name);
     if (st != DT_OK) return st;
     snprintf(hex, sizeof hex, "%016" PRIx64, (uint64_t)XXH3_64bits(*data, *n));
-    if ((double)*n != jb->valuedouble || strcmp(hex, jh->valuestring)) {
-        free(*data), *data = NULL;
-        return dt_error_set(DT_ERR_FORMAT, "checkpoint %s: file %s does not match its checksum",
-                            dir, name);
+    if ((double)*n != jb->valuedouble) {
+        st = dt_error_set(DT_ERR_FORMAT,
+                          "checkpoint %s: file %s has %zu bytes, expected %.0f (truncated or "
+                          "replaced)",
+                          dir, name, *n, jb->valuedouble);
+    } else if (strcmp(hex, jh->valuestring)) {
+        st = dt_error_set(DT_ERR_FORMAT,
+                          "checkpoint %s: file %s: checksum xxh3 %s, expected %s (corrupt)", dir,
+                          name, hex, jh->valuestring);
     }
-    return DT_OK;
+    if (st != DT_OK) free(*data), *data = NULL;
+    return st;
 }
 
-static dt_status load_model(dt_trainer *t, dt_store *s, const char *dir, cJSON *files) {
+/* *touched: set once parameters may have been overwritten (the file verified). */
+static dt_status load_model(dt_trainer *t, dt_store *s, const char *dir, cJSON *files,
+                            int *touched) {
     void *data;
     size_t n;
     dt_status st = get_verified(s, dir, files, "model.safetensors", &data, &n);
     if (st != DT_OK) return st;
+    *touched = 1, t->ck->loaded_bytes += (int64_t)n;
     dt_st_file *f;
     char name[1300];
     snprintf(name, sizeof name, "%s/model.safetensors", dir);
@@ -565,7 +603,8 @@ static dt_status load_model(dt_trainer *t, dt_store *s, const char *dir, cJSON *
 
 /* The optimizer slice [lo, hi) from the saved shards (any saved world size: the shards are
  * contiguous slices of one flat layout, so resharding is a matter of copying overlaps). */
-static dt_status load_optim(dt_trainer *t, dt_store *s, const char *dir, cJSON *state) {
+static dt_status load_optim(dt_trainer *t, dt_store *s, const char *dir, cJSON *state,
+                            int *touched) {
     cJSON *ly = cJSON_GetObjectItemCaseSensitive(state, "layout");
     cJSON *files = cJSON_GetObjectItemCaseSensitive(state, "files");
     double jsh = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(ly, "shards"));
@@ -589,9 +628,9 @@ static dt_status load_optim(dt_trainer *t, dt_store *s, const char *dir, cJSON *
         void *data;
         size_t n;
         dt_st_file *f;
-        if ((st = get_verified(s, dir, files, fname, &data, &n)) != DT_OK ||
-            (st = dt_st_open_memory(name, data, n, &f)) != DT_OK)
-            break;
+        if ((st = get_verified(s, dir, files, fname, &data, &n)) != DT_OK) break;
+        *touched = 1, t->ck->loaded_bytes += (int64_t)n;
+        if ((st = dt_st_open_memory(name, data, n, &f)) != DT_OK) break;
         for (int k = 0; k < os.n_buffers && st == DT_OK && hi > lo; k++) {
             dt_tensor src;
             if ((st = dt_st_get(f, os.names[k], &src)) != DT_OK) break;
@@ -637,6 +676,68 @@ static dt_status check_layout(dt_trainer *t, const char *dir, cJSON *state) {
     return DT_OK;
 }
 
+/* Loads checkpoint `dir` into this rank: parameters, its optimizer slice, data cursor,
+ * progress. *bad: it failed on the checkpoint's contents (a file missing, not matching its
+ * size or checksum, not safetensors): an older checkpoint may do. *touched: parameters or
+ * optimizer state may already have been overwritten. */
+static dt_status load_checkpoint(dt_trainer *t, dt_store *s, const char *dir, int *old_world,
+                                 int *bad, int *touched) {
+    char *txt = NULL;
+    cJSON *state = NULL;
+    *bad = 0, *old_world = 0;
+    dt_status st;
+    if ((st = dt_ckpt_read_state(s, dir, &txt)) == DT_OK && !(state = cJSON_Parse(txt)))
+        st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s is not valid JSON", dir, DT_CKPT_STATE);
+    free(txt);
+    double jw = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(state, "world_size"));
+    *old_world = jw >= 1 && jw < 1e7 ? (int)jw : 0;
+    if (st == DT_OK && !*old_world)
+        st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s has no valid world_size", dir,
+                          DT_CKPT_STATE);
+    if (st == DT_OK) st = check_layout(t, dir, state);
+    if (st == DT_OK) {
+        st = load_model(t, s, dir, cJSON_GetObjectItemCaseSensitive(state, "files"), touched);
+        if (st == DT_OK) st = load_optim(t, s, dir, state, touched);
+        *bad = st == DT_ERR_FORMAT || st == DT_ERR_NOTFOUND;
+    }
+    dt_data_cursor cur;
+    if (st == DT_OK &&
+        (st = dt_data_cursor_parse(
+             cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(state, "data_cursor")), &cur)) ==
+            DT_OK) {
+        /* Ranks are interleaved: batch b of every rank holds the first (b+1)*B*W positions of
+         * the epoch order. Another world size continues at the first position not yet seen,
+         * rounded down to its own batches (at most one global batch is seen twice). */
+        if (*old_world != t->world) cur.batch = cur.batch * *old_world / t->world;
+        cur.rank = t->rank, cur.world_size = t->world;
+        st = dt_loader_seek(t->train_ld, &cur);
+    }
+    if (st == DT_OK) {
+        t->prog.step = jint(state, "step");
+        t->prog.epoch = jint(state, "epoch");
+        if (t->prog.step < 0 || t->prog.epoch < 0)
+            st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s has no valid step/epoch", dir,
+                              DT_CKPT_STATE);
+    }
+    cJSON_Delete(state);
+    return st;
+}
+
+/* Resume in one pass over the checkpoint's bytes. Rank 0 chooses the checkpoint with the cheap
+ * check (dt_ckpt_find_before at DT_CKPT_SIZES: committed, every file there with its size: one
+ * stat per file), and every rank then hashes each file it loads (get_verified) -- instead of
+ * reading and hashing every file once to choose and again to load. The contents are thus checked
+ * by whichever rank reads them; a file no rank reads (an optimizer shard overlapping no rank's
+ * slice) holds nothing this run uses. The ranks agree on the outcome with one all-reduce: if any
+ * rank found a damaged file, every rank warns (the rank that found it naming the file) and rank 0
+ * chooses the next older checkpoint for all; any other failure (the store, another model) fails
+ * every rank, as before. A checkpoint named by ckpt.resume=URI is not replaced by another: a
+ * damaged file there is an error.
+ *
+ * A damaged file found after parameters or optimizer state were overwritten (e.g. a corrupt
+ * optimizer file after the model loaded) leaves them mixed: the older checkpoint overwrites them
+ * all again. Only if none is left is that an error (rather than starting from step 0 with
+ * half-loaded weights, as a damaged first file with no older checkpoint still does). */
 dt_status dt_train_ckpt_resume(dt_trainer *t) {
     dt_train_ckpt *c = t->ck;
     const char *r = t->v.ckpt.resume;
@@ -644,7 +745,8 @@ dt_status dt_train_ckpt_resume(dt_trainer *t) {
     dt_store *s = c->store, *own = NULL;
     char dir[1200] = "";
     dt_status st = DT_OK;
-    if (strcmp(r, "auto")) { /* a checkpoint URI: its parent is the store */
+    int named = strcmp(r, "auto") != 0;
+    if (named) { /* a checkpoint URI: its parent is the store */
         char parent[4096];
         snprintf(parent, sizeof parent, "%s", r);
         size_t l = strlen(parent);
@@ -657,77 +759,99 @@ dt_status dt_train_ckpt_resume(dt_trainer *t) {
         *slash = 0;
         if ((st = dt_store_open(parent, NULL, &own)) != DT_OK) return st;
         s = own;
-        if (t->rank == 0 && (st = dt_ckpt_verify(s, dir, NULL)) != DT_OK) {
+        if (t->rank == 0 && (st = dt_ckpt_check(s, dir, DT_CKPT_SIZES, NULL)) != DT_OK) {
             char m[1024];
             snprintf(m, sizeof m, "%s", dt_last_error());
             st = dt_error_set(st, "ckpt.resume: %s", m);
         }
-    } else if (t->rank == 0) {
-        dt_ckpt_info info;
-        st = dt_ckpt_find_latest(s, c->root, t->log ? t->log : stderr, &info);
-        if (st == DT_OK)
-            snprintf(dir, sizeof dir, "%s", info.dir);
-        else if (st == DT_ERR_NOTFOUND)
-            st = DT_OK, dir[0] = 0;
     }
-    /* every rank learns rank 0's choice (or its error) */
-    if (t->world > 1) {
-        double e = st != DT_OK;
-        dt_status cs = dt_comm_allreduce_f64(t->comm, &e, 1);
-        if (cs == DT_OK) cs = dt_comm_broadcast(t->comm, dir, sizeof dir, 0);
-        if (cs != DT_OK)
-            st = cs;
-        else if (e > 0 && st == DT_OK)
-            st = dt_error_set(DT_ERR_IO, "ckpt.resume: rank 0 could not choose a checkpoint");
+    FILE *log = t->log ? t->log : stderr;
+    int64_t before = INT64_MAX; /* rank 0: candidates are older than the last one skipped */
+    int touched_any = 0, old_world = 0;
+    double t0 = dt_train_now();
+    for (;;) {
+        if (!named && t->rank == 0) {
+            dt_ckpt_info info;
+            st = dt_ckpt_find_before(s, c->root, before, DT_CKPT_SIZES, log, &info);
+            if (st == DT_OK)
+                snprintf(dir, sizeof dir, "%s", info.dir), before = info.step;
+            else if (st == DT_ERR_NOTFOUND)
+                st = DT_OK, dir[0] = 0;
+        }
+        /* every rank learns rank 0's choice (or its error) */
+        if (t->world > 1) {
+            double e = st != DT_OK;
+            dt_status cs = dt_comm_allreduce_f64(t->comm, &e, 1);
+            if (cs == DT_OK) cs = dt_comm_broadcast(t->comm, dir, sizeof dir, 0);
+            if (cs != DT_OK)
+                st = cs;
+            else if (e > 0 && st == DT_OK)
+                st = dt_error_set(DT_ERR_IO, "ckpt.resume: rank 0 could not choose a checkpoint");
+        }
+        if (st == DT_OK && !dir[0] && touched_any)
+            st = dt_error_set(DT_ERR_FORMAT,
+                              "ckpt.resume: no good checkpoint under %s/%s, and the damaged one "
+                              "skipped was partly loaded: remove it, or start over with "
+                              "ckpt.resume=never",
+                              dt_store_url(s), c->root);
+        if (st != DT_OK || !dir[0]) {
+            if (st == DT_OK && t->log)
+                fprintf(t->log, "no checkpoint under %s/%s: starting from step 0\n",
+                        dt_store_url(s), c->root);
+            dt_store_close(own);
+            return st;
+        }
+        int bad = 0, touched = 0;
+        c->loaded_bytes = 0;
+        st = load_checkpoint(t, s, dir, &old_world, &bad, &touched);
+        /* agree: ranks that failed, that failed on a damaged file, that overwrote state */
+        double o[3] = {st != DT_OK, st != DT_OK && bad, touched};
+        if (t->world > 1) {
+            char m[1024];
+            snprintf(m, sizeof m, "%s", dt_last_error());
+            dt_status cs = dt_comm_allreduce_f64(t->comm, o, 3);
+            if (cs != DT_OK) {
+                dt_store_close(own);
+                return st != DT_OK ? dt_error_set(st, "%s", m) : cs;
+            }
+            if (st != DT_OK) dt_error_set(st, "%s", m);
+        }
+        touched_any |= o[2] > 0;
+        if (o[0] == 0) break;
+        if (named || o[1] < o[0]) { /* not (only) damaged files, or no other choice */
+            if (st == DT_OK)
+                st = dt_error_set(DT_ERR_STATE, "ckpt.resume: another rank could not load %s", dir);
+            else if (named) {
+                char m[1024];
+                snprintf(m, sizeof m, "%s", dt_last_error());
+                st = dt_error_set(st, "ckpt.resume: %s", m);
+            }
+            dt_store_close(own);
+            return st;
+        }
+        if (st != DT_OK)
+            fprintf(log, "warning: skipping a bad checkpoint: %s\n", dt_last_error());
+        else if (t->rank == 0)
+            fprintf(log,
+                    "warning: skipping a bad checkpoint: %s: another rank found a damaged file "
+                    "(its message names it)\n",
+                    dir);
+        fflush(log);
+        st = DT_OK;
     }
-    if (st != DT_OK || !dir[0]) {
-        if (st == DT_OK && t->log)
-            fprintf(t->log, "no checkpoint under %s/%s: starting from step 0\n", dt_store_url(s),
-                    c->root);
-        dt_store_close(own);
-        return st;
-    }
-    char *txt = NULL;
-    cJSON *state = NULL;
-    if ((st = dt_ckpt_read_state(s, dir, &txt)) == DT_OK && !(state = cJSON_Parse(txt)))
-        st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s is not valid JSON", dir, DT_CKPT_STATE);
-    free(txt);
-    double jw = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(state, "world_size"));
-    int old_world = jw >= 1 && jw < 1e7 ? (int)jw : 0;
-    if (st == DT_OK && !old_world)
-        st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s has no valid world_size", dir,
-                          DT_CKPT_STATE);
-    if (st == DT_OK) st = check_layout(t, dir, state);
-    if (st == DT_OK) st = load_model(t, s, dir, cJSON_GetObjectItemCaseSensitive(state, "files"));
-    if (st == DT_OK) st = load_optim(t, s, dir, state);
-    dt_data_cursor cur;
-    if (st == DT_OK &&
-        (st = dt_data_cursor_parse(
-             cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(state, "data_cursor")), &cur)) ==
-            DT_OK) {
-        /* Ranks are interleaved: batch b of every rank holds the first (b+1)*B*W positions of
-         * the epoch order. Another world size continues at the first position not yet seen,
-         * rounded down to its own batches (at most one global batch is seen twice). */
-        if (old_world != t->world && old_world > 0) cur.batch = cur.batch * old_world / t->world;
-        cur.rank = t->rank, cur.world_size = t->world;
-        st = dt_loader_seek(t->train_ld, &cur);
-    }
-    if (st == DT_OK) {
-        t->prog.step = jint(state, "step");
-        t->prog.epoch = jint(state, "epoch");
-        if (t->prog.step < 0 || t->prog.epoch < 0)
-            st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s has no valid step/epoch", dir,
-                              DT_CKPT_STATE);
-        c->last_save_time = dt_train_now();
-        if (t->ddp && t->v.dist.zero_stage >= 3) st = dt_ddp_release_params(t->ddp);
-    }
+    c->last_save_time = dt_train_now();
+    double load_s = c->last_save_time - t0; /* choosing (and any skipped ones) + loading */
+    if (t->ddp && t->v.dist.zero_stage >= 3) st = dt_ddp_release_params(t->ddp);
+    if (st == DT_OK && t->log)
+        fprintf(t->log, "checkpoint %s loaded: %.1f MB read and verified in %.2f s (%.0f MB/s)\n",
+                dir, (double)c->loaded_bytes / 1e6, load_s,
+                load_s > 0 ? (double)c->loaded_bytes / 1e6 / load_s : 0.0);
     if (st == DT_OK && t->log)
         fprintf(t->log, "resumed from %s/%s: step %lld%s\n", dt_store_url(s), dir,
                 (long long)t->prog.step,
                 old_world != t->world ? " (another world size: optimizer state resharded, data "
                                         "continues at the first unseen global batch)"
                                       : "");
-    cJSON_Delete(state);
     dt_store_close(own);
     return st;
 }
