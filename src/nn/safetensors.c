@@ -344,39 +344,12 @@ dt_status dt_st_serialize(void *buf, size_t cap, const dt_st_entry *e, int n,
 
 dt_status dt_st_save(const char *path, const dt_st_entry *e, int n, const char *const *meta_keys,
                      const char *const *meta_vals, int n_meta) {
-    cJSON *root = cJSON_CreateObject();
-    char *json = NULL, tmp[4096];
+    char tmp[4096];
     dt_status st = DT_OK;
     int fd = -1;
-    if (!root) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
-    if (n_meta > 0) {
-        cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
-        for (int i = 0; m && i < n_meta; i++)
-            cJSON_AddStringToObject(m, meta_keys[i], meta_vals[i]);
-    }
-    uint64_t off = 0;
-    for (int i = 0; i < n; i++) {
-        const dt_tensor *t = e[i].t;
-        cJSON *o = cJSON_AddObjectToObject(root, e[i].name);
-        if (!o) {
-            st = dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
-            goto done;
-        }
-        cJSON_AddStringToObject(o, "dtype", dtype_str(t->dtype));
-        cJSON *sh = cJSON_AddArrayToObject(o, "shape");
-        for (int d = 0; d < t->ndim; d++)
-            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[d]));
-        uint64_t nb = dt_tensor_nbytes(t);
-        cJSON *of = cJSON_AddArrayToObject(o, "data_offsets");
-        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)off));
-        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)(off + nb)));
-        off += nb;
-    }
-    json = cJSON_PrintUnformatted(root);
-    if (!json) {
-        st = dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
-        goto done;
-    }
+    uint64_t data_bytes = 0;
+    char *json = header_json(e, n, meta_keys, meta_vals, n_meta, &data_bytes);
+    if (!json) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
     size_t jl = strlen(json), pad = (8 - jl % 8) % 8;
     uint64_t hlen = jl + pad;
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
@@ -415,6 +388,6 @@ done:
     if (fd >= 0) close(fd);
     if (st != DT_OK) unlink(tmp);
     free(json);
-    cJSON_Delete(root);
+    (void)data_bytes;
     return st;
 }
