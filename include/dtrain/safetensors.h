@@ -21,6 +21,8 @@ dt_status dt_st_open(const char *path, dt_st_file **out);
 /* The same on a whole file already in memory (read from object storage): takes ownership of
  * data (a malloc'd buffer; freed by dt_st_close, or at once on failure). name is for messages. */
 dt_status dt_st_open_memory(const char *name, void *data, size_t n, dt_st_file **out);
+/* The same on a buffer the caller keeps (valid until dt_st_close; not freed by it). */
+dt_status dt_st_open_view(const char *name, const void *data, size_t n, dt_st_file **out);
 void dt_st_close(dt_st_file *f);
 int dt_st_count(const dt_st_file *f);
 const char *dt_st_name(const dt_st_file *f, int i);

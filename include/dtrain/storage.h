@@ -59,6 +59,9 @@ const char *dt_store_kind(const dt_store *s);
 dt_status dt_store_put(dt_store *s, const char *key, const void *data, size_t n);
 /* Reads a whole object into a new malloc'd buffer (*data, *n; free() it). */
 dt_status dt_store_get(dt_store *s, const char *key, void **data, size_t *n);
+/* The same into the caller's buffer [cap] (reused across restores: no allocation, no page
+ * faults); DT_ERR_RANGE if the object is larger. */
+dt_status dt_store_get_into(dt_store *s, const char *key, void *buf, size_t cap, size_t *n);
 /* Size of an object; DT_ERR_NOTFOUND if it does not exist. */
 dt_status dt_store_stat(dt_store *s, const char *key, size_t *n);
 /* Every key under prefix ("" = all; a prefix ending in '/' lists a "directory" recursively),

@@ -98,6 +98,25 @@ dt_status dt_store_get(dt_store *s, const char *key, void **data, size_t *n) {
     return st != DT_OK ? st : s->ops->get(s, key, data, n);
 }
 
+dt_status dt_store_get_into(dt_store *s, const char *key, void *buf, size_t cap, size_t *n) {
+    if (!s || !n || (cap && !buf))
+        return dt_error_set(DT_ERR_INVALID, "storage get: NULL argument");
+    *n = 0;
+    dt_status st = check_key(s, "get", key, 0);
+    if (st != DT_OK) return st;
+    if (s->ops->get_into) return s->ops->get_into(s, key, buf, cap, n);
+    void *data;
+    size_t len;
+    if ((st = s->ops->get(s, key, &data, &len)) != DT_OK) return st;
+    if (len > cap)
+        st = dt_error_set(DT_ERR_RANGE, "storage get: %s/%s: %zu bytes, more than expected", s->url,
+                          key, len);
+    else
+        memcpy(buf, data, len), *n = len;
+    free(data);
+    return st;
+}
+
 dt_status dt_store_stat(dt_store *s, const char *key, size_t *n) {
     if (!s || !n) return dt_error_set(DT_ERR_INVALID, "storage stat: NULL argument");
     dt_status st = check_key(s, "stat", key, 0);

@@ -14,6 +14,9 @@ typedef struct dt_store_ops {
     dt_status (*list)(dt_store *s, const char *prefix, char ***keys, int *n, int *cap);
     dt_status (*del)(dt_store *s, const char *key);
     void (*close)(dt_store *s);
+    /* Optional: reads the whole object into buf [cap] (DT_ERR_RANGE if larger). NULL: the
+     * front end uses get + copy. */
+    dt_status (*get_into)(dt_store *s, const char *key, void *buf, size_t cap, size_t *n);
 } dt_store_ops;
 
 struct dt_store {

@@ -397,7 +397,7 @@ static void s3_close(dt_store *s) {
     free(p);
 }
 
-static const dt_store_ops s3_ops = {"s3", s3_put, s3_get, s3_stat, s3_list, s3_del, s3_close};
+static const dt_store_ops s3_ops = {"s3", s3_put, s3_get, s3_stat, s3_list, s3_del, s3_close, NULL};
 
 static const char *env(const char *name) {
     const char *v = getenv(name);

@@ -60,8 +60,10 @@ static const char *dtype_str(dt_dtype t) {
 
 void dt_st_close(dt_st_file *f) {
     if (!f) return;
-    if (f->owned)
+    if (f->owned == 1)
         free(f->map);
+    else if (f->owned == 2)
+        ; /* a view of the caller's buffer */
     else if (f->map && f->map != MAP_FAILED)
         munmap(f->map, f->size);
     for (int i = 0; i < f->n; i++) free(f->t[i].name);
@@ -204,6 +206,23 @@ dt_status dt_st_open(const char *path, dt_st_file **out) {
     st = parse(f);
 done:
     if (fd >= 0) close(fd);
+    if (st != DT_OK) {
+        dt_st_close(f);
+        return st;
+    }
+    *out = f;
+    return DT_OK;
+}
+
+dt_status dt_st_open_view(const char *name, const void *data, size_t n, dt_st_file **out) {
+    *out = NULL;
+    dt_st_file *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(name ? name : "(memory)"))) {
+        free(f);
+        return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", name ? name : "(memory)");
+    }
+    f->map = (void *)data, f->size = n, f->owned = 2; /* 2: borrowed, neither freed nor unmapped */
+    dt_status st = parse(f);
     if (st != DT_OK) {
         dt_st_close(f);
         return st;

@@ -544,7 +544,7 @@ static int64_t jint(const cJSON *o, const char *key) {
 /* Reads one file of a checkpoint and checks it against trainer_state.json's entry: its size
  * and xxh3. This is the resume's only check of the contents (see dt_train_ckpt_resume). */
 static dt_status get_verified(dt_store *s, const char *dir, cJSON *files, const char *name,
-                              void **data, size_t *n) {
+                              snap_file *into, size_t *n) {
     cJSON *e = cJSON_GetObjectItemCaseSensitive(files, name);
     cJSON *jb = cJSON_GetObjectItemCaseSensitive(e, "bytes");
     cJSON *jh = cJSON_GetObjectItemCaseSensitive(e, "xxh3");
@@ -553,11 +553,20 @@ static dt_status get_verified(dt_store *s, const char *dir, cJSON *files, const 
                             name);
     char key[1400], hex[17];
     snprintf(key, sizeof key, "%s/%s", dir, name);
-    dt_status st = dt_store_get(s, key, data, n);
+    /* Into the reused snapshot buffer (pre-faulted when saves are on): no allocation and no page
+     * faults per restore. One byte of slack tells a longer file from one of the listed size. */
+    size_t want = jb->valuedouble >= 0 && jb->valuedouble < 1e15 ? (size_t)jb->valuedouble : 0;
+    dt_status st = reserve(into, want + 1, 0);
+    if (st != DT_OK) return st;
+    st = dt_store_get_into(s, key, into->buf, want + 1, n);
     if (st == DT_ERR_NOTFOUND)
         return dt_error_set(st, "checkpoint %s: file %s is missing", dir, name);
+    if (st == DT_ERR_RANGE)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "checkpoint %s: file %s is longer than the %zu bytes listed (replaced)",
+                            dir, name, want);
     if (st != DT_OK) return st;
-    snprintf(hex, sizeof hex, "%016" PRIx64, (uint64_t)XXH3_64bits(*data, *n));
+    snprintf(hex, sizeof hex, "%016" PRIx64, (uint64_t)XXH3_64bits(into->buf, *n));
     if ((double)*n != jb->valuedouble) {
         st = dt_error_set(DT_ERR_FORMAT,
                           "checkpoint %s: file %s has %zu bytes, expected %.0f (truncated or "
@@ -568,22 +577,20 @@ static dt_status get_verified(dt_store *s, const char *dir, cJSON *files, const 
                           "checkpoint %s: file %s: checksum xxh3 %s, expected %s (corrupt)", dir,
                           name, hex, jh->valuestring);
     }
-    if (st != DT_OK) free(*data), *data = NULL;
     return st;
 }
 
 /* *touched: set once parameters may have been overwritten (the file verified). */
 static dt_status load_model(dt_trainer *t, dt_store *s, const char *dir, cJSON *files,
                             int *touched) {
-    void *data;
     size_t n;
-    dt_status st = get_verified(s, dir, files, "model.safetensors", &data, &n);
+    dt_status st = get_verified(s, dir, files, "model.safetensors", &t->ck->model, &n);
     if (st != DT_OK) return st;
     *touched = 1, t->ck->loaded_bytes += (int64_t)n;
     dt_st_file *f;
     char name[1300];
     snprintf(name, sizeof name, "%s/model.safetensors", dir);
-    if ((st = dt_st_open_memory(name, data, n, &f)) != DT_OK) return st;
+    if ((st = dt_st_open_view(name, t->ck->model.buf, n, &f)) != DT_OK) return st;
     for (int i = 0; i < dt_graph_param_count(t->g) && st == DT_OK; i++) {
         const dt_param_info *pi = dt_graph_param_info(t->g, i);
         if (pi->flags & DT_PARAM_FROZEN) continue;
@@ -625,12 +632,11 @@ static dt_status load_optim(dt_trainer *t, dt_store *s, const char *dir, cJSON *
         char fname[64], name[1300];
         snprintf(fname, sizeof fname, "optim-%05d-of-%05d.safetensors", r, shards);
         snprintf(name, sizeof name, "%s/%s", dir, fname);
-        void *data;
         size_t n;
         dt_st_file *f;
-        if ((st = get_verified(s, dir, files, fname, &data, &n)) != DT_OK) break;
+        if ((st = get_verified(s, dir, files, fname, &t->ck->optim, &n)) != DT_OK) break;
         *touched = 1, t->ck->loaded_bytes += (int64_t)n;
-        if ((st = dt_st_open_memory(name, data, n, &f)) != DT_OK) break;
+        if ((st = dt_st_open_view(name, t->ck->optim.buf, n, &f)) != DT_OK) break;
         for (int k = 0; k < os.n_buffers && st == DT_OK && hi > lo; k++) {
             dt_tensor src;
             if ((st = dt_st_get(f, os.names[k], &src)) != DT_OK) break;
