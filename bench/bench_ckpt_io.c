@@ -39,12 +39,7 @@
 #include <curl/curl.h>
 #include "dtrain/checkpoint.h"
 #include "dtrain/storage.h"
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench_util.h"
 
 /* CPU time of this process, user + system (a write's copy into the page cache is system time:
  * what a checkpoint writer thread takes from training threads on the same cores). */
@@ -88,7 +83,7 @@ enum { CHUNK = 16 << 20 };
 static int raw_once(const char *path, unsigned char *buf, size_t bytes, int direct, double *tw,
                     double *cw, double *tr, int *dropped) {
     drop_caches(); /* no dirty pages of earlier work in the way */
-    double t0 = now(), c0 = cpu();
+    double t0 = bench_now(), c0 = cpu();
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | (direct ? O_DIRECT : 0), 0644);
     if (fd < 0) return perror(path), 0;
     for (size_t off = 0; off < bytes;) {
@@ -98,16 +93,16 @@ static int raw_once(const char *path, unsigned char *buf, size_t bytes, int dire
         off += (size_t)w;
     }
     if (fsync(fd) != 0 || close(fd) != 0) return perror(path), 0;
-    *tw = now() - t0, *cw = cpu() - c0;
+    *tw = bench_now() - t0, *cw = cpu() - c0;
     *dropped &= drop_caches();
-    t0 = now();
+    t0 = bench_now();
     fd = open(path, O_RDONLY | (direct ? O_DIRECT : 0));
     if (fd < 0) return perror(path), 0;
     size_t got = 0;
     ssize_t n;
     while ((n = read(fd, buf, CHUNK)) > 0) got += (size_t)n;
     close(fd);
-    *tr = now() - t0;
+    *tr = bench_now() - t0;
     if (got != bytes) return fprintf(stderr, "%s: short read\n", path), 0;
     return 1;
 }
@@ -154,19 +149,19 @@ static int bench_store(const char *url, size_t bytes, int reps) {
     int dropped = 1;
     for (int r = 0; r < reps; r++) {
         drop_caches();
-        double t0 = now(), c0 = cpu();
+        double t0 = bench_now(), c0 = cpu();
         uint64_t h = XXH3_64bits(buf, bytes); /* the writer hashes what it puts */
         if (dt_store_put(s, key, buf, bytes) != DT_OK) return fail("put");
-        double tw = now() - t0;
+        double tw = bench_now() - t0;
         if (cpu() - c0 < cpu_w) cpu_w = cpu() - c0;
         dropped &= drop_caches();
-        t0 = now();
+        t0 = bench_now();
         void *data;
         size_t n;
         if (dt_store_get(s, key, &data, &n) != DT_OK) return fail("get");
-        double tg = now() - t0;
+        double tg = bench_now() - t0;
         uint64_t h2 = XXH3_64bits(data, n);
-        double tr = now() - t0;
+        double tr = bench_now() - t0;
         free(data);
         if (n != bytes || h2 != h) return fprintf(stderr, "bench_ckpt_io: read back differs\n"), 1;
         if (bytes / tw > best_w) best_w = bytes / tw;
@@ -222,20 +217,20 @@ static int bench_restore(const char *url, const char *root) {
     memset(dst, 0, cap); /* resident, like the trainer's parameters */
     /* as dt_train_ckpt_resume with ckpt.resume=auto: the cheap choice, then one pass */
     int dropped = drop_caches();
-    double t0 = now();
+    double t0 = bench_now();
     if (dt_ckpt_find_before(s, root, INT64_MAX, DT_CKPT_SIZES, stderr, &info) != DT_OK)
         return fail(root);
-    double t_find = now() - t0;
+    double t_find = bench_now() - t0;
     int64_t bytes = load_all(s, info.dir, dst, cap);
     if (bytes < 0) return 1;
-    double t_total = now() - t0;
+    double t_total = bench_now() - t0;
     /* the two passes of resumes before: verify every file, then load */
     dropped &= drop_caches();
-    t0 = now();
+    t0 = bench_now();
     if (dt_ckpt_find_latest(s, root, stderr, &info) != DT_OK) return fail(root);
-    double t_verify = now() - t0;
+    double t_verify = bench_now() - t0;
     if (load_all(s, info.dir, dst, cap) != bytes) return 1;
-    double t_two = now() - t0;
+    double t_two = bench_now() - t0;
     printf("checkpoint %s/%s\nbytes %" PRId64 "\nrestore_find_s %.3f\nrestore_load_s %.3f\n"
            "restore_total_s %.3f\nrestore_mbps %.1f\nrestore_two_pass_verify_s %.3f\n"
            "restore_two_pass_s %.3f\nrestore_two_pass_mbps %.1f\ncache_dropped %d\n",
@@ -256,7 +251,7 @@ static int mkbucket(const char *name) {
     snprintf(url, sizeof url, "%s/%s", ep, name);
     snprintf(sig, sizeof sig, "aws:amz:%s:s3", region ? region : "us-east-1");
     long code = 0;
-    for (double t0 = now(); now() - t0 < 20; usleep(100000)) {
+    for (double t0 = bench_now(); bench_now() - t0 < 20; usleep(100000)) {
         CURL *h = curl_easy_init();
         if (!h) break;
         struct curl_slist *hdr = curl_slist_append(NULL, "x-amz-content-sha256: "

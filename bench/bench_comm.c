@@ -20,17 +20,7 @@
 #include "dtrain/ops.h"
 #include "dtrain/optim.h"
 #include "dtrain/runtime.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "bench_util.h"
 
 enum { RAW = 0, NATIVE = 1, RING = 2, N_VAR = 3 };
 static const char *VAR_NAME[N_VAR] = {"raw MPI_Allreduce", "dt_comm native", "dt_comm ring"};
@@ -99,10 +89,10 @@ static int bench_ddp(dt_comm *c, int steps) {
         double t_step = 0, t_wait = 0, t_comm = 0;
         for (int s = 0; s < steps + 3 && !failed; s++) {
             MPI_Barrier(MPI_COMM_WORLD);
-            double t0 = now_s();
+            double t0 = bench_now();
             failed |= dt_graph_forward(g, 1) != DT_OK || dt_graph_backward(g) != DT_OK ||
                       dt_ddp_wait(d) != DT_OK || dt_optim_step(opt, p, gr, 1e-3f) != DT_OK;
-            double t = now_s() - t0;
+            double t = bench_now() - t0;
             dt_ddp_stats st;
             dt_ddp_get_stats(d, &st);
             if (s >= 3) t_step += t, t_wait += st.wait_s, t_comm += st.comm_s;
@@ -161,15 +151,15 @@ int main(int argc, char **argv) {
         for (int r = 0; r < rounds && !failed; r++)
             for (int v = 0; v < N_VAR && !failed; v++) {
                 MPI_Barrier(MPI_COMM_WORLD);
-                double t0 = now_s();
+                double t0 = bench_now();
                 for (int k = 0; k < reps && !failed; k++) failed |= run(c, v, buf, n);
                 MPI_Barrier(MPI_COMM_WORLD);
-                t[v * rounds + r] = (now_s() - t0) / reps;
+                t[v * rounds + r] = (bench_now() - t0) / reps;
             }
         if (failed) break;
         double bw[N_VAR];
         for (int v = 0; v < N_VAR; v++) {
-            qsort(t + v * rounds, (size_t)rounds, sizeof(double), cmp_d);
+            qsort(t + v * rounds, (size_t)rounds, sizeof(double), bench_cmp_double);
             double med = t[v * rounds + rounds / 2];
             bw[v] = (double)bytes * 2.0 * (N - 1) / N / med / 1e9;
             sum_ratio[v] += bw[v] / bw[RAW];

@@ -14,6 +14,7 @@
 
 #include "dtrain/dtrain.h"
 #include "graph/graph_impl.h"
+#include "bench_util.h"
 
 typedef struct shape {
     const char *name;
@@ -28,12 +29,6 @@ static const shape SHAPES[] = {
     {"1x1_256-64_8", 256, 8, 8, 64, 1, 1, 0},      {"1x1_64-256_8", 64, 8, 8, 256, 1, 1, 0},
     {"1x1s2_64-128_32", 64, 32, 32, 128, 1, 2, 0},
 };
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double d = *(const double *)a - *(const double *)b;
@@ -80,11 +75,11 @@ static int bench_shape(const shape *s, int N, int reps, int warmup) {
     double *tf = calloc((size_t)reps, sizeof *tf), *tfb = calloc((size_t)reps, sizeof *tfb);
     int rc = !ef || !eb;
     for (int r = -warmup; r < reps && !rc; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         rc |= op->forward(&ef->ctx) != DT_OK;
-        double t1 = now();
+        double t1 = bench_now();
         rc |= op->backward(&eb->ctx) != DT_OK;
-        double t2 = now();
+        double t2 = bench_now();
         if (r >= 0) tf[r] = t1 - t0, tfb[r] = t2 - t0;
     }
     if (rc)

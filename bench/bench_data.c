@@ -15,12 +15,7 @@
 #include "data/util.h"
 #include "dtrain/data.h"
 #include "dtrain/tokenizer.h"
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench_util.h"
 
 /* Reads every shard sequentially in 4 MiB chunks; returns bytes/s (best of `reps`). With
  * `direct`, O_DIRECT bypasses the page cache: the storage's own read bandwidth. */
@@ -29,7 +24,7 @@ static double raw_read(const dt_dataset *d, int reps, int direct, double *bytes_
     char *buf = aligned_alloc(4096, cap);
     double best = 0;
     for (int r = 0; r < reps; r++) {
-        double t0 = now(), bytes = 0;
+        double t0 = bench_now(), bytes = 0;
         volatile unsigned sink = 0;
         for (int s = 0; s < dt_dataset_shard_count(d); s++) {
             int fd = open(dt_dataset_shard_path(d, s), O_RDONLY | (direct ? O_DIRECT : 0));
@@ -42,7 +37,7 @@ static double raw_read(const dt_dataset *d, int reps, int direct, double *bytes_
             if (n < 0) bytes = 0; /* O_DIRECT refused */
             close(fd);
         }
-        double bw = bytes / (now() - t0);
+        double bw = bytes / (bench_now() - t0);
         if (bw > best) best = bw;
         *bytes_out = bytes;
         (void)sink;
@@ -56,13 +51,13 @@ static double gather_only(const dt_dataset *d) {
     const dt_dataset_info *in = dt_dataset_get_info(d);
     int64_t hwc = (int64_t)in->height * in->width * in->channels, n = in->records;
     uint8_t *out = malloc((size_t)(256 * hwc));
-    double t0 = now();
+    double t0 = bench_now();
     for (int64_t i = 0; i < n; i++) {
         int32_t lab;
         const uint8_t *p = dt_dataset_image(d, dt_data_permute(i, n, 1, 0), &lab);
         memcpy(out + (i % 256) * hwc, p, (size_t)hwc);
     }
-    double dt = now() - t0;
+    double dt = bench_now() - t0;
     free(out);
     return (double)n * (double)(hwc + 4) / dt;
 }
@@ -83,12 +78,12 @@ static void bench_loader(const dt_dataset *d, int threads, int augment, int epoc
     int64_t bpe = dt_loader_batches_per_epoch(l), samples = 0;
     dt_batch b;
     dt_loader_next(l, &b); /* start-up (threads, first batch) is not timed */
-    double t0 = now();
+    double t0 = bench_now();
     for (int64_t k = 1; k < bpe * epochs; k++) {
         dt_loader_next(l, &b);
         samples += b.n;
     }
-    double dt = now() - t0;
+    double dt = bench_now() - t0;
     double rec = (double)in->height * in->width * in->channels + 4; /* pixels + label */
     double mbs = (double)samples * rec / dt / 1e6;
     printf("loader  threads %d  augment %d  %9.0f samples/s  %8.1f MB/s  = %5.1f%% of page-cache "
@@ -105,23 +100,23 @@ static void bench_tokenizer(const char *tok_path, const char *file) {
         fprintf(stderr, "bench_data: %s\n", dt_last_error());
         return;
     }
-    double t0 = now();
+    double t0 = bench_now();
     dt_tokenizer *t;
     if (dt_tokenizer_load(tok_path, &t) != DT_OK) {
         fprintf(stderr, "bench_data: %s\n", dt_last_error());
         free(text);
         return;
     }
-    double load = now() - t0, best = 1e30;
+    double load = bench_now() - t0, best = 1e30;
     dt_tokens o = {0};
     for (int r = 0; r < 3; r++) {
         o.n = 0;
-        t0 = now();
+        t0 = bench_now();
         if (dt_tokenizer_encode(t, (const char *)text, len, 0, &o) != DT_OK) {
             fprintf(stderr, "bench_data: %s\n", dt_last_error());
             break;
         }
-        double e = now() - t0;
+        double e = bench_now() - t0;
         if (e < best) best = e;
     }
     printf("tokenizer dtrain   %-40s %8.2f MB/s  (%zu bytes -> %lld tokens, load %.0f ms)\n", file,
@@ -158,26 +153,26 @@ int main(int argc, char **argv) {
         dt_import_options_default(&o);
         o.quiet = 1;
         const char *srcs[] = {idx};
-        double t0 = now();
+        double t0 = bench_now();
         if (dt_data_import("fashion-mnist", srcs, 1, out, &o) != DT_OK) {
             fprintf(stderr, "bench_data: %s\n", dt_last_error());
             dt_remove_tree(tmp);
             return 1;
         }
-        printf("import  fashion-mnist (train + test, from gzip IDX): %.2f s\n", now() - t0);
+        printf("import  fashion-mnist (train + test, from gzip IDX): %.2f s\n", bench_now() - t0);
         snprintf(dir, sizeof dir, "%s/train", out);
         dataset = dir;
         made = 1;
     }
     dt_dataset *d;
-    double t0 = now();
+    double t0 = bench_now();
     if (dt_dataset_open(dataset, DT_DATA_VERIFY, &d) != DT_OK) {
         fprintf(stderr, "bench_data: %s\n", dt_last_error());
         return 1;
     }
     const dt_dataset_info *in = dt_dataset_get_info(d);
     printf("open    %s: %lld records, %d shards, verified in %.0f ms\n", dataset,
-           (long long)in->records, in->n_shards, (now() - t0) * 1e3);
+           (long long)in->records, in->n_shards, (bench_now() - t0) * 1e3);
     if (in->kind == DT_DATA_IMAGE) {
         double bytes, raw = raw_read(d, 5, 0, &bytes), direct = raw_read(d, 3, 1, &bytes);
         printf("raw     sequential read() of the shard files: %.1f MB/s through the page cache, "

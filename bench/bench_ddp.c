@@ -21,20 +21,10 @@
 #include <string.h>
 #include <time.h>
 #include "dtrain/dtrain.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "bench_util.h"
 
 static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
     return v[n / 2];
 }
 
@@ -202,16 +192,16 @@ int main(int argc, char **argv) {
     int bcast = a.bcast_buffers && dt_graph_flat_state(r.g, NULL) != NULL;
 
     what = "warm-up step";
-    double t0 = now_s();
+    double t0 = bench_now();
     for (int i = 0; i < a.warmup; i++)
         if (step(&r, d, bcast)) goto fail;
-    double tw = now_s() - t0;
+    double tw = bench_now() - t0;
     what = "step";
     for (int i = 0; i < a.steps; i++) {
         if (dt_comm_barrier(c) != DT_OK) goto fail;
-        double t = now_s();
+        double t = bench_now();
         if (step(&r, d, bcast) || dt_comm_barrier(c) != DT_OK) goto fail;
-        ts[i] = now_s() - t;
+        ts[i] = bench_now() - t;
         dt_ddp_stats st;
         dt_ddp_get_stats(d, &st);
         wait[i] = st.wait_s, comm[i] = st.comm_s;

@@ -25,12 +25,7 @@
 #include <string.h>
 #include <time.h>
 #include "dtrain/dtrain.h"
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench_util.h"
 
 typedef void (*work_fn)(void *arg);
 
@@ -43,12 +38,12 @@ static double window = 0.5; /* seconds of repetitions per figure */
  * whatever OpenMP work follows; cblas_sgemm is timed in its own call, followed by settle(). */
 static void best_times(int n, work_fn *fn, void **arg, double *best) {
     for (int k = 0; k < n; k++) fn[k](arg[k]), best[k] = 1e30;
-    double start = now();
-    for (int i = 0; i < 3 || (now() - start < n * window && i < 1000); i++) {
+    double start = bench_now();
+    for (int i = 0; i < 3 || (bench_now() - start < n * window && i < 1000); i++) {
         for (int k = 0; k < n; k++) {
-            double t = now();
+            double t = bench_now();
             fn[k](arg[k]);
-            t = now() - t;
+            t = bench_now() - t;
             if (t < best[k]) best[k] = t;
         }
     }

@@ -3,6 +3,9 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include "dtrain/models.h"
 #include "dtrain/rng.h"
 #include "dtrain/safetensors.h"
 #include "harness.h"
@@ -103,10 +106,11 @@ int dt_check_close(const char *what, const float *a, const float *b, int64_t n, 
         }
     }
     if (bad)
-        return CHECK(0, "%s: %lld of %lld elements differ (atol %g, rtol %g); worst [%lld]: %g vs %g",
-                     what, (long long)bad, (long long)n, atol, rtol, (long long)worst, a[worst],
-                     b[worst]);
-    if (getenv("DT_TEST_VERBOSE")) printf("  ok %s: max |diff| %.3g over %lld\n", what, max_abs, (long long)n);
+        return CHECK(
+            0, "%s: %lld of %lld elements differ (atol %g, rtol %g); worst [%lld]: %g vs %g", what,
+            (long long)bad, (long long)n, atol, rtol, (long long)worst, a[worst], b[worst]);
+    if (getenv("DT_TEST_VERBOSE"))
+        printf("  ok %s: max |diff| %.3g over %lld\n", what, max_abs, (long long)n);
     return CHECK(1, "%s", what);
 }
 
@@ -120,7 +124,8 @@ int dt_check_tensor(const char *what, const dt_tensor *a, const dt_tensor *b, do
                      dt_shape_str(s2, sizeof s2, b->ndim, b->shape));
     int64_t n = dt_tensor_numel(a);
     float *x = malloc((size_t)n * 4 + 4), *y = malloc((size_t)n * 4 + 4);
-    for (int64_t i = 0; i < n; i++) x[i] = (float)dt_tensor_get(a, i), y[i] = (float)dt_tensor_get(b, i);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)dt_tensor_get(a, i), y[i] = (float)dt_tensor_get(b, i);
     int ok = dt_check_close(what, x, y, n, atol, rtol);
     free(x), free(y);
     return ok;
@@ -148,7 +153,8 @@ void dt_test_set(dt_graph *g, int id, const dt_tensor *src) {
                dt_graph_name(g, id)))
         return;
     dt_tensor dst = *v;
-    for (int64_t i = 0; i < dt_tensor_numel(src); i++) dt_tensor_set(&dst, i, dt_tensor_get(src, i));
+    for (int64_t i = 0; i < dt_tensor_numel(src); i++)
+        dt_tensor_set(&dst, i, dt_tensor_get(src, i));
 }
 
 void dt_randn(float *x, int64_t n, uint64_t seed, float std) {
@@ -227,4 +233,47 @@ int dt_gradcheck(dt_graph *g, int loss, const dt_gradcheck_opts *o) {
     }
     loss_at(g, loss, training); /* leave values consistent with unperturbed inputs */
     return failed;
+}
+
+static void slurp_fd(int fd, char *buf, size_t n) {
+    size_t k = 0;
+    ssize_t r;
+    lseek(fd, 0, SEEK_SET);
+    while (k + 1 < n && (r = read(fd, buf + k, n - 1 - k)) > 0) k += (size_t)r;
+    buf[k] = '\0';
+}
+
+int dt_test_capture(int (*fn)(int, char **), int argc, char **argv, char *out, size_t nout,
+                    char *err, size_t nerr) {
+    char po[] = "/tmp/dt_capture_out_XXXXXX", pe[] = "/tmp/dt_capture_err_XXXXXX";
+    int fo = mkstemp(po), fe = mkstemp(pe);
+    if (fo < 0 || fe < 0) return -1;
+    unlink(po), unlink(pe);
+    fflush(stdout);
+    fflush(stderr);
+    int so = dup(1), se = dup(2);
+    dup2(fo, 1), dup2(fe, 2);
+    int rc = fn(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(so, 1), dup2(se, 2);
+    close(so), close(se);
+    slurp_fd(fo, out, nout);
+    slurp_fd(fe, err, nerr);
+    close(fo), close(fe);
+    return rc;
+}
+
+dt_test_lm dt_test_llama_lm(const struct dt_llama_config *c, int64_t B, int64_t T) {
+    dt_test_lm m = {.g = dt_graph_init()};
+    m.ids = dt_graph_input(m.g, "ids", DT_I64, 2, (int64_t[]){B, T}, 0);
+    m.targets = dt_graph_input(m.g, "targets", DT_I64, 1, (int64_t[]){B * T}, 0);
+    m.logits = dt_llama_build(m.g, c, m.ids);
+    int flat = dt_reshape(m.g, m.logits, 2, (int64_t[]){B * T, c->vocab_size});
+    m.loss = dt_cross_entropy(m.g, flat, m.targets, 0.0f, -100);
+    if (CHECK(m.loss >= 0, "build llama: %s", dt_last_error())) {
+        dt_graph_keep(m.g, m.logits);
+        CHECK_OK(dt_graph_compile(m.g, m.loss, NULL));
+    }
+    return m;
 }

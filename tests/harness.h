@@ -72,4 +72,18 @@ typedef struct dt_gradcheck_opts {
  * f32 forward passes). Records one check per tensor; returns the number that failed. */
 int dt_gradcheck(dt_graph *g, int loss, const dt_gradcheck_opts *o);
 
+/* Runs fn(argc, argv) -- a CLI subcommand -- with stdout and stderr captured into out [nout]
+ * and err [nerr] (NUL-terminated; through temporary files); returns its exit code. */
+int dt_test_capture(int (*fn)(int, char **), int argc, char **argv, char *out, size_t nout,
+                    char *err, size_t nerr);
+
+/* A Llama training graph: ids [B, T] i64 -> logits [B, T, V] (kept) -> cross-entropy against
+ * targets [B*T] i64; compiled. `loss` < 0 (and a failed check) if building failed. */
+typedef struct dt_test_lm {
+    dt_graph *g;
+    int ids, targets, logits, loss;
+} dt_test_lm;
+struct dt_llama_config;
+dt_test_lm dt_test_llama_lm(const struct dt_llama_config *c, int64_t B, int64_t T);
+
 #endif

@@ -245,6 +245,8 @@ typedef struct dt_plan {
 dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p);
 /* A readable table (GiB with 2 decimals) or, with json, one JSON object (bytes as integers). */
 void dt_plan_print(FILE *f, const dt_plan *p, int json);
+/* 1234567 -> "1,234,567" in buf [n] (the plan tables' parameter counts); returns buf. */
+const char *dt_plan_group_digits(int64_t x, char *buf, size_t n);
 
 #ifdef __cplusplus
 }

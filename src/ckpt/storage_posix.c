@@ -195,43 +195,20 @@ static dt_status posix_get_into(dt_store *s, const char *key, void *buf, size_t 
 }
 
 static dt_status posix_get(dt_store *s, const char *key, void **data, size_t *n) {
-    char path[4400];
-    snprintf(path, sizeof path, "%s/%s", root(s), key);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dt_error_set(errno == ENOENT ? DT_ERR_NOTFOUND : DT_ERR_IO,
-                            "storage get: %s: %s: %s", s->url, key, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return dt_error_set(DT_ERR_IO, "storage get: %s: %s: %s", s->url, key, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) { /* a directory is no object (as in posix_stat) */
-        close(fd);
-        return dt_error_set(DT_ERR_NOTFOUND, "storage get: %s: %s: not a file", s->url, key);
-    }
-    size_t size = (size_t)sb.st_size;
+    int fd;
+    size_t size;
+    dt_status st = open_read(s, key, &fd, &size);
+    if (st != DT_OK) return st;
     char *buf = malloc(size ? size : 1);
     if (!buf) {
         close(fd);
         return dt_error_set(DT_ERR_NOMEM, "storage get: %s: %s: out of memory for %zu bytes",
                             s->url, key, size);
     }
-    size_t got = 0;
-    while (got < size) {
-        ssize_t r =
-            read(fd, buf + got, size - got > ((size_t)1 << 30) ? ((size_t)1 << 30) : size - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            int e = r < 0 ? errno : 0;
-            close(fd), free(buf);
-            return dt_error_set(DT_ERR_IO, "storage get: %s: %s: %s", s->url, key,
-                                e ? strerror(e) : "file shrank while reading");
-        }
-        got += (size_t)r;
+    if ((st = read_all(s, key, fd, buf, size)) != DT_OK) {
+        free(buf);
+        return st;
     }
-    close(fd);
     *data = buf, *n = size;
     return DT_OK;
 }

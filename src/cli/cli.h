@@ -13,4 +13,7 @@ int dt_cli_runs(int argc, char **argv); /* src/cli/runs.c: dtrain runs ls|show|c
 
 int dt_cli_serve(int argc, char **argv); /* src/cli/serve.c: dtrain serve (dashboard, /metrics) */
 
+/* Installs fn for SIGTERM and SIGINT (without SA_RESTART: a blocking wait returns EINTR). */
+void dt_cli_on_stop(void (*fn)(int));
+
 #endif

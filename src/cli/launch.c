@@ -460,12 +460,7 @@ int dt_cli_launch(int argc, char **argv) {
     }
     snprintf(rec_path, sizeof rec_path, "%s/launch.json", run_dir);
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    dt_cli_on_stop(on_signal);
 
     cJSON *rec = cJSON_CreateObject();
     char ts[64];

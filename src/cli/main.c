@@ -1,4 +1,5 @@
 /* The dtrain command: dispatches to subcommands (src/cli/<name>.c). */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,15 @@ static void set_openmp_wait(char **argv) {
     setenv("GOMP_SPINCOUNT", DT_GOMP_SPINCOUNT, 1);
     setenv("DT_OMP_SET", "1", 1);
     execv("/proc/self/exe", argv); /* on failure, go on with the defaults */
+}
+
+void dt_cli_on_stop(void (*fn)(int)) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = fn;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
 }
 
 int main(int argc, char **argv) {

@@ -149,17 +149,6 @@ dt_status dt_plan_compare(const char *path, int n_over, char *const *over, int w
     return DT_OK;
 }
 
-static const char *grouped(int64_t x, char *buf, size_t n) {
-    char d[32];
-    int l = snprintf(d, sizeof d, "%lld", (long long)x), j = 0;
-    for (int i = 0; i < l && (size_t)j + 2 < n; i++) {
-        if (i && (l - i) % 3 == 0 && d[i - 1] != '-') buf[j++] = ',';
-        buf[j++] = d[i];
-    }
-    buf[j] = '\0';
-    return buf;
-}
-
 static const char *variant_name(const dt_plan_variant *r, char *buf, size_t n) {
     snprintf(buf, n, "%s, recompute %s, ZeRO %d", r->lora ? "LoRA" : "full finetuning",
              r->recompute ? "on" : "off", r->zero_stage);
@@ -227,7 +216,7 @@ static void compare_text(FILE *f, const dt_config_values *v, const dt_plan_varia
         state = p->state_bytes > state ? p->state_bytes : state;
         fprintf(f, "%-8s %-9s %4d %15s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f  %s%s\n",
                 r->lora ? "LoRA" : "full", r->recompute ? "on" : "off", r->zero_stage,
-                grouped(p->params_trainable, a, sizeof a), p->param_bytes / GIB,
+                dt_plan_group_digits(p->params_trainable, a, sizeof a), p->param_bytes / GIB,
                 p->grad_bytes / GIB, p->optim_bytes / GIB, p->frozen_bytes / GIB,
                 p->activation_bytes / GIB, p->total_bytes / GIB, r->fits ? "yes" : "no",
                 i == chosen ? "  <- chosen" : "");

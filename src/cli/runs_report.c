@@ -13,6 +13,7 @@
 #include <string.h>
 #include "cli/cli_runs.h"
 #include "dtrain/dtrain.h"
+#include "track/track_json.h"
 
 enum { EXIT_GOOD = 0, EXIT_BAD = 1, COL = 22, CELL = 320 };
 
@@ -149,15 +150,7 @@ static int json_metric(void *ud, const dt_track_metric_row *m) {
 }
 
 static int json_artifact(void *ud, const dt_track_artifact_row *a) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "kind", a->kind);
-    cJSON_AddStringToObject(o, "uri", a->uri);
-    cJSON_AddNumberToObject(o, "step", (double)a->step);
-    cJSON_AddNumberToObject(o, "attempt", a->attempt);
-    cJSON_AddNumberToObject(o, "created", a->created);
-    cJSON *m = a->metrics_json[0] ? cJSON_Parse(a->metrics_json) : NULL;
-    cJSON_AddItemToObject(o, "metrics", m ? m : cJSON_CreateObject());
-    cJSON_AddItemToArray(ud, o);
+    cJSON_AddItemToArray(ud, dt_track_artifact_json(a));
     return 0;
 }
 

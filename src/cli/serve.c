@@ -73,12 +73,7 @@ int dt_cli_serve(int argc, char **argv) {
         fprintf(stderr, "dtrain serve: %s\n", dt_last_error());
         return 1;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    dt_cli_on_stop(on_signal);
     signal(SIGPIPE, SIG_IGN);
     printf("dtrain serve: http://%s:%d/ (dashboard), /metrics (Prometheus); store %s%s\n",
            strchr(o.addr, ':') ? "[ipv6]" : o.addr, dt_serve_port(srv), db,

@@ -142,8 +142,7 @@ dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p) {
     return DT_OK;
 }
 
-/* "1,234,567" */
-static const char *grouped(int64_t x, char *buf, size_t n) {
+const char *dt_plan_group_digits(int64_t x, char *buf, size_t n) {
     char d[32];
     int l = snprintf(d, sizeof d, "%lld", (long long)x), j = 0;
     for (int i = 0; i < l && (size_t)j + 2 < n; i++) {
@@ -182,9 +181,10 @@ void dt_plan_print(FILE *f, const dt_plan *p, int json) {
     char a[40], b[40], c[40];
     fprintf(f, "model:  %s\n", p->model_desc);
     fprintf(f, "run:    %s\n", p->run_desc);
-    fprintf(f, "params: %s total, %s trainable", grouped(p->params_total, a, sizeof a),
-            grouped(p->params_trainable, b, sizeof b));
-    if (p->params_frozen) fprintf(f, ", %s frozen", grouped(p->params_frozen, c, sizeof c));
+    fprintf(f, "params: %s total, %s trainable", dt_plan_group_digits(p->params_total, a, sizeof a),
+            dt_plan_group_digits(p->params_trainable, b, sizeof b));
+    if (p->params_frozen)
+        fprintf(f, ", %s frozen", dt_plan_group_digits(p->params_frozen, c, sizeof c));
     fprintf(f, "\n\n%-44s %10s %10s\n", "memory per worker", "GiB", "unsharded");
     const char *z = p->zero_stage ? "(sharded)" : "";
     char lbl[64];

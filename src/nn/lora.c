@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include "dtrain/models.h"
 #include "dtrain/safetensors.h"
+#include "data/util.h"
 
 #define PEFT_PREFIX "base_model.model."
 
@@ -21,19 +22,6 @@ static const char *const target_names[7] = {"q_proj",    "k_proj",  "v_proj",   
 
 static int is_adapter(const char *name) {
     return strstr(name, ".lora_A.") || strstr(name, ".lora_B.");
-}
-
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) free(b), b = NULL;
-    if (b) b[n] = 0;
-    fclose(f);
-    return b;
 }
 
 /* PEFT options that change what the adapter computes and that dtrain does not implement: an
@@ -61,8 +49,11 @@ static dt_status unsupported(const cJSON *o, const char *path) {
 dt_status dt_lora_config_load(const char *dir, dt_llama_config *c) {
     char path[4200];
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-    char *txt = read_text(path);
-    if (!txt) return dt_error_set(DT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+    uint8_t *raw = NULL;
+    size_t len = 0;
+    dt_status rs = dt_read_file(path, 0, &raw, &len); /* NUL-terminated; names the file */
+    if (rs != DT_OK) return rs;
+    char *txt = (char *)raw;
     cJSON *o = cJSON_Parse(txt);
     free(txt);
     dt_status st = DT_OK;

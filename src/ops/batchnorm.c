@@ -58,18 +58,25 @@ static inline float row_sqdev(const float *p, int64_t n, float m) {
     return s;
 }
 
-/* Training statistics of x [N, C, P]: mean[C], biased var[C] (two passes, like PyTorch). */
+/* Channel c of x [N, C, P] in two passes, like PyTorch: *s = sum x, *m = float(sum / M),
+ * *v = sum (x - m)^2, M = N * P. */
+static void bn_channel_moments(const float *x, int64_t N, int64_t C, int64_t P, int64_t c,
+                               double *s, float *m, double *v) {
+    double M = (double)N * (double)P, sum = 0.0, sq = 0.0;
+    for (int64_t n = 0; n < N; n++) sum += row_sum(x + (n * C + c) * P, P);
+    float mean = (float)(sum / M);
+    for (int64_t n = 0; n < N; n++) sq += row_sqdev(x + (n * C + c) * P, P, mean);
+    *s = sum, *m = mean, *v = sq;
+}
+
+/* Training statistics of x [N, C, P]: mean[C], biased var[C]. */
 static void bn_batch_stats(float *mean, float *var, const float *x, int64_t N, int64_t C,
                            int64_t P) {
     double M = (double)N * (double)P;
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < C; c++) {
-        double s = 0.0;
-        for (int64_t n = 0; n < N; n++) s += row_sum(x + (n * C + c) * P, P);
-        float m = (float)(s / M);
-        double v = 0.0;
-        for (int64_t n = 0; n < N; n++) v += row_sqdev(x + (n * C + c) * P, P, m);
-        mean[c] = m;
+        double s, v;
+        bn_channel_moments(x, N, C, P, c, &s, &mean[c], &v);
         var[c] = (float)(v / M);
     }
 }
@@ -113,11 +120,9 @@ static void bn_local_sums(double *sum, double *sq, const float *x, int64_t N, in
     double M = (double)N * (double)P;
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < C; c++) {
-        double s = 0.0;
-        for (int64_t n = 0; n < N; n++) s += row_sum(x + (n * C + c) * P, P);
-        float m = (float)(s / M);
-        double v = 0.0;
-        for (int64_t n = 0; n < N; n++) v += row_sqdev(x + (n * C + c) * P, P, m);
+        double s, v;
+        float m;
+        bn_channel_moments(x, N, C, P, c, &s, &m, &v);
         sum[c] = s;
         sq[c] = v + 2.0 * m * (s - M * m) + M * m * m;
     }
@@ -199,6 +204,24 @@ static dt_status bn_forward(const dt_op_ctx *c) {
     return DT_OK;
 }
 
+/* Channel c of gy, x [N, C, P]: *sg = sum gy, *sgx = sum gy * (x - m) (float partials per
+ * row, summed in double). */
+static void bn_grad_sums(const float *gy, const float *x, float m, int64_t N, int64_t C, int64_t P,
+                         int64_t c, double *sg, double *sgx) {
+    double s = 0.0, sx = 0.0;
+    for (int64_t n = 0; n < N; n++) {
+        const float *g = gy + (n * C + c) * P, *xp = x + (n * C + c) * P;
+        float a = 0.0f, d = 0.0f;
+#pragma omp simd reduction(+ : a, d)
+        for (int64_t i = 0; i < P; i++) {
+            a += g[i];
+            d += g[i] * (xp[i] - m);
+        }
+        s += a, sx += d;
+    }
+    *sg = s, *sgx = sx;
+}
+
 /* Backward over x, gy [N, C, P] with the mean/rstd used forward. With xhat = (x - mean) * rstd:
  *   gb = sum gy,  gw = sum gy * xhat
  *   training: gx = w * rstd * (gy - gb / M - xhat * gw / M)   (mean and var depend on x)
@@ -211,17 +234,8 @@ static void bn_backward_kernel(float *gx, float bx, float *gw, float bw, float *
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < C; c++) {
         float m = mean[c], r = rstd[c];
-        double sg = 0.0, sgx = 0.0; /* sum gy, sum gy * (x - mean) */
-        for (int64_t n = 0; n < N; n++) {
-            const float *g = gy + (n * C + c) * P, *xp = x + (n * C + c) * P;
-            float a = 0.0f, d = 0.0f;
-#pragma omp simd reduction(+ : a, d)
-            for (int64_t i = 0; i < P; i++) {
-                a += g[i];
-                d += g[i] * (xp[i] - m);
-            }
-            sg += a, sgx += d;
-        }
+        double sg, sgx; /* sum gy, sum gy * (x - mean) */
+        bn_grad_sums(gy, x, m, N, C, P, c, &sg, &sgx);
         float gbc = (float)sg, gwc = (float)(sgx * r);
         if (gb) gb[c] = (bb != 0.0f ? gb[c] : 0.0f) + gbc;
         if (gw) gw[c] = (bw != 0.0f ? gw[c] : 0.0f) + gwc;
@@ -266,17 +280,8 @@ static dt_status bn_backward_sync(const dt_op_ctx *c) {
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < C; k++) {
         float m = mean[k];
-        double sg = 0.0, sgx = 0.0; /* sum gy, sum gy * (x - mean) */
-        for (int64_t n = 0; n < N; n++) {
-            const float *g = gy + (n * C + k) * P, *xp = x + (n * C + k) * P;
-            float a = 0.0f, d = 0.0f;
-#pragma omp simd reduction(+ : a, d)
-            for (int64_t i = 0; i < P; i++) {
-                a += g[i];
-                d += g[i] * (xp[i] - m);
-            }
-            sg += a, sgx += d;
-        }
+        double sg, sgx; /* sum gy, sum gy * (x - mean) */
+        bn_grad_sums(gy, x, m, N, C, P, k, &sg, &sgx);
         buf[k] = sg;
         buf[C + k] = sgx * rstd[k];
         if (gb) gb[k] = (bb != 0.0f ? gb[k] : 0.0f) + (float)sg;

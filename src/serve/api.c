@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "serve/serve_impl.h"
+#include "track/track_json.h"
 
 enum { MAX_LIST = 200 };
 
@@ -47,15 +48,7 @@ static int key_cb(void *ud, const dt_track_summary *m) {
 }
 
 static int art_cb(void *ud, const dt_track_artifact_row *a) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "kind", a->kind);
-    cJSON_AddStringToObject(o, "uri", a->uri);
-    cJSON_AddNumberToObject(o, "step", (double)a->step);
-    cJSON_AddNumberToObject(o, "created", a->created);
-    cJSON_AddNumberToObject(o, "attempt", a->attempt);
-    cJSON *m = a->metrics_json[0] ? cJSON_Parse(a->metrics_json) : NULL;
-    cJSON_AddItemToObject(o, "metrics", m ? m : cJSON_CreateObject());
-    cJSON_AddItemToArray(ud, o);
+    cJSON_AddItemToArray(ud, dt_track_artifact_json(a));
     return 0;
 }
 

@@ -9,33 +9,18 @@
 #include "cli/cli_plan.h"
 #include "harness.h"
 
-static char tmpdir[256], out_path[300], err_path[300];
+static char tmpdir[256];
 static char out[1 << 16], err[1 << 14];
 
-static void slurp(const char *path, char *buf, size_t n) {
-    FILE *f = fopen(path, "r");
-    size_t k = f ? fread(buf, 1, n - 1, f) : 0;
-    buf[k] = '\0';
-    if (f) fclose(f);
+static int help_config(int argc, char **argv) {
+    (void)argc, (void)argv;
+    return dt_cli_help_config();
 }
 
 /* Runs dt_cli_plan (or help) with stdout/stderr captured; returns the exit code. */
 static int run(int help, int argc, char **argv) {
-    fflush(stdout);
-    fflush(stderr);
-    int so = dup(1), se = dup(2);
-    int fo = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fo, 1), dup2(fe, 2);
-    close(fo), close(fe);
-    int rc = help ? dt_cli_help_config() : dt_cli_plan(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(so, 1), dup2(se, 2);
-    close(so), close(se);
-    slurp(out_path, out, sizeof out);
-    slurp(err_path, err, sizeof err);
-    return rc;
+    return dt_test_capture(help ? help_config : dt_cli_plan, argc, argv, out, sizeof out, err,
+                           sizeof err);
 }
 
 #define RUN(...)                                                                                   \
@@ -49,8 +34,6 @@ int main(int argc, char **argv) {
     snprintf(r18, sizeof r18, "%s/examples/resnet18-fmnist.yaml", src);
     snprintf(tmpdir, sizeof tmpdir, "/tmp/dt_plancli_XXXXXX");
     if (!mkdtemp(tmpdir) || chdir(tmpdir) != 0) return 1;
-    snprintf(out_path, sizeof out_path, "%s/out", tmpdir);
-    snprintf(err_path, sizeof err_path, "%s/err", tmpdir);
 
     int rc = RUN("plan", l8, "-n", "16");
     CHECK(rc == 0, "8B plan: rc %d, stderr: %s", rc, err);
@@ -95,8 +78,6 @@ int main(int argc, char **argv) {
               strstr(out, "default"),
           "--help-config: rc %d", rc);
 
-    unlink(out_path);
-    unlink(err_path);
     if (chdir("/") == 0) rmdir(tmpdir);
     return dt_test_finish("test_plan_cli");
 }

@@ -14,23 +14,8 @@ static int cmp(dt_ref *ref, const char *name, const char *key, const dt_tensor *
     return dt_check_vs_f64(ref, name, key, a);
 }
 
-typedef struct model {
-    dt_graph *g;
-    int ids, targets, logits, loss;
-} model;
-
-static model build(const dt_llama_config *c, int64_t B, int64_t T) {
-    model m = {.g = dt_graph_init()};
-    m.ids = dt_graph_input(m.g, "ids", DT_I64, 2, (int64_t[]){B, T}, 0);
-    m.targets = dt_graph_input(m.g, "targets", DT_I64, 1, (int64_t[]){B * T}, 0);
-    m.logits = dt_llama_build(m.g, c, m.ids);
-    int flat = dt_reshape(m.g, m.logits, 2, (int64_t[]){B * T, c->vocab_size});
-    m.loss = dt_cross_entropy(m.g, flat, m.targets, 0.0f, -100);
-    CHECK(m.loss >= 0, "build llama: %s", dt_last_error());
-    dt_graph_keep(m.g, m.logits);
-    CHECK_OK(dt_graph_compile(m.g, m.loss, NULL));
-    return m;
-}
+typedef dt_test_lm model; /* the Llama training graph of tests/harness.c */
+#define build dt_test_llama_lm
 
 /* HF's labels=ids: position t predicts ids[t+1]; the last position of each row is ignored. */
 static void set_batch(model *m, const dt_tensor *ids, int64_t B, int64_t T) {
@@ -95,7 +80,9 @@ static void config_errors(void) {
     char dir[] = "/tmp/dt_llcfg_XXXXXX", p[256];
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     snprintf(p, sizeof p, "%s/config.json", dir);
-    struct { const char *json, *expect; } cases[] = {
+    struct {
+        const char *json, *expect;
+    } cases[] = {
         {"{\"model_type\": \"gpt2\"}", "model_type"},
         {"{\"model_type\": \"llama\", \"hidden_size\": 64}", "vocab_size"},
         {"{\"vocab_size\": 10, \"hidden_size\": 64, \"intermediate_size\": 8, "

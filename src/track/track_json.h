@@ -1,0 +1,12 @@
+/* JSON forms of experiment-store rows, shared by `dtrain runs export` (src/cli/runs_report.c)
+ * and the monitoring API (src/serve/api.c). */
+#ifndef DTRAIN_TRACK_JSON_H
+#define DTRAIN_TRACK_JSON_H
+
+#include <cjson/cJSON.h>
+#include "dtrain/track.h"
+
+/* {"kind", "uri", "step", "attempt", "created", "metrics": {...}} (metrics {} when none). */
+cJSON *dt_track_artifact_json(const dt_track_artifact_row *a);
+
+#endif
