@@ -31,19 +31,21 @@ demo: build
 lora-demo: build
 	scripts/lora_demo.sh $(BUILD)
 
+# DT_GRAPH_POISON=1: every op's output is filled with NaN before it runs, so a kernel reading
+# memory it should only write fails its test instead of passing on whatever the memory held.
 test: build venv
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE slow
+	cd $(BUILD) && DT_GRAPH_POISON=1 ctest --output-on-failure -j $(JOBS) -LE slow
 	$(MAKE) test-asan
 
 # Tests too long for CI (label slow), e.g. the full ResNet-18 Fashion-MNIST example to >= 92%.
 test-slow: build venv
-	cd $(BUILD) && ctest --output-on-failure -L slow
+	cd $(BUILD) && DT_GRAPH_POISON=1 ctest --output-on-failure -L slow
 
 # Unit tests under ASan + UBSan (the parity and benchmark-sized tests run in the main pass).
 test-asan: deps
 	@test -f $(ASAN_BUILD)/CMakeCache.txt || cmake -S . -B $(ASAN_BUILD) $(GEN) -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=ON
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 DT_GRAPH_POISON=1 \
 	  ctest --output-on-failure -j $(JOBS) -L unit -LE slow
 
 bench: build

@@ -60,6 +60,11 @@ dt_status dt_graph_keep(dt_graph *g, int id);
 typedef struct dt_graph_opts {
     int no_backward; /* plan forward only (inference) */
     int no_reuse;    /* give every buffer its own memory (for debugging the planner) */
+    /* Before each op runs, fill what it is about to overwrite (its output; in backward, the
+     * input gradients it writes with beta 0) with NaN bytes, so a kernel that reads memory it
+     * should only write shows up as NaN instead of silently using whatever the planner's
+     * reused memory held. For tests; also set by the environment variable DT_GRAPH_POISON=1. */
+    int poison;
     /* Allocate the flat parameter and gradient buffers with at least this many elements
      * (0: exactly the trainable parameters). ZeRO pads them to world x shard elements so that
      * the shards are equal slices; the extra elements are zero and belong to no parameter. */

@@ -34,7 +34,9 @@ typedef struct plan {
     int *ws; /* per entry */
 } plan;
 
-static size_t align_up(size_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
+static size_t align_up(size_t x) {
+    return (x + ALIGN - 1) / ALIGN * ALIGN;
+}
 
 static int buf_new(plan *p, size_t size) {
     if (size == 0) return -1;
@@ -55,7 +57,9 @@ static void touch(plan *p, int b, int pos) {
     if (pos > p->bufs[b].end) p->bufs[b].end = pos;
 }
 
-static int is_alias(const dt_node *n) { return n->op && (n->op->flags & DT_OPF_ALIAS); }
+static int is_alias(const dt_node *n) {
+    return n->op && (n->op->flags & DT_OPF_ALIAS);
+}
 
 /* Buffer holding x's value when read in phase ph (-1: a leaf, persistent). */
 static int val_buf(plan *p, int x, int ph) {
@@ -289,7 +293,9 @@ static void lifetimes(plan *p) {
         if (p->bufs[b].start == FOREVER) p->bufs[b].start = p->bufs[b].end = 0;
 }
 
-static void *bptr(plan *p, int b) { return b >= 0 ? (char *)p->g->arena + p->bufs[b].off : NULL; }
+static void *bptr(plan *p, int b) {
+    return b >= 0 ? (char *)p->g->arena + p->bufs[b].off : NULL;
+}
 
 /* Pointer of x's value in phase ph. */
 static void *val_ptr(plan *p, int x, int ph) {
@@ -329,9 +335,8 @@ static void bind(plan *p) {
     dt_graph *g = p->g;
     unsigned char *written = calloc((size_t)p->n, 1);
     for (int i = 0; i < p->n; i++) {
-        view(&g->val[i], &g->nodes[i], p->live[i] || g->nodes[i].kind != DT_NODE_OP
-                                           ? val_ptr(p, i, DT_PH_FWD)
-                                           : NULL);
+        view(&g->val[i], &g->nodes[i],
+             p->live[i] || g->nodes[i].kind != DT_NODE_OP ? val_ptr(p, i, DT_PH_FWD) : NULL);
         view(&g->grad[i], &g->nodes[i], grad_ptr(p, i));
     }
     for (int e = 0; e < g->n_entries; e++) {
@@ -344,7 +349,7 @@ static void bind(plan *p) {
         c->recompute = ph == DT_PH_RECOMP;
         c->ws = bptr(p, p->ws[e]);
         c->aux = bptr(p, (ph == DT_PH_RECOMP || (ph == DT_PH_BWD && p->recomp[i])) ? p->aux1[i]
-                                                                                  : p->aux0[i]);
+                                                                                   : p->aux0[i]);
         view(&c->out, nd, val_ptr(p, i, ph));
         for (int j = 0; j < nd->n_in; j++) {
             dt_node *in = &g->nodes[nd->in[j]];
@@ -401,7 +406,8 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
     if (!g) return dt_error_set(DT_ERR_INVALID, "compile: graph is NULL");
     if (g->compiled) return dt_error_set(DT_ERR_STATE, "compile: graph is already compiled");
     dt_node *ln = dt_graph_node_(g, loss);
-    if (!ln) return dt_error_set(DT_ERR_INVALID, "compile: loss is node %d, not in the graph", loss);
+    if (!ln)
+        return dt_error_set(DT_ERR_INVALID, "compile: loss is node %d, not in the graph", loss);
     if (dt_tensor_numel(&ln->t) != 1 || ln->t.dtype != DT_F32)
         return dt_error_set(DT_ERR_SHAPE, "compile: loss '%s' must be one f32 value, has %lld %s",
                             dt_graph_name(g, loss), (long long)dt_tensor_numel(&ln->t),
@@ -409,7 +415,10 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
     dt_runtime_tune_malloc();
     dt_graph_opts o = opts ? *opts : (dt_graph_opts){0};
     if (getenv("DT_PLAN_NO_REUSE")) o.no_reuse = 1; /* debugging aid: rule the planner out */
+    const char *pz = getenv("DT_GRAPH_POISON");
+    if (pz && pz[0] && strcmp(pz, "0")) o.poison = 1;
     g->loss = loss;
+    g->poison = o.poison;
     g->no_backward = o.no_backward;
     int n = g->n_nodes;
     plan p = {.g = g, .n = n};
@@ -454,8 +463,9 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
     g->grad = calloc((size_t)n + 1, sizeof(dt_tensor));
     g->unused = calloc((size_t)g->n_params + 1, sizeof(int));
     g->ready = calloc((size_t)g->n_params + 1, sizeof(int));
-    if (!g->unused || !g->ready || !g->arena || !g->flat_param || (!g->flat_grad && !g->no_backward) || !g->flat_state || !g->flat_frozen ||
-        !g->input_mem || !g->loss_grad || !g->val || !g->grad)
+    if (!g->unused || !g->ready || !g->arena || !g->flat_param ||
+        (!g->flat_grad && !g->no_backward) || !g->flat_state || !g->flat_frozen || !g->input_mem ||
+        !g->loss_grad || !g->val || !g->grad)
         goto fail;
     dt_error_clear();
     bind(&p);

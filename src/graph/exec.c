@@ -2,10 +2,45 @@
 #include <string.h>
 #include "graph/graph_impl.h"
 
+/* ---- poisoning (dt_graph_opts.poison) ---------------------------------------------------- */
+
+static int overlaps(const dt_tensor *a, const dt_tensor *b) {
+    if (!a->data || !b->data) return 0;
+    const char *p = a->data, *q = b->data;
+    return p < q + dt_tensor_nbytes(b) && q < p + dt_tensor_nbytes(a);
+}
+
+/* Fills t with 0xff bytes (NaN as f32 and bf16) unless it shares memory with a tensor the op
+ * reads: an in-place op legitimately reads what it overwrites. */
+static void poison(const dt_op_ctx *c, const dt_tensor *t, int bwd) {
+    if (!t->data) return;
+    if (overlaps(t, &c->out) && t != &c->out) return;
+    if (bwd && overlaps(t, &c->gout)) return;
+    for (int j = 0; j < c->node->n_in; j++) {
+        if (overlaps(t, &c->in[j])) return;
+        if (bwd && &c->gin[j] != t && c->gin_beta[j] != 0.0f && overlaps(t, &c->gin[j])) return;
+    }
+    memset(t->data, 0xff, dt_tensor_nbytes(t));
+}
+
+static void poison_entry(dt_entry *e) {
+    dt_op_ctx *c = &e->ctx;
+    if (c->node->op->flags & DT_OPF_ALIAS) return; /* views write nothing */
+    if (e->phase != DT_PH_BWD) {
+        poison(c, &c->out, 0);
+        return;
+    }
+    for (int j = 0; j < c->node->n_in; j++)
+        if (c->gin[j].data && c->gin_beta[j] == 0.0f) poison(c, &c->gin[j], 1);
+}
+
 static dt_status run_entry(dt_graph *g, dt_entry *e) {
     dt_op_ctx *c = &e->ctx;
     const dt_op_def *op = c->node->op;
-    if (e->phase != DT_PH_BWD) return op->forward(c);
+    if (e->phase != DT_PH_BWD) {
+        if (g->poison) poison_entry(e);
+        return op->forward(c);
+    }
     for (int k = 0; k < e->n_zero; k++) memset(e->zero[k].ptr, 0, e->zero[k].bytes);
     for (int j = 0; j < c->node->n_in; j++) {
         if (!e->param_first[j]) continue;
@@ -19,6 +54,7 @@ static dt_status run_entry(dt_graph *g, dt_entry *e) {
             c->gin_beta[j] = 0.0f;
         }
     }
+    if (g->poison) poison_entry(e);
     return op->backward(c);
 }
 

@@ -38,7 +38,7 @@ struct dt_graph {
     size_t n_flat, n_state, frozen_bytes, input_bytes;
 
     /* after compile */
-    int compiled, loss, no_backward;
+    int compiled, loss, no_backward, poison;
     float *flat_param, *flat_grad, *flat_state;
     void *flat_frozen, *input_mem, *arena;
     size_t arena_bytes, unplanned_bytes;

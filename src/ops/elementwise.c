@@ -108,8 +108,8 @@ static dt_status ew_backward(const dt_op_ctx *c) {
 
 static const dt_op_def add_def = {"add", 0, NULL, ew_forward, ew_backward, NULL};
 static const dt_op_def sub_def = {"sub", 0, NULL, ew_forward, ew_backward, NULL};
-static const dt_op_def mul_def = {"mul", DT_OPF_BWD_IN(0) | DT_OPF_BWD_IN(1), NULL, ew_forward,
-                                  ew_backward, NULL};
+static const dt_op_def mul_def = {
+    "mul", DT_OPF_BWD_IN(0) | DT_OPF_BWD_IN(1), NULL, ew_forward, ew_backward, NULL};
 
 static int binary(dt_graph *g, const dt_op_def *def, int kind, int a, int b) {
     if (dt_ids_bad(g, def->name, 2, (int[]){a, b})) return -1;
@@ -130,9 +130,15 @@ static int binary(dt_graph *g, const dt_op_def *def, int kind, int a, int b) {
     return dt_node_add(g, def, 2, (int[]){a, b}, DT_F32, nd, shape, &ip, 1, NULL, 0);
 }
 
-int dt_add(dt_graph *g, int a, int b) { return binary(g, &add_def, EW_ADD, a, b); }
-int dt_sub(dt_graph *g, int a, int b) { return binary(g, &sub_def, EW_SUB, a, b); }
-int dt_mul(dt_graph *g, int a, int b) { return binary(g, &mul_def, EW_MUL, a, b); }
+int dt_add(dt_graph *g, int a, int b) {
+    return binary(g, &add_def, EW_ADD, a, b);
+}
+int dt_sub(dt_graph *g, int a, int b) {
+    return binary(g, &sub_def, EW_SUB, a, b);
+}
+int dt_mul(dt_graph *g, int a, int b) {
+    return binary(g, &mul_def, EW_MUL, a, b);
+}
 
 /* ---- scale: out = s * a ---- */
 static dt_status scale_forward(const dt_op_ctx *c) {
@@ -148,8 +154,15 @@ static dt_status scale_backward(const dt_op_ctx *c) {
     const float *G = c->gout.data;
     float *GA = c->gin[0].data, s = c->node->fp[0], beta = c->gin_beta[0];
     int64_t n = dt_tensor_numel(&c->out);
+    /* beta 0 must not read GA: it may hold anything (the planner reuses memory), and
+     * 0 * NaN is NaN. */
+    if (beta == 0.0f) {
 #pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; i++) GA[i] = beta * GA[i] + s * G[i];
+        for (int64_t i = 0; i < n; i++) GA[i] = s * G[i];
+    } else {
+#pragma omp parallel for schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; i++) GA[i] = beta * GA[i] + s * G[i];
+    }
     return DT_OK;
 }
 static const dt_op_def scale_def = {"scale", 0, NULL, scale_forward, scale_backward, NULL};
@@ -167,11 +180,14 @@ int dt_scale(dt_graph *g, int a, float s) {
  * of a large batch keeps double accuracy where it matters. ws holds the chunk sums. */
 #define SUM_CHUNK 2048
 
-static int64_t sum_chunks(int64_t n) { return (n + SUM_CHUNK - 1) / SUM_CHUNK; }
+static int64_t sum_chunks(int64_t n) {
+    return (n + SUM_CHUNK - 1) / SUM_CHUNK;
+}
 
 static dt_status sum_prepare(dt_graph *g, dt_node *n) {
     (void)g;
-    n->ws_fwd = (size_t)sum_chunks(dt_tensor_numel(&dt_graph_node(g, n->in[0])->t)) * sizeof(double);
+    n->ws_fwd =
+        (size_t)sum_chunks(dt_tensor_numel(&dt_graph_node(g, n->in[0])->t)) * sizeof(double);
     return DT_OK;
 }
 
@@ -197,8 +213,13 @@ static dt_status sum_backward(const dt_op_ctx *c) {
     float g = ((const float *)c->gout.data)[0] * c->node->fp[0], beta = c->gin_beta[0];
     float *GA = c->gin[0].data;
     int64_t n = dt_tensor_numel(&c->in[0]);
+    if (beta == 0.0f) { /* never read GA then (see scale_backward) */
 #pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; i++) GA[i] = beta * GA[i] + g;
+        for (int64_t i = 0; i < n; i++) GA[i] = g;
+    } else {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; i++) GA[i] = beta * GA[i] + g;
+    }
     return DT_OK;
 }
 static const dt_op_def sum_def = {"sum", 0, sum_prepare, sum_forward, sum_backward, NULL};
@@ -211,8 +232,12 @@ static int reduce(dt_graph *g, int a, const char *name, int mean) {
     float k = mean ? (n ? 1.0f / (float)n : 0.0f) : 1.0f;
     return dt_node_add(g, &sum_def, 1, &a, DT_F32, 0, NULL, NULL, 0, &k, 1);
 }
-int dt_sum(dt_graph *g, int a) { return reduce(g, a, "sum", 0); }
-int dt_mean(dt_graph *g, int a) { return reduce(g, a, "mean", 1); }
+int dt_sum(dt_graph *g, int a) {
+    return reduce(g, a, "sum", 0);
+}
+int dt_mean(dt_graph *g, int a) {
+    return reduce(g, a, "mean", 1);
+}
 
 /* ---- reshape: an alias of a's memory; no kernels ---- */
 static const dt_op_def reshape_def = {"reshape", DT_OPF_ALIAS, NULL, NULL, NULL, NULL};
