@@ -15,6 +15,7 @@ pkgs=(
   libssl-dev # libcrypto: SHA-256 of S3 request bodies (storage_s3.c)
   libsqlite3-dev # the experiment store (src/track/)
   libmicrohttpd-dev # build: the monitoring server (src/serve/: /metrics, dashboard)
+  libcairo2-dev # build: `dtrain runs plot` charts (src/cli/plot_axes.c)
   prometheus chromium # tests only: tests/serve/ scrapes with Prometheus, loads the dashboard headless
 )
 

@@ -49,6 +49,7 @@ enum {
 };
 enum { DT_CFG_PREC_FP32 = 0, DT_CFG_PREC_BF16 = 1 };
 enum { DT_CFG_BACKEND_AUTO = 0, DT_CFG_BACKEND_MPI = 1, DT_CFG_BACKEND_SINGLE = 2 };
+enum { DT_CFG_PROGRESS_AUTO = 0, DT_CFG_PROGRESS_ON = 1, DT_CFG_PROGRESS_OFF = 2 };
 
 typedef struct dt_config_list {
     int n;
@@ -93,6 +94,7 @@ typedef struct dt_config_values {
         int64_t steps, epochs, grad_accum, threads, seed;
         int precision; /* DT_CFG_PREC_* */
         int64_t log_every, eval_every;
+        int progress; /* DT_CFG_PROGRESS_*: the terminal progress line */
     } train;
     struct {
         int64_t zero_stage;

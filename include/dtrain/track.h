@@ -22,7 +22,14 @@
  *
  * A run is named (experiment, run name): beginning a run whose name exists makes a new attempt
  * of it (attempts + 1, status running): a resumed or restarted run stays one run. Metric rows
- * carry their attempt, so an attempt that repeats steps after a resume is told apart. */
+ * carry their attempt, so an attempt that repeats steps after a resume is told apart. Each
+ * attempt keeps its own status, reason, times and writer (schema 2); the run's own status,
+ * reason and end time are those of its newest attempt.
+ *
+ * Two writers per run, taking turns: the process that trains (rank 0) begins each attempt and
+ * writes metrics, artifacts and its own end; a supervisor (`dtrain launch`) writes only once the
+ * attempt's processes have all exited -- dt_track_attempt_end with what only it knows (a worker
+ * killed, the restart, giving up), and tags. */
 #ifndef DTRAIN_TRACK_H
 #define DTRAIN_TRACK_H
 
@@ -33,7 +40,9 @@
 extern "C" {
 #endif
 
-#define DT_TRACK_SCHEMA_VERSION 1
+/* 2: the attempts table (per-attempt status and reason). Stores of version 1 are migrated when
+ * opened: each run's latest attempt is copied from the run; earlier ones were never recorded. */
+#define DT_TRACK_SCHEMA_VERSION 2
 
 typedef struct dt_track dt_track;
 
@@ -81,9 +90,37 @@ dt_status dt_track_artifact(dt_track *s, int64_t run_id, const char *kind, const
 /* Sets (replaces) a tag. */
 dt_status dt_track_tag(dt_track *s, int64_t run_id, const char *key, const char *value);
 /* Flushes metrics, then sets status ("done", "failed", "preempted", ...), exit reason and end
- * time. */
+ * time of the attempt this handle began (of the newest attempt for a run it did not begin); the
+ * run's own status follows when that attempt is its newest. */
 dt_status dt_track_run_end(dt_track *s, int64_t run_id, const char *status,
                            const char *exit_reason);
+
+/* ---- Supervising (dtrain launch) ------------------------------------------------------------ */
+
+/* The number of attempts of (experiment, run_name) so far; 0 when there is no such run. */
+dt_status dt_track_run_attempts(dt_track *s, const char *experiment, const char *run_name,
+                                int *attempts);
+
+/* What a supervisor knows of an attempt it ran, told after every process of it has exited. */
+typedef struct dt_track_attempt_end_info {
+    /* dt_track_run_attempts before the attempt started: when no process began an attempt since
+     * (the workers died before reaching the store), the supervisor's attempt is added, so that
+     * every attempt is counted; the run is created when missing */
+    int attempts_before;
+    double start_time; /* of an added attempt (dt_track_wall) */
+    int world;         /* of an added attempt */
+    const char *hosts; /* of an added attempt; may be NULL */
+    const char *status;
+    /* NULL: keep the reason the attempt's own writer recorded (if any) */
+    const char *exit_reason;
+} dt_track_attempt_end_info;
+
+/* Ends the newest attempt of (experiment, run_name) begun after info->attempts_before (or adds
+ * one, see above) with info->status and exit reason, whatever its own writer recorded or failed
+ * to record (a SIGKILLed rank 0 leaves it "running"); the run's status follows. One
+ * transaction. *run_id (may be NULL): the run, for dt_track_tag. */
+dt_status dt_track_attempt_end(dt_track *s, const char *experiment, const char *run_name,
+                               const dt_track_attempt_end_info *info, int64_t *run_id);
 
 /* ---- Reading -------------------------------------------------------------------------------- */
 
@@ -123,6 +160,19 @@ typedef struct dt_track_summary {
 } dt_track_summary;
 typedef int (*dt_track_summary_cb)(void *ud, const dt_track_summary *m);
 
+/* One attempt of a run (see DT_TRACK_SCHEMA_VERSION for stores migrated from version 1). */
+typedef struct dt_track_attempt {
+    int attempt; /* 1, 2, ... */
+    char status[32];
+    double start_time, end_time; /* end 0 while running */
+    int world;
+    char hosts[1024];
+    char exit_reason[1024];
+    char writer_host[256]; /* who began it (or the supervisor that added it) */
+    int64_t writer_pid;
+} dt_track_attempt;
+typedef int (*dt_track_attempt_cb)(void *ud, const dt_track_attempt *a);
+
 typedef struct dt_track_artifact_row {
     int64_t id, step;
     const char *kind, *uri, *metrics_json; /* metrics_json "" if none */
@@ -148,6 +198,8 @@ dt_status dt_track_metrics(dt_track *s, int64_t run_id, const char *key, dt_trac
                            void *ud);
 dt_status dt_track_metric_summary(dt_track *s, int64_t run_id, dt_track_summary_cb cb, void *ud);
 dt_status dt_track_artifacts(dt_track *s, int64_t run_id, dt_track_artifact_cb cb, void *ud);
+/* The attempts that were recorded, oldest first. */
+dt_status dt_track_attempts(dt_track *s, int64_t run_id, dt_track_attempt_cb cb, void *ud);
 /* Deletes a run and everything recorded for it (not its files). */
 dt_status dt_track_run_delete(dt_track *s, int64_t run_id);
 

@@ -29,5 +29,10 @@ const char *dt_runs_num(double v, char *buf, size_t n);
 
 int dt_runs_compare(dt_track *s, int n, char **refs);
 int dt_runs_export(dt_track *s, const char *ref, const char *format, const char *out_path);
+/* The run as an MLflow file store under out_dir (src/cli/runs_mlflow.c). */
+int dt_runs_export_mlflow(dt_track *s, const char *ref, const char *out_dir);
+/* Curves of `metrics` (comma-separated keys) for the runs refs[0..n) (each may itself be a
+ * comma-separated list) into out_path, SVG or PNG by its extension (src/cli/runs_plot.c). */
+int dt_runs_plot(dt_track *s, int n, char **refs, const char *metrics, const char *out_path);
 
 #endif

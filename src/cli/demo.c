@@ -63,8 +63,11 @@ int dt_cli_demo(int argc, char **argv) {
     if (dt_optim_groups_from_graph(g, groups, 8, &ng) != DT_OK ||
         dt_optim_init(&oc, n, 0, n, groups, ng, &opt) != DT_OK)
         return fail("optimizer");
-    dt_lr_schedule sched = {.kind = DT_LR_COSINE, .base_lr = 0.01f, .warmup_steps = 20,
-                            .total_steps = STEPS, .min_lr = 0.0005f};
+    dt_lr_schedule sched = {.kind = DT_LR_COSINE,
+                            .base_lr = 0.01f,
+                            .warmup_steps = 20,
+                            .total_steps = STEPS,
+                            .min_lr = 0.0005f};
     float *x = (float *)dt_graph_value(g, dt_graph_find(g, "x"))->data;
     int64_t *y = (int64_t *)dt_graph_value(g, dt_graph_find(g, "y"))->data;
     for (int step = 0; step < STEPS; step++) {

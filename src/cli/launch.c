@@ -12,11 +12,17 @@
  * retried, nor are failures that make no progress three times in a row. SIGTERM/SIGINT to the
  * launcher become SIGUSR1 to mpirun, which forwards it to every worker: they agree on a step,
  * save a checkpoint and exit 75; the launcher then exits 75 too. Every attempt is recorded in
- * <output.dir>/<experiment>/<run>/launch.json. */
+ * <output.dir>/<experiment>/<run>/launch.json, and in the experiment store (tracking.uri): rank 0
+ * begins each attempt there and writes its metrics; once the attempt's processes have exited,
+ * the launcher ends it with what only it knows -- the worker that died and how, the restart and
+ * the checkpoint it resumes from, giving up -- and tags the run (restarts, the host list). The
+ * two never write at the same time. A store the launcher cannot open is one warning, and the
+ * workers run with tracking.uri=off (no second warning); training goes on. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <netdb.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +31,10 @@
 #include <time.h>
 #include <unistd.h>
 #include "cli/cli.h"
+#include "dtrain/checkpoint.h"
 #include "dtrain/dtrain.h"
 #include "dtrain/serve.h"
+#include "dtrain/track.h"
 
 #define MAX_HOSTS 256
 #define EXIT_PREEMPTED 75
@@ -44,6 +52,7 @@ typedef struct launch_opts {
     double backoff_s;
     int n_over;
     char **over;
+    const char *track_off; /* "tracking.uri=off" when the launcher found the store unusable */
 } launch_opts;
 
 static volatile sig_atomic_t stop_signal;
@@ -294,6 +303,7 @@ static int run_attempt(const launch_opts *o, const char *self, const char *run_n
     argv[k++] = threads_arg;
     argv[k++] = run_arg;
     if (resume) argv[k++] = "ckpt.resume=auto";
+    if (o->track_off) argv[k++] = (char *)o->track_off;
     argv[k] = NULL;
 
     int fds[2];
@@ -345,6 +355,72 @@ static void record(const char *path, cJSON *rec) {
         if (fclose(f) == 0) rename(tmp, path);
     }
     free(txt);
+}
+
+/* ---- the experiment store: the launcher's records ------------------------------------------- */
+
+typedef struct launch_track {
+    dt_track *store; /* NULL: not tracking (tracking.uri=off, or after the first error) */
+    char experiment[1100], run[1100];
+    char ckpt_url[8300]; /* ckpt.dir or output.dir: where the resume checkpoint is looked for */
+    char hosts[4096];    /* --hosts/--hostfile as "h1:2,h2:1"; "" when none was given */
+    char local[300];     /* "<this host>:N" (no host list: mpirun starts every worker here) */
+    int world;
+    int before; /* the run's attempt count before the running attempt */
+    double started;
+} launch_track;
+
+/* The first store error: one warning; the launcher records nothing more (the job goes on). */
+static void track_off(launch_track *t, const char *what) {
+    fprintf(stderr,
+            "dtrain launch: warning: tracking: %s: %s; the launcher records no more attempts in "
+            "the experiment store (training goes on)\n",
+            what, dt_last_error());
+    dt_track_close(t->store);
+    t->store = NULL;
+}
+
+static void track_attempt_start(launch_track *t) {
+    t->started = dt_track_wall();
+    if (t->store && dt_track_run_attempts(t->store, t->experiment, t->run, &t->before) != DT_OK)
+        track_off(t, "cannot read the run");
+}
+
+/* The step of the checkpoint the next attempt resumes from (ckpt.resume=auto takes the newest
+ * committed one whose files are all there); -1 when there is none or it cannot be told. */
+static long long resume_step(const launch_track *t) {
+    dt_store *st;
+    if (dt_store_open(t->ckpt_url, NULL, &st) != DT_OK) return -1;
+    char root[2300];
+    snprintf(root, sizeof root, "%s/%s/checkpoints", t->experiment, t->run);
+    dt_ckpt_info info;
+    long long step = dt_ckpt_find_before(st, root, INT64_MAX, DT_CKPT_SIZES, NULL, &info) == DT_OK
+                         ? info.step
+                         : -1;
+    dt_store_close(st);
+    return step;
+}
+
+/* Ends the attempt that just exited (status, reason: NULL keeps rank 0's) and tags the run. */
+static void track_attempt_end(launch_track *t, const char *status, const char *reason,
+                              int restarts) {
+    if (!t->store) return;
+    dt_track_attempt_end_info in = {.attempts_before = t->before,
+                                    .start_time = t->started,
+                                    .world = t->world,
+                                    .hosts = t->hosts[0] ? t->hosts : t->local,
+                                    .status = status,
+                                    .exit_reason = reason};
+    int64_t run;
+    char n[32];
+    snprintf(n, sizeof n, "%d", restarts);
+    if (dt_track_attempt_end(t->store, t->experiment, t->run, &in, &run) != DT_OK) {
+        track_off(t, "cannot end the attempt");
+        return;
+    }
+    if (dt_track_tag(t->store, run, "restarts", n) != DT_OK ||
+        (t->hosts[0] && dt_track_tag(t->store, run, "launch.hosts", t->hosts) != DT_OK))
+        track_off(t, "cannot tag the run");
 }
 
 int dt_cli_launch(int argc, char **argv) {
@@ -431,7 +507,9 @@ int dt_cli_launch(int argc, char **argv) {
         gmtime_r(&now, &tmv);
         strftime(run_name, sizeof run_name, "%Y%m%d-%H%M%S", &tmv);
     }
-    const char *root = v->output.dir;
+    char root_buf[4096]; /* output.dir outlives the config (freed below) */
+    snprintf(root_buf, sizeof root_buf, "%s", v->output.dir);
+    const char *root = root_buf;
     if (!strncmp(root, "file://", 7)) root += 7;
     snprintf(run_dir, sizeof run_dir, "%s/%s/%s", root, v->output.experiment, run_name);
     /* the store the workers' rank 0 writes (src/train/track_glue.c), for the monitor */
@@ -441,6 +519,18 @@ int dt_cli_launch(int argc, char **argv) {
     else
         snprintf(mon_db, sizeof mon_db, "%s/dtrain.db", root);
     snprintf(experiment, sizeof experiment, "%s", v->output.experiment);
+    launch_track trk = {.world = o.n};
+    snprintf(trk.experiment, sizeof trk.experiment, "%s", v->output.experiment);
+    snprintf(trk.run, sizeof trk.run, "%s", run_name);
+    snprintf(trk.ckpt_url, sizeof trk.ckpt_url, "%s", v->ckpt.dir[0] ? v->ckpt.dir : v->output.dir);
+    for (int h = 0; h < o.n_hosts; h++) {
+        size_t l = strlen(trk.hosts);
+        snprintf(trk.hosts + l, sizeof trk.hosts - l, "%s%s:%d", h ? "," : "", o.hosts[h].name,
+                 o.hosts[h].slots);
+    }
+    char me[256] = "";
+    gethostname(me, sizeof me - 1);
+    snprintf(trk.local, sizeof trk.local, "%s:%d", me, o.n);
     dt_config_free(cfg);
     /* 2. resources and tools */
     char mpirun_path[4096], self[4096];
@@ -477,8 +567,23 @@ int dt_cli_launch(int argc, char **argv) {
            o.n_hosts ? "the given hosts" : "", rec_path);
     fflush(stdout);
 
+    /* Tracking never stops the job either. The store is opened now, before any worker: when it
+     * cannot be, the workers would fail the same way, so they run with tracking off and the
+     * problem is this one warning. */
+    int tracking = strcmp(mon_db, "off") != 0;
+    if (tracking && dt_track_open(mon_db, &trk.store) != DT_OK) {
+        fprintf(stderr,
+                "dtrain launch: warning: tracking: %s; experiment tracking is off for this job "
+                "(training goes on)\n",
+                dt_last_error());
+        trk.store = NULL, tracking = 0;
+        o.track_off = "tracking.uri=off";
+    }
     /* Monitoring never stops the job: a server that cannot start is one warning. */
-    if (mon_port >= 0 && !strcmp(mon_db, "off")) {
+    if (mon_port >= 0 && !tracking && strcmp(mon_db, "off")) {
+        fprintf(stderr, "dtrain launch: warning: --monitor-port: no experiment store to serve "
+                        "(see above); monitoring is off (the job goes on)\n");
+    } else if (mon_port >= 0 && !strcmp(mon_db, "off")) {
         fprintf(stderr, "dtrain launch: warning: --monitor-port: tracking.uri=off, no store to "
                         "serve; monitoring is off (the job goes on)\n");
     } else if (mon_port >= 0) {
@@ -509,6 +614,7 @@ int dt_cli_launch(int argc, char **argv) {
         char t0[64], t1[64];
         iso_now(t0, sizeof t0);
         monitor_attempt = attempt;
+        track_attempt_start(&trk);
         int code = run_attempt(&o, self, run_name, attempt > 0, &a);
         dt_serve_set_job(monitor, 0, attempt);
         iso_now(t1, sizeof t1);
@@ -537,13 +643,18 @@ int dt_cli_launch(int argc, char **argv) {
         cJSON_AddNumberToObject(at, "last_step", (double)a.last_step);
         cJSON_AddItemToArray(atts, at);
         record(rec_path, rec);
+        /* the store: rank 0 ended the attempt itself unless it died; the launcher's word is
+         * final (why: the workers' exit as mpirun reported it, and what happens next) */
+        char why[1200];
         if (code == 0) {
+            track_attempt_end(&trk, "done", NULL, attempt);
             status = "done", rc = 0;
             break;
         }
         if (code == EXIT_PREEMPTED) {
             fprintf(stderr, "dtrain launch: %s; resume with the same command (ckpt.resume=auto)\n",
                     stop_signal ? "stopped on request, checkpoint saved" : cause);
+            track_attempt_end(&trk, "preempted", NULL, attempt);
             status = "preempted", rc = EXIT_PREEMPTED;
             break;
         }
@@ -552,6 +663,8 @@ int dt_cli_launch(int argc, char **argv) {
                     "dtrain launch: stopped on request, but the workers did not save a "
                     "checkpoint (%s); the newest committed checkpoint is the resume point\n",
                     cause);
+            snprintf(why, sizeof why, "%s; stopped on request without a checkpoint", cause);
+            track_attempt_end(&trk, "stopped", why, attempt);
             status = "stopped", rc = 1;
             break;
         }
@@ -560,18 +673,35 @@ int dt_cli_launch(int argc, char **argv) {
         /* config and data errors fail the same way every time */
         if (a.failed_code == 2 || code == 2 || code == 127) {
             fprintf(stderr, "dtrain launch: not retrying a config or data error\n");
+            snprintf(why, sizeof why, "%s; not retried%s", cause,
+                     strstr(cause, "config or data error") ? "" : " (a config or data error)");
+            track_attempt_end(&trk, "failed", why, attempt);
             break;
         }
         no_progress = a.last_step > best_step ? 0 : no_progress + 1;
         if (a.last_step > best_step) best_step = a.last_step;
         if (no_progress >= 3) {
             fprintf(stderr, "dtrain launch: 3 attempts in a row made no progress; giving up\n");
+            snprintf(why, sizeof why, "%s; gave up: 3 attempts in a row made no progress", cause);
+            track_attempt_end(&trk, "failed", why, attempt);
             break;
         }
         if (o.max_failures >= 0 && failures > o.max_failures) {
             fprintf(stderr, "dtrain launch: giving up after %d failure%s (--max-failures %d)\n",
                     failures, failures > 1 ? "s" : "", o.max_failures);
+            snprintf(why, sizeof why, "%s; gave up after %d failure%s (--max-failures %d)", cause,
+                     failures, failures > 1 ? "s" : "", o.max_failures);
+            track_attempt_end(&trk, "failed", why, attempt);
             break;
+        }
+        if (trk.store) {
+            char from[64] = "the start (no checkpoint yet)", lim[32] = ", no limit";
+            long long rs = resume_step(&trk);
+            if (rs >= 0) snprintf(from, sizeof from, "checkpoint step %lld", rs);
+            if (o.max_failures >= 0) snprintf(lim, sizeof lim, "/%d", o.max_failures);
+            snprintf(why, sizeof why, "%s; restarting from %s (restart %d%s)", cause, from,
+                     failures, lim);
+            track_attempt_end(&trk, "failed", why, failures);
         }
         double wait = o.backoff_s;
         for (int j = 1; j < failures && wait < 60; j++) wait *= 2;
@@ -582,6 +712,8 @@ int dt_cli_launch(int argc, char **argv) {
         while (nanosleep(&ts_wait, &ts_wait) != 0 && errno == EINTR && !stop_signal) {
         }
         if (stop_signal) {
+            snprintf(why, sizeof why, "%s; stopped on request before the restart", cause);
+            track_attempt_end(&trk, "failed", why, attempt);
             status = "preempted", rc = EXIT_PREEMPTED;
             break;
         }
@@ -594,5 +726,7 @@ int dt_cli_launch(int argc, char **argv) {
     cJSON_Delete(rec);
     dt_serve_stop(monitor);
     monitor = NULL;
+    if (trk.store && dt_track_close(trk.store) != DT_OK)
+        fprintf(stderr, "dtrain launch: warning: tracking: %s\n", dt_last_error());
     return rc;
 }

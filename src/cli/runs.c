@@ -1,4 +1,4 @@
-/* dtrain runs ls|show|compare|export|rm [--db PATH | --output-dir DIR]
+/* dtrain runs ls|show|compare|export|plot|rm [--db PATH | --output-dir DIR]
  *
  * Reads the experiment store (include/dtrain/track.h) that `dtrain train` writes, by default
  * runs/dtrain.db (output.dir's default), while runs are live or after they ended:
@@ -8,7 +8,9 @@
  *   show     one run: status and exit reason, attempts, hosts, lineage, tags, metric summary
  *            (final, min, max), artifacts (checkpoints and the exported model), params
  *   compare  params that differ and final/best metrics side by side (src/cli/runs_report.c)
- *   export   one run as CSV (its metrics) or JSON (everything) (src/cli/runs_report.c)
+ *   export   one run as CSV (its metrics) or JSON (everything) (src/cli/runs_report.c), or
+ *            as an MLflow file store (src/cli/runs_mlflow.c)
+ *   plot     metric curves of one or more runs as SVG or PNG (src/cli/runs_plot.c)
  *   rm       deletes runs from the store (their files stay); a live run only with --force
  * A run is named by its id, experiment/name, or a name unique in the store. */
 #include <math.h>
@@ -28,6 +30,8 @@ static void usage(FILE *f) {
             "       dtrain runs show RUN\n"
             "       dtrain runs compare RUN RUN [RUN ...]\n"
             "       dtrain runs export RUN --format csv|json [-o FILE]\n"
+            "       dtrain runs export RUN --format mlflow -o DIR\n"
+            "       dtrain runs plot RUN[,RUN...] [--metric KEY[,KEY...]] -o FILE.svg|FILE.png\n"
             "       dtrain runs rm [--force] RUN [RUN ...]\n"
             "each with --db PATH, or --output-dir DIR for DIR/dtrain.db (default runs/dtrain.db,\n"
             "where output.dir's default puts it; tracking.uri in the config moves it).\n"
@@ -36,7 +40,9 @@ static void usage(FILE *f) {
             "  show     status, attempts, hosts, lineage, tags, metrics, artifacts, params\n"
             "  compare  the params that differ (output.run_name aside) and every metric's final\n"
             "           value and best (min loss/perplexity, max accuracy), side by side\n"
-            "  export   csv: key,step,wall,value,attempt per metric value; json: the whole run\n"
+            "  export   csv: key,step,wall,value,attempt per metric value; json: the whole run;\n"
+            "           mlflow: an MLflow file store in DIR (mlflow ui --backend-store-uri DIR)\n"
+            "  plot     metric curves (default loss) of the runs on one chart per metric\n"
             "  rm       deletes runs from the store (files stay); a running one needs --force\n");
 }
 
@@ -195,6 +201,18 @@ static int print_artifact(void *ud, const dt_track_artifact_row *a) {
     return 0;
 }
 
+/* "    #2 failed   2026-11-30 05:28:35 UTC, 3s, vm pid 4242: reason" */
+static int print_attempt(void *ud, const dt_track_attempt *a) {
+    char t0[32], dur[32];
+    fmt_time(a->start_time, t0, sizeof t0);
+    fmt_duration((a->end_time > 0 ? a->end_time : (double)time(NULL)) - a->start_time, dur,
+                 sizeof dur);
+    printf("    #%-3d %-10s %s UTC, %s%s, %s pid %lld%s%s\n", a->attempt, a->status, t0, dur,
+           a->end_time > 0 ? "" : " so far", a->writer_host, (long long)a->writer_pid,
+           a->exit_reason[0] ? ": " : "", a->exit_reason);
+    return 0;
+}
+
 static int cmd_show(dt_track *s, const char *ref) {
     dt_track_run r;
     if (dt_track_run_find(s, ref, &r) != DT_OK) {
@@ -212,6 +230,7 @@ static int cmd_show(dt_track *s, const char *ref) {
         printf("  status      %s\n", r.status);
     if (r.exit_reason[0]) printf("  exit        %s\n", r.exit_reason);
     printf("  attempts    %d\n", r.attempts);
+    dt_track_attempts(s, r.id, print_attempt, NULL); /* each attempt's status and reason */
     printf("  world       %d (hosts %s)\n", r.world, r.hosts);
     printf("  started     %s UTC\n  ended       %s%s\n  duration    %s\n", t0, t1,
            r.end_time > 0 ? " UTC" : "", dur);
@@ -286,7 +305,7 @@ int dt_cli_runs(int argc, char **argv) {
         return argc < 2 ? EXIT_USAGE : EXIT_GOOD;
     }
     const char *cmd = argv[1], *db = NULL, *dir = NULL, *experiment = NULL, *status = NULL;
-    const char *format = NULL, *out = NULL;
+    const char *format = NULL, *out = NULL, *metric = NULL;
     char *refs[MAX_REFS];
     int n = 0, force = 0;
     for (int i = 2; i < argc; i++) {
@@ -297,6 +316,7 @@ int dt_cli_runs(int argc, char **argv) {
                            : !strcmp(a, "--status")                         ? &status
                            : !strcmp(a, "--format")                         ? &format
                            : !strcmp(a, "-o")                               ? &out
+                           : !strcmp(a, "--metric")                         ? &metric
                                                                             : NULL;
         if (opt && i + 1 < argc) {
             *opt = argv[++i];
@@ -312,6 +332,7 @@ int dt_cli_runs(int argc, char **argv) {
     }
     int want = !strcmp(cmd, "ls")                               ? 0
                : !strcmp(cmd, "show") || !strcmp(cmd, "export") ? 1
+               : !strcmp(cmd, "plot")                           ? 4
                : !strcmp(cmd, "compare")                        ? 2
                : !strcmp(cmd, "rm")                             ? 3
                                                                 : -1;
@@ -320,7 +341,8 @@ int dt_cli_runs(int argc, char **argv) {
         usage(stderr);
         return EXIT_USAGE;
     }
-    if ((want == 0 && n) || (want == 1 && n != 1) || (want == 2 && n < 2) || (want == 3 && !n)) {
+    if ((want == 0 && n) || (want == 1 && n != 1) || (want == 2 && n < 2) ||
+        ((want == 3 || want == 4) && !n)) {
         fprintf(stderr, "dtrain runs %s: %s\n", cmd,
                 want == 0   ? "takes no run"
                 : want == 1 ? "needs one run"
@@ -328,8 +350,13 @@ int dt_cli_runs(int argc, char **argv) {
                             : "needs a run");
         return EXIT_USAGE;
     }
-    if (!strcmp(cmd, "export") && (!format || (strcmp(format, "csv") && strcmp(format, "json")))) {
-        fprintf(stderr, "dtrain runs export: --format csv or --format json\n");
+    if (!strcmp(cmd, "export") && (!format || (strcmp(format, "csv") && strcmp(format, "json") &&
+                                               strcmp(format, "mlflow")))) {
+        fprintf(stderr, "dtrain runs export: --format csv, json or mlflow\n");
+        return EXIT_USAGE;
+    }
+    if ((!strcmp(cmd, "export") && !strcmp(format, "mlflow") && !out) || (want == 4 && !out)) {
+        fprintf(stderr, "dtrain runs %s: -o %s is required\n", cmd, want == 4 ? "FILE" : "DIR");
         return EXIT_USAGE;
     }
     if (db && dir) {
@@ -343,9 +370,12 @@ int dt_cli_runs(int argc, char **argv) {
         fprintf(stderr, "dtrain runs %s: %s\n", cmd, dt_last_error());
         return EXIT_BAD;
     }
-    int rc = want == 0                ? cmd_ls(s, experiment, status)
-             : !strcmp(cmd, "show")   ? cmd_show(s, refs[0])
+    int rc = want == 0              ? cmd_ls(s, experiment, status)
+             : !strcmp(cmd, "show") ? cmd_show(s, refs[0])
+             : !strcmp(cmd, "export") && !strcmp(format, "mlflow")
+                 ? dt_runs_export_mlflow(s, refs[0], out)
              : !strcmp(cmd, "export") ? dt_runs_export(s, refs[0], format, out)
+             : want == 4              ? dt_runs_plot(s, n, refs, metric ? metric : "loss", out)
              : want == 2              ? dt_runs_compare(s, n, refs)
                                       : cmd_rm(s, n, refs, force);
     dt_track_close(s);

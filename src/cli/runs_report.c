@@ -154,6 +154,11 @@ static int json_artifact(void *ud, const dt_track_artifact_row *a) {
     return 0;
 }
 
+static int json_attempt(void *ud, const dt_track_attempt *a) {
+    cJSON_AddItemToArray(ud, dt_track_attempt_json(a));
+    return 0;
+}
+
 static cJSON *run_json(dt_track *s, const dt_track_run *r) {
     cJSON *o = cJSON_CreateObject(), *run = cJSON_AddObjectToObject(o, "run");
     cJSON_AddNumberToObject(run, "id", (double)r->id);
@@ -173,6 +178,8 @@ static cJSON *run_json(dt_track *s, const dt_track_run *r) {
     if (st == DT_OK) st = dt_track_tags(s, r->id, json_kv, cJSON_AddObjectToObject(o, "tags"));
     if (st == DT_OK)
         st = dt_track_artifacts(s, r->id, json_artifact, cJSON_AddArrayToObject(o, "artifacts"));
+    if (st == DT_OK) /* each attempt's status and reason (the count is run.attempts) */
+        st = dt_track_attempts(s, r->id, json_attempt, cJSON_AddArrayToObject(o, "attempts"));
     if (st == DT_OK)
         st = dt_track_metrics(s, r->id, NULL, json_metric, cJSON_AddArrayToObject(o, "metrics"));
     if (st != DT_OK) cJSON_Delete(o);

@@ -106,6 +106,9 @@ static const dt_config_key keys[] = {
      "log one line every this many steps", OFF(train.log_every)},
     {"train.eval_every", DT_CFG_INT, "0", MIN, 0, 0, NULL,
      "evaluate on data.val every this many steps (0: only at the end)", OFF(train.eval_every)},
+    {"train.progress", DT_CFG_ENUM, "auto", 0, 0, 0, "auto|on|off",
+     "one updating progress line on a terminal (auto: when the log is a terminal)",
+     OFF(train.progress)},
     /* dist */
     {"dist.zero_stage", DT_CFG_INT, "0", MIN | MAX, 0, 3, NULL,
      "ZeRO: 1 shards optimizer state, 2 + gradients, 3 + parameters", OFF(dist.zero_stage)},

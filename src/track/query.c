@@ -275,3 +275,30 @@ dt_status dt_track_artifacts(dt_track *s, int64_t run_id, dt_track_artifact_cb c
     cb_pair p = {(void *)cb, ud};
     return each_row(s, q, artifact_row, &p);
 }
+
+static int attempt_row(sqlite3_stmt *q, void *ud) {
+    cb_pair *p = ud;
+    dt_track_attempt a = {.attempt = sqlite3_column_int(q, 0),
+                          .start_time = sqlite3_column_double(q, 2),
+                          .end_time = sqlite3_column_double(q, 3),
+                          .world = sqlite3_column_int(q, 4),
+                          .writer_pid = sqlite3_column_int64(q, 8)};
+    snprintf(a.status, sizeof a.status, "%s", text(q, 1));
+    snprintf(a.hosts, sizeof a.hosts, "%s", text(q, 5));
+    snprintf(a.exit_reason, sizeof a.exit_reason, "%s", text(q, 6));
+    snprintf(a.writer_host, sizeof a.writer_host, "%s", text(q, 7));
+    return ((dt_track_attempt_cb)p->cb)(p->ud, &a);
+}
+
+dt_status dt_track_attempts(dt_track *s, int64_t run_id, dt_track_attempt_cb cb, void *ud) {
+    sqlite3_stmt *q;
+    dt_status st = prep(s,
+                        "SELECT attempt, status, start_time, end_time, world_size, hosts,"
+                        " exit_reason, writer_host, writer_pid FROM attempts WHERE run_id = ?1"
+                        " ORDER BY attempt",
+                        &q);
+    if (st != DT_OK) return st;
+    sqlite3_bind_int64(q, 1, run_id);
+    cb_pair p = {(void *)cb, ud};
+    return each_row(s, q, attempt_row, &p);
+}

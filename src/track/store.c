@@ -1,10 +1,13 @@
 /* The experiment store's file: open, schema (with a version table), WAL, busy timeout, close.
  *
- * Schema (version 1): experiments(name) <- runs(experiment, name, status, attempts, start/end,
- * hosts, world size, exit reason, writer host/pid, config YAML) <- params (flattened config),
- * metrics (key, step, wall, value, attempt), tags, artifacts (kind, uri, step, metrics JSON,
- * attempt), lineage (key, value). Runs are deleted with explicit DELETEs (no reliance on the
- * per-connection foreign_keys pragma). */
+ * Schema (version 2): experiments(name) <- runs(experiment, name, status, attempts, start/end,
+ * hosts, world size, exit reason, writer host/pid, config YAML; status to writer: those of the
+ * newest attempt) <- params (flattened config), metrics (key, step, wall, value, attempt), tags,
+ * artifacts (kind, uri, step, metrics JSON, attempt), lineage (key, value), attempts (attempt,
+ * status, start/end, world size, hosts, exit reason, writer host/pid). Version 1 lacked the
+ * attempts table: opening such a store adds it, filled with each run's latest attempt (the
+ * earlier ones' status was overwritten and is not known). Runs are deleted with explicit
+ * DELETEs (no reliance on the per-connection foreign_keys pragma). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +43,21 @@ static const char *const schema_sql =
     "CREATE INDEX IF NOT EXISTS artifacts_by_run ON artifacts(run_id);"
     "CREATE TABLE IF NOT EXISTS lineage(run_id INTEGER NOT NULL, key TEXT NOT NULL,"
     " value TEXT NOT NULL, PRIMARY KEY(run_id, key)) WITHOUT ROWID;";
+
+/* Version 2 (also part of a new store's schema). */
+static const char *const attempts_sql =
+    "CREATE TABLE IF NOT EXISTS attempts(run_id INTEGER NOT NULL, attempt INTEGER NOT NULL,"
+    " status TEXT NOT NULL, start_time REAL, end_time REAL, world_size INTEGER, hosts TEXT,"
+    " exit_reason TEXT, writer_host TEXT, writer_pid INTEGER, PRIMARY KEY(run_id, attempt))"
+    " WITHOUT ROWID;";
+
+/* 1 -> 2: the attempts table, with the one attempt per run a version-1 store remembers. */
+static const char *const migrate_2_sql =
+    "INSERT OR IGNORE INTO attempts(run_id, attempt, status, start_time, end_time, world_size,"
+    " hosts, exit_reason, writer_host, writer_pid) SELECT id, attempts, status,"
+    " COALESCE(attempt_start, start_time), end_time, world_size, hosts, exit_reason,"
+    " writer_host, writer_pid FROM runs WHERE attempts > 0;"
+    "INSERT INTO schema_version(version) VALUES(2);";
 
 double dt_track_wall(void) {
     struct timespec ts;
@@ -107,7 +125,8 @@ static int make_parent(const char *path) {
 
 static dt_status schema_tx(dt_track *s, void *ud) {
     int create = *(int *)ud;
-    if (create && sqlite3_exec(s->db, schema_sql, NULL, NULL, NULL) != SQLITE_OK)
+    if (create && (sqlite3_exec(s->db, schema_sql, NULL, NULL, NULL) != SQLITE_OK ||
+                   sqlite3_exec(s->db, attempts_sql, NULL, NULL, NULL) != SQLITE_OK))
         return dt_trk_fail(s, "cannot create the schema");
     sqlite3_stmt *q;
     dt_status st = dt_trk_prepare(s, "SELECT MAX(version) FROM schema_version", &q);
@@ -123,9 +142,15 @@ static dt_status schema_tx(dt_track *s, void *ud) {
                             "(%d); use a newer dtrain",
                             s->path, version, DT_TRACK_SCHEMA_VERSION);
     if (!have && create &&
-        sqlite3_exec(s->db, "INSERT INTO schema_version(version) VALUES(1)", NULL, NULL, NULL) !=
+        sqlite3_exec(s->db, "INSERT INTO schema_version(version) VALUES(2)", NULL, NULL, NULL) !=
             SQLITE_OK)
         return dt_trk_fail(s, "cannot write the schema version");
+    /* Migrations, inside this transaction: two processes opening an old store take turns, and
+     * the second finds it done. Readers migrate too (they open read-write, like writers). */
+    if (have && version < 2 &&
+        (sqlite3_exec(s->db, attempts_sql, NULL, NULL, NULL) != SQLITE_OK ||
+         sqlite3_exec(s->db, migrate_2_sql, NULL, NULL, NULL) != SQLITE_OK))
+        return dt_trk_fail(s, "cannot migrate the experiment store to schema version 2");
     return DT_OK;
 }
 

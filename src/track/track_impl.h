@@ -1,6 +1,6 @@
 /* Internal state of the experiment store (include/dtrain/track.h). store.c opens it and owns
  * the schema, metrics.c buffers metrics and artifacts and runs the writer thread, write.c writes
- * runs and tags, query.c reads. */
+ * runs and tags, attempt.c a supervisor's record of an attempt, query.c reads. */
 #ifndef DTRAIN_TRACK_IMPL_H
 #define DTRAIN_TRACK_IMPL_H
 
@@ -51,6 +51,10 @@ dt_status dt_trk_tx(dt_track *s, const char *what, dt_status (*fn)(dt_track *s, 
 dt_status dt_trk_prepare(dt_track *s, const char *sql, sqlite3_stmt **st);
 /* Binds text, NULL pointers as SQL NULL. */
 void dt_trk_bind_text(sqlite3_stmt *st, int i, const char *v);
+/* Ends attempt `attempt` of `run` (status, end time; reason NULL keeps the recorded one), and
+ * the run itself when `newest`. Inside a transaction (write.c). */
+dt_status dt_trk_end_attempt(dt_track *s, int64_t run, int attempt, int newest, const char *status,
+                             const char *reason);
 /* Writes the buffered metrics now (metrics.c). */
 dt_status dt_trk_metrics_flush(dt_track *s);
 /* Stops the writer thread after its last flush (metrics.c). */

@@ -12,3 +12,18 @@ cJSON *dt_track_artifact_json(const dt_track_artifact_row *a) {
     cJSON_AddItemToObject(o, "metrics", m ? m : cJSON_CreateObject());
     return o;
 }
+
+cJSON *dt_track_attempt_json(const dt_track_attempt *a) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "attempt", a->attempt);
+    cJSON_AddStringToObject(o, "status", a->status);
+    cJSON_AddStringToObject(o, "exit_reason", a->exit_reason);
+    cJSON_AddNumberToObject(o, "start_time", a->start_time);
+    cJSON_AddItemToObject(o, "end_time",
+                          a->end_time > 0 ? cJSON_CreateNumber(a->end_time) : cJSON_CreateNull());
+    cJSON_AddNumberToObject(o, "world_size", a->world);
+    cJSON_AddStringToObject(o, "hosts", a->hosts);
+    cJSON_AddStringToObject(o, "writer_host", a->writer_host);
+    cJSON_AddNumberToObject(o, "writer_pid", (double)a->writer_pid);
+    return o;
+}

@@ -8,5 +8,8 @@
 
 /* {"kind", "uri", "step", "attempt", "created", "metrics": {...}} (metrics {} when none). */
 cJSON *dt_track_artifact_json(const dt_track_artifact_row *a);
+/* {"attempt", "status", "exit_reason", "start_time", "end_time" (null while running),
+ * "world_size", "hosts", "writer_host", "writer_pid"}. */
+cJSON *dt_track_attempt_json(const dt_track_attempt *a);
 
 #endif

@@ -1,5 +1,6 @@
 /* Writing runs: begin (or a new attempt), params and lineage, tags, end, delete. Each is one
- * BEGIN IMMEDIATE transaction (artifacts are buffered with the metrics: metrics.c). */
+ * BEGIN IMMEDIATE transaction (artifacts are buffered with the metrics: metrics.c; the
+ * supervisor's writes: attempt.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,22 @@ static dt_status begin_tx(dt_track *s, void *ud) {
     if (a->run) sqlite3_bind_int64(q, 10, a->run);
     if ((st = step_done(s, q, "cannot write the run")) != DT_OK) return st;
     if (!a->run) a->run = sqlite3_last_insert_rowid(s->db);
+    /* the attempt's own row (REPLACE: a run deleted and begun again reuses nothing, but a
+     * version-1 store's migrated row may hold this number) */
+    if ((st = dt_trk_prepare(s,
+                             "INSERT OR REPLACE INTO attempts(run_id, attempt, status, start_time,"
+                             " world_size, hosts, writer_host, writer_pid)"
+                             " VALUES(?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7)",
+                             &q)) != DT_OK)
+        return st;
+    sqlite3_bind_int64(q, 1, a->run);
+    sqlite3_bind_int(q, 2, a->attempt);
+    sqlite3_bind_double(q, 3, now);
+    sqlite3_bind_int(q, 4, a->world);
+    dt_trk_bind_text(q, 5, a->hosts);
+    sqlite3_bind_text(q, 6, host, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(q, 7, (int64_t)getpid());
+    if ((st = step_done(s, q, "cannot write the attempt")) != DT_OK) return st;
     /* this attempt's config and lineage replace the previous attempt's */
     static const char *const clear[] = {"DELETE FROM params WHERE run_id = ?1",
                                         "DELETE FROM lineage WHERE run_id = ?1"};
@@ -168,20 +185,53 @@ dt_status dt_track_tag(dt_track *s, int64_t run_id, const char *key, const char 
     return dt_trk_tx(s, "cannot write the tag", tag_tx, &r);
 }
 
+typedef struct end_args {
+    int64_t run;
+    int attempt; /* 0: the newest */
+    const char *status, *reason;
+} end_args;
+
 static dt_status end_tx(dt_track *s, void *ud) {
-    row_args *r = ud;
+    end_args *r = ud;
     sqlite3_stmt *q;
-    dt_status st = dt_trk_prepare(
-        s, "UPDATE runs SET status = ?2, exit_reason = ?3, end_time = ?4 WHERE id = ?1", &q);
+    dt_status st = dt_trk_prepare(s, "SELECT attempts FROM runs WHERE id = ?1", &q);
     if (st != DT_OK) return st;
     sqlite3_bind_int64(q, 1, r->run);
-    sqlite3_bind_text(q, 2, r->a, -1, SQLITE_STATIC);
-    dt_trk_bind_text(q, 3, r->b);
-    sqlite3_bind_double(q, 4, dt_track_wall());
-    if ((st = step_done(s, q, "cannot end the run")) != DT_OK) return st;
-    if (!sqlite3_changes(s->db))
+    int rc = sqlite3_step(q), newest = rc == SQLITE_ROW ? sqlite3_column_int(q, 0) : 0;
+    sqlite3_finalize(q);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return dt_trk_fail(s, "cannot read runs");
+    if (rc != SQLITE_ROW)
         return dt_error_set(DT_ERR_NOTFOUND, "%s: no run %lld", s->path, (long long)r->run);
-    return DT_OK;
+    int attempt = r->attempt > 0 ? r->attempt : newest;
+    return dt_trk_end_attempt(s, r->run, attempt, attempt >= newest, r->status, r->reason);
+}
+
+dt_status dt_trk_end_attempt(dt_track *s, int64_t run, int attempt, int newest, const char *status,
+                             const char *reason) {
+    double now = dt_track_wall();
+    sqlite3_stmt *q;
+    /* reason NULL keeps the recorded one */
+    dt_status st = dt_trk_prepare(s,
+                                  "UPDATE attempts SET status = ?3, exit_reason = COALESCE(?4,"
+                                  " exit_reason), end_time = ?5 WHERE run_id = ?1 AND attempt = ?2",
+                                  &q);
+    if (st != DT_OK) return st;
+    sqlite3_bind_int64(q, 1, run);
+    sqlite3_bind_int(q, 2, attempt);
+    sqlite3_bind_text(q, 3, status, -1, SQLITE_STATIC);
+    dt_trk_bind_text(q, 4, reason);
+    sqlite3_bind_double(q, 5, now);
+    if ((st = step_done(s, q, "cannot end the attempt")) != DT_OK || !newest) return st;
+    if ((st = dt_trk_prepare(s,
+                             "UPDATE runs SET status = ?2, exit_reason = COALESCE(?3, exit_reason),"
+                             " end_time = ?4 WHERE id = ?1",
+                             &q)) != DT_OK)
+        return st;
+    sqlite3_bind_int64(q, 1, run);
+    sqlite3_bind_text(q, 2, status, -1, SQLITE_STATIC);
+    dt_trk_bind_text(q, 3, reason);
+    sqlite3_bind_double(q, 4, now);
+    return step_done(s, q, "cannot end the run");
 }
 
 dt_status dt_track_run_end(dt_track *s, int64_t run_id, const char *status,
@@ -190,7 +240,11 @@ dt_status dt_track_run_end(dt_track *s, int64_t run_id, const char *status,
         return dt_error_set(DT_ERR_INVALID, "track run end: status must be given");
     dt_status st = dt_track_flush(s);
     if (st != DT_OK) return st;
-    row_args r = {.run = run_id, .a = status, .b = exit_reason};
+    end_args r = {.run = run_id, .status = status, .reason = exit_reason};
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_begun; i++)
+        if (s->begun_run[i] == run_id) r.attempt = s->begun_attempt[i];
+    pthread_mutex_unlock(&s->mu);
     return dt_trk_tx(s, "cannot end the run", end_tx, &r);
 }
 
@@ -199,9 +253,10 @@ static dt_status delete_tx(dt_track *s, void *ud) {
     static const char *const sql[] = {
         "DELETE FROM metrics WHERE run_id = ?1", "DELETE FROM params WHERE run_id = ?1",
         "DELETE FROM tags WHERE run_id = ?1",    "DELETE FROM artifacts WHERE run_id = ?1",
-        "DELETE FROM lineage WHERE run_id = ?1", "DELETE FROM runs WHERE id = ?1"};
+        "DELETE FROM lineage WHERE run_id = ?1", "DELETE FROM attempts WHERE run_id = ?1",
+        "DELETE FROM runs WHERE id = ?1"};
     dt_status st = DT_OK;
-    for (int i = 0; i < 6 && st == DT_OK; i++) {
+    for (int i = 0; i < 7 && st == DT_OK; i++) {
         sqlite3_stmt *q;
         if ((st = dt_trk_prepare(s, sql[i], &q)) != DT_OK) break;
         sqlite3_bind_int64(q, 1, run);

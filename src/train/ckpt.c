@@ -94,6 +94,7 @@ static void *writer_main(void *arg) {
             snprintf(key, sizeof key, "%s/%s", c->dir, DT_CKPT_STATE);
             st = dt_store_put(c->store, key, c->commit_json, strlen(c->commit_json));
             if (st == DT_OK && t->log) fputs(c->commit_line, t->log), fflush(t->log);
+            if (st == DT_OK) dt_train_progress_ckpt(t, c->step); /* the progress line's "ckpt" */
             if (st == DT_OK)
                 dt_train_track_ckpt(t, c->step, dt_store_url(c->store), c->dir, c->commit_json);
             /* Retention only after the new checkpoint is committed. Its failure leaves extra

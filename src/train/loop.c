@@ -92,8 +92,9 @@ dt_status dt_trainer_step(dt_trainer *t) {
     t->prog.loss = loss / (double)accum;
     t->prog.lr = lr;
     t->prog.grad_norm = norm;
-    t->wait_sum += wait;
-    t->step_time_sum += dt_train_now() - t0;
+    double busy = dt_train_now() - t0;
+    t->wait_sum += wait, t->wait_total_s += wait;
+    t->step_time_sum += busy, t->step_time_total_s += busy;
     t->samples_since += t->B * accum;
     return DT_OK;
 }
@@ -122,6 +123,7 @@ static dt_status log_line(dt_trainer *t) {
     t->prog.samples_per_s = dt > 0 ? (double)t->samples_since / dt : 0;
     t->prog.data_wait = t->step_time_sum > 0 ? t->wait_sum / t->step_time_sum : 0;
     t->prog.elapsed_s = now - t->t_start;
+    dt_train_progress_clear(t); /* on a terminal the step line takes the progress line's place */
     if (t->log)
         fprintf(t->log,
                 "step %6lld/%lld  epoch %lld  loss %.4f  lr %.3g  |g| %.3g  %.0f %s/s  "
@@ -221,11 +223,13 @@ dt_status dt_trainer_export(dt_trainer *t, const char *dir) {
 static dt_status run_loop(dt_trainer *t) {
     const dt_config_values *v = &t->v;
     dt_status st;
+    int final_eval = 0;
     while (t->prog.step < t->prog.total_steps) {
         if ((st = dt_trainer_step(t)) != DT_OK) return st;
         if ((t->prog.step % v->train.log_every == 0 || t->prog.step == t->prog.total_steps) &&
             (st = log_line(t)) != DT_OK)
             return st;
+        dt_train_progress_step(t);
         if (t->prog.step == t->prog.total_steps) {
             /* Memory between steps: what ZeRO keeps resident (evaluation, the final gather
              * and export come after). */
@@ -249,14 +253,19 @@ static dt_status run_loop(dt_trainer *t) {
                 fprintf(t->log, "\n");
             }
         }
-        /* evaluation first, so that a checkpoint of the same step records its metrics */
-        if (t->val_ld && v->train.eval_every && t->prog.step % v->train.eval_every == 0 &&
-            t->prog.step != t->prog.total_steps && (st = eval_and_log(t)) != DT_OK)
-            return st;
+        /* evaluation first, so that a checkpoint of the same step (the end's too) records
+         * its metrics */
+        int last = t->prog.step == t->prog.total_steps;
+        if (t->val_ld &&
+            (last || (v->train.eval_every && t->prog.step % v->train.eval_every == 0))) {
+            if ((st = eval_and_log(t)) != DT_OK) return st;
+            final_eval = last;
+        }
         if ((st = dt_train_ckpt_after_step(t)) != DT_OK) return st;
         if (t->prog.preempted) return DT_OK; /* saved; no evaluation or export */
     }
-    if (t->val_ld && (st = eval_and_log(t)) != DT_OK) return st;
+    /* a run resumed from its last step trains nothing but is still evaluated */
+    if (t->val_ld && !final_eval && (st = eval_and_log(t)) != DT_OK) return st;
     /* ZeRO-3: leave every rank with the whole trained model (export, the caller's reads). */
     if (t->ddp && t->v.dist.zero_stage >= 3 && (st = dt_ddp_gather_params(t->ddp)) != DT_OK)
         return st;
@@ -286,8 +295,10 @@ dt_status dt_trainer_run(dt_trainer *t) {
         fflush(t->log);
     }
     dt_status st = DT_OK;
+    dt_train_progress_begin(t);
     if (t->rank == 0) st = dt_train_record(t, "running");
     if (st == DT_OK) st = run_loop(t);
+    dt_train_progress_end(t);
     if (st != DT_OK) {
         t->failed = 1;
         if (t->rank == 0) {

@@ -49,6 +49,8 @@ struct dt_trainer {
     double rss_base_mib;   /* resident memory before the model was built (libraries, MPI) */
     int64_t samples_since;
     struct dt_train_track *tk; /* rank 0: the experiment store (src/train/track_glue.c) */
+    double wait_total_s, step_time_total_s; /* never reset: the progress line's windows */
+    struct dt_train_pline *pl; /* rank 0 on a terminal: the progress line (progress.c) */
 };
 
 double dt_train_now(void);
@@ -81,5 +83,19 @@ void dt_train_track_ckpt(dt_trainer *t, int64_t step, const char *store_url, con
 void dt_train_track_export(dt_trainer *t, const char *dir);           /* the exported model */
 void dt_train_track_end(dt_trainer *t, const char *status, const char *reason);
 void dt_train_track_close(dt_trainer *t); /* ends a run left open as failed; closes */
+
+/* The progress line (train.progress; src/train/progress.c): rank 0, when the log is a terminal
+ * (or train.progress=on), redraws one line in place after the steps. While it is on, t->log and
+ * stderr go through streams that finish the line with a newline before any other text, so log
+ * lines from any thread start at column 0. All are no-ops when it is off. */
+typedef struct dt_train_pline dt_train_pline;
+void dt_train_progress_begin(dt_trainer *t); /* dt_trainer_run, before the first step */
+void dt_train_progress_step(dt_trainer *t);  /* after each step: redraws, at most ~4 times/s */
+void dt_train_progress_clear(dt_trainer *t); /* erases the line (the step log line replaces it) */
+void dt_train_progress_end(dt_trainer *t);   /* finishes the line; no more drawing */
+/* A committed checkpoint, for the line's "ckpt" field (from any thread). */
+void dt_train_progress_ckpt(dt_trainer *t, int64_t step);
+/* Puts t->log and stderr back; after the threads that print have been joined. */
+void dt_train_progress_free(dt_trainer *t);
 
 #endif

@@ -400,6 +400,8 @@ void dt_trainer_free(dt_trainer *t) {
     if (!t) return;
     dt_train_ckpt_free(t);
     dt_train_track_close(t); /* after the checkpoint writer: it may still record an artifact */
+    /* t->log and stderr back, now that no thread prints */
+    dt_train_progress_free(t);
     free(t->config_yaml);
     dt_loader_free(t->train_ld), dt_loader_free(t->val_ld);
     dt_dataset_close(t->train_ds), dt_dataset_close(t->val_ds);

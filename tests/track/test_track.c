@@ -13,8 +13,15 @@
  *   - a write error is sticky and named (metrics table dropped under the writer)
  *   - two processes writing one new file at once (both creating it): no "database is locked",
  *     every row present, and the run both begin gets exactly 2 attempts
- *   test_track [--writer DB NAME START_TIME]  (the second form is the concurrent writer) */
+ *   - attempts (schema 2): a version-1 store is migrated on open (its runs' latest attempts
+ *     kept, later attempts numbered on); a supervisor ends an attempt whose writer was SIGKILLed
+ *     (a real child process: the run was 'lost', then failed with the supervisor's reason),
+ *     keeps the reason of an attempt its writer ended, adds an attempt no writer began (and a
+ *     run that did not exist); metrics of overlapping steps stay told apart by attempt; ending
+ *     an older attempt leaves the run's status to the newest; delete removes the attempts
+ *   test_track [--writer DB NAME START_TIME | --killed-writer DB]  (child processes) */
 #include <math.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +90,24 @@ static int writer_main(const char *db, const char *name, double start) {
     return st == DT_OK ? 0 : 1;
 }
 
+/* Begins attempt sup/r, commits loss at steps 1..5, then dies by SIGKILL without ending it
+ * (rank 0 of a job whose peer died). */
+static int killed_writer_main(const char *db) {
+    dt_track *s;
+    int64_t run;
+    dt_status st = dt_track_open(db, &s);
+    if (st == DT_OK) st = dt_track_run_begin(s, "sup", "r", 2, "h:2", NULL, NULL, 0, &run);
+    for (int i = 1; st == DT_OK && i <= 5; i++)
+        st = dt_track_metric(s, run, "loss", i, dt_track_wall(), 10.0 + i);
+    if (st == DT_OK) st = dt_track_flush(s);
+    if (st != DT_OK) {
+        fprintf(stderr, "killed writer: %s\n", dt_last_error());
+        return 1;
+    }
+    raise(SIGKILL);
+    return 2;
+}
+
 static void test_concurrent(const char *self) {
     char db[512], start[64];
     path_of(db, sizeof db, "conc/new.db"); /* the folder too is created by both */
@@ -135,9 +160,9 @@ static void test_schema(void) {
     CHECK_OK(dt_track_open(db, &s));
     CHECK(s && !strcmp(dt_track_path(s), db), "path %s", s ? dt_track_path(s) : "");
     dt_track_close(s);
-    const char *tables[] = {"schema_version", "experiments", "runs",      "params",
-                            "metrics",        "tags",        "artifacts", "lineage"};
-    for (int i = 0; i < 8; i++) {
+    const char *tables[] = {"schema_version", "experiments", "runs",    "params",  "metrics",
+                            "tags",           "artifacts",   "lineage", "attempts"};
+    for (int i = 0; i < 9; i++) {
         char sql[200];
         snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM sqlite_master WHERE name = '%s'",
                  tables[i]);
@@ -389,12 +414,231 @@ static void test_runs_and_metrics(void) {
     dt_track_close(rd);
 }
 
+/* ---- attempts (schema 2) --------------------------------------------------------------------- */
+
+typedef struct atts {
+    int n;
+    dt_track_attempt a[8];
+} atts;
+
+static int att_cb(void *ud, const dt_track_attempt *a) {
+    atts *l = ud;
+    if (l->n < 8) l->a[l->n++] = *a;
+    return 0;
+}
+
+static atts attempts_of(dt_track *s, int64_t run) {
+    atts l = {0};
+    CHECK_OK(dt_track_attempts(s, run, att_cb, &l));
+    return l;
+}
+
+/* A store as dtrain with schema version 1 wrote it (the DDL of that version, verbatim in the
+ * parts that matter: runs carried only the latest attempt's status). */
+static void test_migrate_v1(void) {
+    char db[512];
+    path_of(db, sizeof db, "v1.db");
+    sqlite3 *c = NULL;
+    CHECK(sqlite3_open(db, &c) == SQLITE_OK, "create %s", db); /* an empty file */
+    sqlite3_close(c);
+    sql_exec(db,
+             "PRAGMA journal_mode=WAL;"
+             "CREATE TABLE schema_version(version INTEGER NOT NULL);"
+             "CREATE TABLE experiments(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,"
+             " created REAL NOT NULL);"
+             "CREATE TABLE runs(id INTEGER PRIMARY KEY, experiment_id INTEGER NOT NULL"
+             " REFERENCES experiments(id), name TEXT NOT NULL, status TEXT NOT NULL,"
+             " attempts INTEGER NOT NULL, start_time REAL NOT NULL, attempt_start REAL,"
+             " end_time REAL, hosts TEXT, world_size INTEGER, exit_reason TEXT, writer_host TEXT,"
+             " writer_pid INTEGER, config_yaml TEXT, UNIQUE(experiment_id, name));"
+             "CREATE TABLE params(run_id INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,"
+             " PRIMARY KEY(run_id, key)) WITHOUT ROWID;"
+             "CREATE TABLE metrics(run_id INTEGER NOT NULL, key TEXT NOT NULL, step INTEGER NOT"
+             " NULL, wall REAL NOT NULL, value REAL, attempt INTEGER NOT NULL);"
+             "CREATE TABLE tags(run_id INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,"
+             " PRIMARY KEY(run_id, key)) WITHOUT ROWID;"
+             "CREATE TABLE artifacts(id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL, kind TEXT"
+             " NOT NULL, uri TEXT NOT NULL, step INTEGER, metrics TEXT, created REAL NOT NULL,"
+             " attempt INTEGER NOT NULL);"
+             "CREATE TABLE lineage(run_id INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,"
+             " PRIMARY KEY(run_id, key)) WITHOUT ROWID;"
+             "INSERT INTO schema_version VALUES(1);"
+             "INSERT INTO experiments VALUES(1, 'old', 1e9);"
+             "INSERT INTO runs VALUES(7, 1, 'r', 'failed', 3, 1e9, 1e9 + 50, 1e9 + 60, 'n:2', 2,"
+             " 'oom at step 9', 'n', 42, 'a: 1');"
+             "INSERT INTO metrics VALUES(7, 'loss', 9, 1e9 + 59, 1.5, 3);");
+    dt_track *s;
+    CHECK_OK(dt_track_open_existing(db, &s)); /* a reader migrates too */
+    if (!s) return;
+    CHECK(sql_int(db, "SELECT MAX(version) FROM schema_version") == 2, "migrated to version 2");
+    atts l = attempts_of(s, 7);
+    CHECK(l.n == 1 && l.a[0].attempt == 3 && !strcmp(l.a[0].status, "failed") &&
+              !strcmp(l.a[0].exit_reason, "oom at step 9") && l.a[0].start_time == 1e9 + 50 &&
+              l.a[0].end_time == 1e9 + 60 && l.a[0].world == 2 && l.a[0].writer_pid == 42,
+          "the latest attempt of a version-1 run: %d rows, #%d %s (%s)", l.n, l.a[0].attempt,
+          l.a[0].status, l.a[0].exit_reason);
+    dt_track_run r;
+    CHECK_OK(dt_track_run_find(s, "old/r", &r));
+    CHECK(r.n_metrics == 1 && r.attempts == 3 && !strcmp(r.status, "failed"),
+          "the old run reads as before");
+    int64_t id;
+    CHECK_OK(dt_track_run_begin(s, "old", "r", 1, "m:1", NULL, NULL, 0, &id));
+    CHECK_OK(dt_track_run_end(s, id, "done", "resumed"));
+    l = attempts_of(s, id);
+    CHECK(id == 7 && l.n == 2 && l.a[1].attempt == 4 && !strcmp(l.a[1].status, "done") &&
+              !strcmp(l.a[0].status, "failed"),
+          "the next attempt is #4 (%d rows)", l.n);
+    dt_track_close(s);
+    CHECK_OK(dt_track_open(db, &s)); /* opening again migrates nothing twice */
+    dt_track_close(s);
+    CHECK(sql_int(db, "SELECT COUNT(*) FROM schema_version") == 2 &&
+              sql_int(db, "SELECT COUNT(*) FROM attempts") == 2,
+          "one migration");
+}
+
+static int count_step(void *ud, const dt_track_metric_row *m) {
+    int *n = ud; /* n[attempt] of the rows at step 4 */
+    if (m->step == 4 && m->attempt >= 1 && m->attempt <= 2) n[m->attempt]++;
+    return 0;
+}
+
+/* The launcher's records around attempts: killed, resumed, never begun; a missing run. */
+static void test_supervisor(const char *self) {
+    char db[512];
+    path_of(db, sizeof db, "sup.db");
+    dt_track *sup;
+    CHECK_OK(dt_track_open(db, &sup));
+    if (!sup) return;
+    int before = -1;
+    CHECK_OK(dt_track_run_attempts(sup, "sup", "r", &before));
+    CHECK(before == 0, "no run yet: %d attempts", before);
+    /* attempt 1: its writer (a child process) is SIGKILLed after committing steps 1..5 */
+    double t0 = dt_track_wall();
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/proc/self/exe", self, "--killed-writer", db, (char *)NULL);
+        _exit(127);
+    }
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    CHECK(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL, "the writer died by SIGKILL (%d)", ws);
+    dt_track_run r;
+    CHECK_OK(dt_track_run_find(sup, "sup/r", &r));
+    CHECK(!strcmp(r.status, "running") && r.lost && r.attempts == 1 && r.n_metrics == 5,
+          "killed: status %s, lost %d, %lld metrics", r.status, r.lost, (long long)r.n_metrics);
+    dt_track_attempt_end_info in = {.attempts_before = before,
+                                    .start_time = t0,
+                                    .world = 2,
+                                    .hosts = "h:2",
+                                    .status = "failed",
+                                    .exit_reason = "worker 1 killed by signal 9; restarting"};
+    int64_t id = 0;
+    CHECK_OK(dt_track_attempt_end(sup, "sup", "r", &in, &id));
+    CHECK_OK(dt_track_run_find(sup, "sup/r", &r));
+    CHECK(id == r.id && !strcmp(r.status, "failed") && !r.lost && r.attempts == 1 &&
+              !strcmp(r.exit_reason, in.exit_reason) && r.end_time >= t0,
+          "ended by the supervisor: %s (%s), lost %d", r.status, r.exit_reason, r.lost);
+    atts l = attempts_of(sup, id);
+    CHECK(l.n == 1 && !strcmp(l.a[0].status, "failed") &&
+              !strcmp(l.a[0].exit_reason, in.exit_reason) && l.a[0].writer_pid == pid &&
+              l.a[0].end_time >= l.a[0].start_time && l.a[0].start_time >= t0,
+          "attempt 1: %s (%s) writer %lld (child %d)", l.a[0].status, l.a[0].exit_reason,
+          (long long)l.a[0].writer_pid, (int)pid);
+    /* attempt 2: resumed from step 3 (steps 4, 5 again), ended by its writer; the supervisor's
+     * "done" without a reason keeps the writer's */
+    CHECK_OK(dt_track_run_attempts(sup, "sup", "r", &before));
+    dt_track *w;
+    CHECK_OK(dt_track_open(db, &w));
+    int64_t wid = 0;
+    CHECK_OK(dt_track_run_begin(w, "sup", "r", 2, "h:2", NULL, NULL, 0, &wid));
+    for (int i = 4; i <= 8; i++) CHECK_OK(dt_track_metric(w, wid, "loss", i, dt_track_wall(), i));
+    CHECK_OK(dt_track_run_end(w, wid, "done", "finished 8 steps"));
+    dt_track_close(w);
+    in.attempts_before = before, in.status = "done", in.exit_reason = NULL;
+    CHECK_OK(dt_track_attempt_end(sup, "sup", "r", &in, NULL));
+    CHECK_OK(dt_track_run_find(sup, "sup/r", &r));
+    l = attempts_of(sup, id);
+    CHECK(before == 1 && wid == id && r.attempts == 2 && !strcmp(r.status, "done") &&
+              !strcmp(r.exit_reason, "finished 8 steps") && l.n == 2 &&
+              !strcmp(l.a[0].status, "failed") && !strcmp(l.a[1].status, "done") &&
+              !strcmp(l.a[1].exit_reason, "finished 8 steps") && l.a[1].writer_pid == getpid(),
+          "attempt 2: run %s (%s), %d attempts; #1 %s, #2 %s (%s)", r.status, r.exit_reason,
+          r.attempts, l.a[0].status, l.a[1].status, l.a[1].exit_reason);
+    int at4[3] = {0};
+    CHECK_OK(dt_track_metrics(sup, id, "loss", count_step, at4));
+    CHECK(at4[1] == 1 && at4[2] == 1 && r.n_metrics == 10,
+          "step 4 once per attempt (%d, %d), %lld rows", at4[1], at4[2], (long long)r.n_metrics);
+    /* attempt 3: the workers died before any began it: the supervisor adds it */
+    CHECK_OK(dt_track_run_attempts(sup, "sup", "r", &before));
+    in.attempts_before = before, in.status = "failed", in.world = 3, in.hosts = "a:2,b:1";
+    in.exit_reason = "worker 0 exited with status 1; gave up after 1 failure";
+    in.start_time = dt_track_wall();
+    CHECK_OK(dt_track_attempt_end(sup, "sup", "r", &in, NULL));
+    CHECK_OK(dt_track_run_find(sup, "sup/r", &r));
+    l = attempts_of(sup, id);
+    CHECK(r.attempts == 3 && !strcmp(r.status, "failed") &&
+              !strcmp(r.exit_reason, in.exit_reason) && r.world == 3 && l.n == 3 &&
+              l.a[2].attempt == 3 && !strcmp(l.a[2].hosts, "a:2,b:1") &&
+              l.a[2].start_time == in.start_time && l.a[2].end_time >= in.start_time &&
+              l.a[2].writer_pid == getpid() && !strcmp(l.a[1].status, "done"),
+          "an attempt no writer began: %d attempts, %s (%s), #3 hosts %s", r.attempts, r.status,
+          r.exit_reason, l.a[2].hosts);
+    /* a run nobody began: created, with its one failed attempt */
+    in.attempts_before = 0, in.exit_reason = "worker 0 exited with status 2 (config or data error)";
+    CHECK_OK(dt_track_attempt_end(sup, "sup", "never", &in, &wid));
+    CHECK_OK(dt_track_run_find(sup, "sup/never", &r));
+    l = attempts_of(sup, wid);
+    CHECK(r.id == wid && r.attempts == 1 && !strcmp(r.status, "failed") && l.n == 1 &&
+              !strcmp(l.a[0].exit_reason, in.exit_reason),
+          "a missing run is created: %d attempts, %s", r.attempts, r.status);
+    /* the supervisor's failure replaces a writer's own "failed" and its reason */
+    CHECK_OK(dt_track_run_attempts(sup, "sup", "r", &before));
+    CHECK_OK(dt_track_open(db, &w));
+    CHECK_OK(dt_track_run_begin(w, "sup", "r", 2, "h:2", NULL, NULL, 0, &wid));
+    CHECK_OK(dt_track_run_end(w, wid, "failed", "ended at step 3: comm error"));
+    dt_track_close(w);
+    in.attempts_before = before, in.exit_reason = "worker 1 killed by signal 9; gave up";
+    CHECK_OK(dt_track_attempt_end(sup, "sup", "r", &in, NULL));
+    l = attempts_of(sup, id);
+    CHECK(l.n == 4 && !strcmp(l.a[3].exit_reason, in.exit_reason), "#4 reason: %s",
+          l.a[3].exit_reason);
+    /* ending an older attempt leaves the run to its newest */
+    dt_track *w2;
+    int64_t a1, a2;
+    CHECK_OK(dt_track_open(db, &w));
+    CHECK_OK(dt_track_open(db, &w2));
+    CHECK_OK(dt_track_run_begin(w, "sup", "two", 1, NULL, NULL, NULL, 0, &a1));
+    CHECK_OK(dt_track_run_begin(w2, "sup", "two", 1, NULL, NULL, NULL, 0, &a2));
+    CHECK_OK(dt_track_run_end(w, a1, "failed", "old"));
+    CHECK_OK(dt_track_run_find(sup, "sup/two", &r));
+    l = attempts_of(sup, a1);
+    CHECK(a1 == a2 && !strcmp(r.status, "running") && l.n == 2 &&
+              !strcmp(l.a[0].status, "failed") && !strcmp(l.a[1].status, "running"),
+          "an older attempt ended: run %s, #1 %s, #2 %s", r.status, l.a[0].status, l.a[1].status);
+    CHECK_OK(dt_track_run_end(w2, a2, "done", "new"));
+    CHECK_OK(dt_track_run_find(sup, "sup/two", &r));
+    CHECK(!strcmp(r.status, "done") && !strcmp(r.exit_reason, "new"), "newest ended: %s", r.status);
+    dt_track_close(w), dt_track_close(w2);
+    /* bad input; delete */
+    in.status = NULL;
+    CHECK(dt_track_attempt_end(sup, "sup", "r", &in, NULL) == DT_ERR_INVALID, "no status");
+    CHECK(dt_track_run_attempts(sup, NULL, "r", &before) == DT_ERR_INVALID, "no experiment");
+    CHECK_OK(dt_track_run_delete(sup, id));
+    char sql[120];
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM attempts WHERE run_id = %lld", (long long)id);
+    CHECK(sql_int(db, sql) == 0, "delete removes the attempts");
+    dt_track_close(sup);
+}
+
 int main(int argc, char **argv) {
     if (argc == 5 && !strcmp(argv[1], "--writer"))
         return writer_main(argv[2], argv[3], strtod(argv[4], NULL));
+    if (argc == 3 && !strcmp(argv[1], "--killed-writer")) return killed_writer_main(argv[2]);
     snprintf(dir, sizeof dir, "/tmp/dt-track-XXXXXX");
     if (!mkdtemp(dir)) return 1;
     test_concurrent(argv[0]); /* first: no threads in this process yet when it forks */
+    test_supervisor(argv[0]); /* forks before it opens anything that starts a thread */
+    test_migrate_v1();
     test_schema();
     test_open_errors();
     test_flatten();

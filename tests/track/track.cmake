@@ -8,3 +8,34 @@ foreach(case compare attempts degraded)
   set_tests_properties(track_runs_${case} PROPERTIES LABELS e2e TIMEOUT 300 RUN_SERIAL TRUE
                        FIXTURES_REQUIRED fortunes_data ENVIRONMENT "OMP_NUM_THREADS=1")
 endforeach()
+# `dtrain runs plot` (src/cli/runs_plot.c) on two real runs: SVG structure and values, PNG pixels
+# (the venv's Pillow; skipped without it), a resumed run's merge, errors. The PNG is kept in
+# build/tests/track_runs_plot/.
+add_test(NAME track_runs_plot COMMAND ${PROJECT_SOURCE_DIR}/tests/track/runs_plot.sh
+         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA}
+         ${CMAKE_CURRENT_BINARY_DIR}/track_runs_plot)
+set_tests_properties(track_runs_plot PROPERTIES LABELS e2e TIMEOUT 300 RUN_SERIAL TRUE
+                     SKIP_RETURN_CODE 77 FIXTURES_REQUIRED fortunes_data
+                     ENVIRONMENT "OMP_NUM_THREADS=1;DT_VENV_PYTHON=${DT_VENV_PYTHON}")
+# `dtrain runs export --format mlflow` (src/cli/runs_mlflow.c): a 3-attempt run and a second run
+# exported, read back with MLflow's client (the venv's mlflow-skinny; skipped without it) and
+# compared with the json/csv export; renamed keys, re-export in place, errors.
+add_test(NAME track_runs_mlflow COMMAND ${PROJECT_SOURCE_DIR}/tests/track/mlflow_export.sh
+         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA})
+set_tests_properties(track_runs_mlflow PROPERTIES LABELS e2e TIMEOUT 300 RUN_SERIAL TRUE
+                     SKIP_RETURN_CODE 77 FIXTURES_REQUIRED fortunes_data
+                     ENVIRONMENT "OMP_NUM_THREADS=1;DT_VENV_PYTHON=${DT_VENV_PYTHON}")
+# The store under faults, with real 2-worker `dtrain launch` jobs of the tiny Llama
+# (tests/track/track_faults.py): a SIGKILLed worker (the launcher's record of the failed attempt,
+# the resumed one, metrics told apart by attempt), two launches at once on one store, an
+# unusable tracking.uri, and a live job's monitor under bad requests and a busy port.
+if(MPI_FOUND)
+  foreach(case kill concurrent bad-store monitor)
+    add_test(NAME track_faults_${case}
+             COMMAND python3 ${PROJECT_SOURCE_DIR}/tests/track/track_faults.py
+                     $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${case})
+    set_tests_properties(track_faults_${case} PROPERTIES LABELS "e2e;launch" TIMEOUT 240
+                         RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data
+                         ENVIRONMENT "OMP_NUM_THREADS=1")
+  endforeach()
+endif()

@@ -70,3 +70,18 @@ add_test(NAME train_lora_memory COMMAND ${PROJECT_SOURCE_DIR}/tests/train/lora_m
          $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA})
 set_tests_properties(train_lora_memory PROPERTIES LABELS e2e TIMEOUT 300 RUN_SERIAL TRUE
                      FIXTURES_REQUIRED fortunes_data)
+# The terminal progress line (train.progress) under a pseudo-terminal (util-linux script): redrawn
+# segments, ETA, checkpoint field, every other line at column 0; plain output into a file; off;
+# a narrow terminal; 2 ranks under mpirun; a bad value.
+add_test(NAME train_progress COMMAND ${PROJECT_SOURCE_DIR}/tests/train/progress.sh
+         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} "${MPIEXEC_EXECUTABLE}")
+set_tests_properties(train_progress PROPERTIES LABELS e2e TIMEOUT 300 RUN_SERIAL TRUE
+                     FIXTURES_REQUIRED fortunes_data
+                     ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000")
+
+# `make demo` itself (scripts/demo.sh): >= 88% test accuracy, the killed worker recovered, the
+# run in the store with both attempts, checkpoints, model, plot, and a working resume command.
+add_test(NAME demo COMMAND ${PROJECT_SOURCE_DIR}/tests/train/demo_test.sh ${CMAKE_BINARY_DIR}
+                           ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/demo-test)
+set_tests_properties(demo PROPERTIES LABELS e2e TIMEOUT 600 RUN_SERIAL TRUE
+                     ENVIRONMENT "GOMP_SPINCOUNT=1000")
