@@ -108,6 +108,7 @@ typedef struct dt_config_values {
         int64_t rank;
         double alpha, dropout;
         dt_config_list targets;
+        dt_config_list modules_to_save; /* PEFT's: whole modules trained beside the adapters */
     } lora;
     struct {
         char dir[DT_CFG_STR_MAX]; /* storage URI: path, file://..., s3://bucket/prefix */
@@ -225,8 +226,8 @@ typedef struct dt_plan {
     int world, zero_stage;
     int64_t batch, seq_len;   /* seq_len: tokens (Llama) or image side (ResNet) */
     int64_t params_total;     /* every parameter of the model (+ LoRA adapters) */
-    int64_t params_trainable; /* optimised: all, or the LoRA adapters only */
-    int64_t params_frozen;    /* LoRA base weights */
+    int64_t params_trainable; /* optimised: all, or the LoRA adapters + modules to save */
+    int64_t params_frozen;    /* LoRA base weights (less the modules to save) */
     int optim_states;         /* f32 moments per trainable parameter: SGD 0 or 1, AdamW 2 */
     /* Bytes per worker after ZeRO sharding. */
     int64_t param_bytes;      /* trainable f32 parameters (/N under stage 3) */

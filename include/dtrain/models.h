@@ -38,19 +38,42 @@ dt_status dt_resnet_init(dt_graph *g, uint64_t seed);
  *   y = x W^T + (alpha / r) * dropout(x) A^T B^T,   A [r, in], B [out, r]
  * with W frozen (bf16) and A, B trainable f32, named as PEFT names them inside the model:
  * "model.layers.L.self_attn.q_proj.lora_A.weight" (PEFT's files add "base_model.model."). With
- * rank > 0 every base weight is frozen: matrices and embeddings in bf16, norms in f32. */
+ * rank > 0 every base weight is frozen (matrices and embeddings in bf16, norms in f32) except the
+ * modules to save below. */
 enum {
     DT_LORA_Q = 1 << 0, DT_LORA_K = 1 << 1, DT_LORA_V = 1 << 2, DT_LORA_O = 1 << 3,
     DT_LORA_GATE = 1 << 4, DT_LORA_UP = 1 << 5, DT_LORA_DOWN = 1 << 6,
 };
+/* PEFT's modules_to_save: whole base modules trained as full copies beside the adapters. Such
+ * a module's weight is a trainable f32 parameter in the flat buffers (gradients, optimizer state,
+ * ZeRO shards, checkpoints) instead of a frozen one, and is saved in the adapter file under its
+ * own name, "base_model.model.model.embed_tokens.weight" (PEFT writes the trained copy without
+ * its ".modules_to_save.default." infix). Norms cover every layer: PEFT selects a module when its
+ * path ends with a name, so "norm" selects model.norm and both norms of every layer.
+ * Tied embeddings (tie_word_embeddings): embed_tokens and lm_head are one matrix, which either
+ * bit makes trainable, kept tied, as PEFT does with ensure_weight_tying=True (the adapter then
+ * holds it under both names; without that option PEFT unties them, which dtrain refuses). */
+enum {
+    DT_LORA_SAVE_EMBED = 1 << 0,      /* model.embed_tokens [V, D] */
+    DT_LORA_SAVE_INPUT_NORM = 1 << 1, /* model.layers.L.input_layernorm [D], every layer */
+    DT_LORA_SAVE_POST_NORM = 1 << 2,  /* model.layers.L.post_attention_layernorm [D], every L */
+    DT_LORA_SAVE_FINAL_NORM = 1 << 3, /* model.norm [D] */
+    DT_LORA_SAVE_LM_HEAD = 1 << 4,    /* lm_head [V, D] */
+};
 typedef struct dt_lora_config {
-    int rank;         /* r; 0 = no LoRA (full training) */
-    float alpha;      /* scaling alpha (the update is scaled by alpha / r) */
-    float dropout;    /* on the adapter input, training only */
-    unsigned targets; /* DT_LORA_* */
+    int rank;                 /* r; 0 = no LoRA (full training) */
+    float alpha;              /* scaling alpha (the update is scaled by alpha / r) */
+    float dropout;            /* on the adapter input, training only */
+    unsigned targets;         /* DT_LORA_* */
+    unsigned modules_to_save; /* DT_LORA_SAVE_*; 0: adapters only */
 } dt_lora_config;
 /* "q_proj" -> DT_LORA_Q ...; 0 for an unknown name. */
 unsigned dt_lora_target_bit(const char *name);
+/* A modules_to_save name of dtrain's config (lora.modules_to_save) -> DT_LORA_SAVE_* bits, as
+ * PEFT's suffix match selects modules: "embed_tokens", "input_layernorm",
+ * "post_attention_layernorm", "norm" (all three norms), "model.norm" (the final one only),
+ * "lm_head"; 0 for any other name. (Adapter files may use any suffix: see dt_lora_config_load.) */
+unsigned dt_lora_module_bits(const char *name);
 
 typedef struct dt_llama_config {
     int vocab_size, hidden_size, intermediate_size, num_hidden_layers;
@@ -80,24 +103,35 @@ int dt_llama_build(dt_graph *g, const dt_llama_config *c, int ids);
 dt_status dt_llama_init(dt_graph *g, uint64_t seed);
 /* Only the LoRA adapters (for a base loaded from files). */
 dt_status dt_lora_init(dt_graph *g, uint64_t seed);
-/* Trainable LoRA parameters of a config: sum over targeted projections of r * (in + out). */
+/* Trainable parameters of a LoRA config, as PEFT's print_trainable_parameters() counts them:
+ * the adapters (sum over targeted projections of r * (in + out)) plus the modules_to_save
+ * (V*D for embed_tokens and for an untied lm_head, once for a tied pair; D per norm). */
 int64_t dt_lora_param_count(const dt_llama_config *c);
+/* The modules_to_save part of it: parameters that train instead of staying in the frozen base. */
+int64_t dt_lora_saved_param_count(const dt_llama_config *c);
 
 /* PEFT adapter folders: adapter_config.json + adapter_model.safetensors with PEFT's key names
- * ("base_model.model.<module>.lora_A.weight"). Save writes the graph's adapters; load reads
- * them (every adapter of the graph must be there with its shape; rank, alpha and targets of
- * adapter_config.json must match the graph's config; errors name the file and key).
+ * ("base_model.model.<module>.lora_A.weight"; a module to save as
+ * "base_model.model.<module>.weight"). Save writes the graph's adapters and modules to save
+ * (listed in modules_to_save); load reads them (every one of the graph must be there with its
+ * shape, and nothing else; rank, alpha, targets and modules_to_save of adapter_config.json must
+ * match the graph's config; errors name the file and key).
  * base_model: recorded as base_model_name_or_path (may be NULL). */
 dt_status dt_lora_save(dt_graph *g, const dt_llama_config *c, const char *dir,
                        const char *base_model);
 dt_status dt_lora_load(dt_graph *g, const dt_llama_config *c, const char *dir);
-/* Reads rank/alpha/dropout/targets from a PEFT adapter_config.json into c->lora. */
+/* Reads rank/alpha/dropout/targets/modules_to_save from a PEFT adapter_config.json into c->lora.
+ * c's base fields (num_hidden_layers, tie_word_embeddings) judge modules_to_save: each name is
+ * matched as PEFT does (a module whose path ends with it) and must select only embed_tokens,
+ * norms (every layer's, not some) or lm_head; a tied base needs ensure_weight_tying=true when
+ * embed_tokens or lm_head is saved. */
 dt_status dt_lora_config_load(const char *dir, dt_llama_config *c);
 /* Merging an adapter into its base (src/nn/lora_merge.c), as PEFT's merge_and_unload: for every
  * targeted projection W [out, in], W' = W + (alpha / r) B A in f32 (A [r, in], B [out, r]).
  * base_dir: a Hugging Face folder (config.json + weights, any float dtype); adapter_dir: a PEFT
  * folder that dt_lora_config_load accepts, whose every targeted projection of every layer has
  * its A and B with the shapes the base implies (and no other tensors).
+ * The adapter's modules_to_save replace the base's modules (as merge_and_unload returns them).
  * dt_lora_merge_graph: a forward-only f32 graph (ids [1, 1] -> logits) of the merged model and
  * its config (no LoRA), e.g. for dt_llm_from_graph; free it with dt_graph_free.
  * dt_lora_merge: writes the merged model to out_dir with dt_llama_save_hf (f32) and copies the

@@ -80,12 +80,23 @@ dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p) {
         dt_llama_config m;
         if ((st = dt_llama_config_load(path, &m))) return st;
         if (o.lora && (st = lora_targets(&v->lora.targets, &o.lora_targets))) return st;
+        for (int i = 0; o.lora && i < v->lora.modules_to_save.n; i++) {
+            unsigned b = dt_lora_module_bits(v->lora.modules_to_save.item[i]);
+            if (!b)
+                return dt_error_set(DT_ERR_INVALID,
+                                    "plan: lora.modules_to_save: unknown module '%s'",
+                                    v->lora.modules_to_save.item[i]);
+            o.lora_modules |= b;
+        }
         if ((st = plan_llama_activations(&m, &o, &act))) return st;
         int64_t base = dt_llama_param_count(&m);
         p->seq_len = o.seq_len;
-        p->params_trainable = o.lora ? plan_lora_params(&m, o.lora_rank, o.lora_targets) : base;
-        p->params_frozen = o.lora ? base : 0;
-        p->params_total = base + (o.lora ? p->params_trainable : 0);
+        /* modules to save move from the frozen base to the trainable parameters */
+        int64_t saved = o.lora ? plan_lora_saved_params(&m, o.lora_modules) : 0;
+        int64_t adapters = o.lora ? plan_lora_params(&m, o.lora_rank, o.lora_targets) : 0;
+        p->params_trainable = o.lora ? adapters + saved : base;
+        p->params_frozen = o.lora ? base - saved : 0;
+        p->params_total = base + adapters;
         p->logits_bytes = o.batch * o.seq_len * m.vocab_size * 4;
         snprintf(p->model_desc, sizeof p->model_desc,
                  "llama: %d layers, hidden %d, %d heads (%d kv, dim %d), mlp %d, vocab %d%s",
@@ -121,12 +132,15 @@ dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p) {
     p->saved_bytes = act.saved;
     p->total_bytes = p->param_bytes + p->grad_bytes + p->optim_bytes + p->frozen_bytes +
                      p->state_bytes + p->activation_bytes;
-    char lora[120] = "";
+    char lora[160] = "";
     if (o.lora) {
         size_t j = (size_t)snprintf(lora, sizeof lora, ", LoRA r=%d on ", o.lora_rank);
         for (int i = 0; i < v->lora.targets.n && j < sizeof lora; i++)
             j += (size_t)snprintf(lora + j, sizeof lora - j, "%s%s", i ? "," : "",
                                   v->lora.targets.item[i]);
+        for (int i = 0; i < v->lora.modules_to_save.n && j < sizeof lora; i++)
+            j += (size_t)snprintf(lora + j, sizeof lora - j, "%s%s", i ? "," : " + training ",
+                                  v->lora.modules_to_save.item[i]);
     }
     if (v->model.kind == DT_CFG_MODEL_LLAMA)
         snprintf(p->run_desc, sizeof p->run_desc, "batch %lld x %lld tokens", (long long)p->batch,

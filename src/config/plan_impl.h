@@ -61,6 +61,7 @@ typedef struct plan_opts {
     int lora, lora_rank;
     double lora_dropout;
     unsigned lora_targets; /* bit per PLAN_T_* below */
+    unsigned lora_modules; /* DT_LORA_SAVE_* (lora.modules_to_save): trained whole, in f32 */
 } plan_opts;
 
 enum { PLAN_T_Q, PLAN_T_K, PLAN_T_V, PLAN_T_O, PLAN_T_GATE, PLAN_T_UP, PLAN_T_DOWN, PLAN_T_N };
@@ -71,5 +72,7 @@ dt_status plan_llama_activations(const dt_llama_config *c, const plan_opts *o, p
 dt_status plan_resnet_activations(const dt_resnet_config *c, const plan_opts *o, ps_result *r);
 /* LoRA adapter parameters: rank * (in + out) per targeted linear. */
 int64_t plan_lora_params(const dt_llama_config *c, int rank, unsigned targets);
+/* Parameters of the LoRA modules to save (DT_LORA_SAVE_* bits): trainable, not frozen. */
+int64_t plan_lora_saved_params(const dt_llama_config *c, unsigned modules);
 
 #endif

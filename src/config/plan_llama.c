@@ -15,9 +15,11 @@
  * cross-entropy backward (every saved activation + logits and their gradient, 2 x N*V f32);
  * otherwise the last layer's MLP backward. LoRA (not yet in the engine's builder; modelled as
  * PEFT computes it) adds, per targeted linear: dropout(x) (when dropout > 0), x A^T [N, r],
- * (x A^T) B^T [N, out], the scaling and the sum with the frozen base linear. */
+ * (x A^T) B^T [N, out], the scaling and the sum with the frozen base linear. LoRA's modules to
+ * save (lora.modules_to_save) train their f32 weights as full finetuning does. */
 #include <stdio.h>
 #include "config/plan_impl.h"
+#include "nn/lora_impl.h"
 
 #define F32 4
 #define ATT_BQ 64 /* attention tile sizes (src/ops/attention.c) */
@@ -30,9 +32,16 @@ const char *const plan_lora_target_names[PLAN_T_N] = {"q_proj",    "k_proj",  "v
 typedef struct lctx {
     ps_graph *g;
     const plan_opts *o;
-    int64_t N;   /* tokens */
-    int train_w; /* PS_TRAIN for full training, PS_LEAF (frozen) under LoRA */
+    int64_t N;      /* tokens */
+    int train_w;    /* PS_TRAIN for full training, PS_LEAF (frozen) under LoRA */
+    unsigned saved; /* LoRA modules to save as the builder realises them (dt_lora_saved) */
 } lctx;
+
+/* The weight of module `bit` (DT_LORA_SAVE_*): trainable in full training and, under LoRA, when
+ * it is a module to save. */
+static int weight_of(const lctx *c, unsigned bit) {
+    return (c->saved & bit) ? PS_TRAIN : c->train_w;
+}
 
 static int64_t min64(int64_t a, int64_t b) {
     return a < b ? a : b;
@@ -41,18 +50,18 @@ static int64_t al64(int64_t x) {
     return (x + 63) / 64 * 64;
 }
 
-static int rmsnorm(lctx *c, int x, int64_t D) {
+static int rmsnorm(lctx *c, int x, int64_t D, unsigned bit) {
     int64_t N = c->N;
     return ps_add(c->g, N * D * F32, N * F32, 0, min64(N, NORM_BLOCKS) * 2 * D * F32,
-                  PS_BWD_IN(0) | PS_BWD_IN(1), 2, x, c->train_w, 0);
+                  PS_BWD_IN(0) | PS_BWD_IN(1), 2, x, weight_of(c, bit), 0);
 }
 
-/* x [N, in] -> [N, out] through a weight that is trainable (full training), or frozen with a
- * LoRA adapter when `target`, or frozen alone. */
-static int linear(lctx *c, int x, int64_t in, int64_t out, int target) {
+/* x [N, in] -> [N, out] through a weight that is trainable (full training, or a LoRA module to
+ * save: `bit`), or frozen with a LoRA adapter when `target`, or frozen alone. */
+static int linear_w(lctx *c, int x, int64_t in, int64_t out, int target, unsigned bit) {
     ps_graph *g = c->g;
     int64_t N = c->N;
-    if (c->train_w == PS_TRAIN)
+    if (weight_of(c, bit) == PS_TRAIN)
         return ps_add(g, N * out * F32, 0, 0, 0, PS_BWD_IN(0) | PS_BWD_IN(1), 2, x, PS_TRAIN, 0);
     int base = c->o->frozen_bf16 ? ps_add(g, N * out * F32, 0, al64(N * in * 2), al64(N * out * 2),
                                           PS_BWD_IN(1), 2, x, PS_LEAF, 0)
@@ -66,6 +75,10 @@ static int linear(lctx *c, int x, int64_t in, int64_t out, int target) {
     int b = ps_add(g, N * out * F32, 0, 0, 0, PS_BWD_IN(0) | PS_BWD_IN(1), 2, a, PS_TRAIN, 0);
     int s = ps_add(g, N * out * F32, 0, 0, 0, 0, 1, b, 0, 0);
     return ps_add(g, N * out * F32, 0, 0, 0, 0, 2, base, s, 0);
+}
+
+static int linear(lctx *c, int x, int64_t in, int64_t out, int target) {
+    return linear_w(c, x, in, out, target, 0);
 }
 
 static int target(const lctx *c, int t) {
@@ -84,7 +97,7 @@ static int layer(lctx *c, const dt_llama_config *m, int x) {
             Q = (int64_t)m->num_attention_heads * Dh, K = (int64_t)m->num_key_value_heads * Dh,
             F = m->intermediate_size;
     int64_t rows = c->o->batch * m->num_attention_heads * c->o->seq_len, nt = c->o->threads;
-    int h = rmsnorm(c, x, D);
+    int h = rmsnorm(c, x, D, DT_LORA_SAVE_INPUT_NORM);
     int q = heads(c, linear(c, h, D, Q, target(c, PLAN_T_Q)), Q);
     q = ps_add(g, N * Q * F32, 0, 0, 0, 0, 1, q, 0, 0); /* rope */
     int k = heads(c, linear(c, h, D, K, target(c, PLAN_T_K)), K);
@@ -97,7 +110,7 @@ static int layer(lctx *c, const dt_llama_config *m, int x) {
     a = ps_add(g, N * Q * F32, 0, 0, 0, 0, 1, a, 0, 0); /* transpose back to [B, T, Hq, Dh] */
     a = ps_add(g, 0, 0, 0, 0, PS_ALIAS, 1, a, 0, 0);    /* reshape [B, T, Hq*Dh] */
     x = ps_add(g, N * D * F32, 0, 0, 0, 0, 2, x, linear(c, a, Q, D, target(c, PLAN_T_O)), 0);
-    h = rmsnorm(c, x, D);
+    h = rmsnorm(c, x, D, DT_LORA_SAVE_POST_NORM);
     /* dt_mul(silu(gate(h)), up(h)): GCC evaluates the arguments right to left. */
     int up = linear(c, h, D, F, target(c, PLAN_T_UP));
     int gate = linear(c, h, D, F, target(c, PLAN_T_GATE));
@@ -109,15 +122,22 @@ static int layer(lctx *c, const dt_llama_config *m, int x) {
 dt_status plan_llama_activations(const dt_llama_config *m, const plan_opts *o, ps_result *r) {
     ps_graph g = {.seg = -1};
     lctx c = {.g = &g, .o = o, .N = o->batch * o->seq_len, .train_w = o->lora ? PS_LEAF : PS_TRAIN};
+    if (o->lora) {
+        dt_llama_config lm = *m;
+        lm.lora = (dt_lora_config){.rank = o->lora_rank, .modules_to_save = o->lora_modules};
+        c.saved = dt_lora_saved(&lm);
+    }
     int64_t N = c.N, D = m->hidden_size, V = m->vocab_size;
-    int x = ps_add(&g, N * D * F32, 0, 0, 0, PS_BWD_IN(0), 2, PS_LEAF, c.train_w, 0);
+    int x = ps_add(&g, N * D * F32, 0, 0, 0, PS_BWD_IN(0), 2, PS_LEAF,
+                   weight_of(&c, DT_LORA_SAVE_EMBED), 0);
     for (int l = 0; l < m->num_hidden_layers; l++) {
         ps_seg_begin(&g, o->recompute);
         x = layer(&c, m, x);
         ps_seg_end(&g);
     }
-    x = rmsnorm(&c, x, D);
-    int logits = linear(&c, x, D, V, 0); /* lm_head (the embedding when tied) */
+    x = rmsnorm(&c, x, D, DT_LORA_SAVE_FINAL_NORM);
+    /* lm_head (the embedding when tied: dt_lora_saved sets both bits) */
+    int logits = linear_w(&c, x, D, V, 0, DT_LORA_SAVE_LM_HEAD);
     logits = ps_add(&g, 0, 0, 0, 0, PS_ALIAS, 1, logits, 0, 0); /* [N, V] */
     ps_add(&g, F32, al64(N * F32) + 8, N * F32, 0, PS_BWD_IN(0) | PS_BWD_IN(1), 2, logits, PS_LEAF,
            0);
@@ -135,4 +155,10 @@ int64_t plan_lora_params(const dt_llama_config *m, int rank, unsigned targets) {
     for (int t = 0; t < PLAN_T_N; t++)
         if (targets >> t & 1u) n += (int64_t)rank * (io[t][0] + io[t][1]);
     return n * m->num_hidden_layers;
+}
+
+int64_t plan_lora_saved_params(const dt_llama_config *m, unsigned modules) {
+    dt_llama_config lm = *m;
+    lm.lora = (dt_lora_config){.rank = 1, .modules_to_save = modules};
+    return dt_lora_saved_param_count(&lm);
 }

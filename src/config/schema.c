@@ -135,6 +135,10 @@ static const dt_config_key keys[] = {
     {"lora.targets", DT_CFG_LIST, "q_proj,v_proj", 0, 0, 0,
      "q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj",
      "linear layers that get adapters", OFF(lora.targets)},
+    {"lora.modules_to_save", DT_CFG_LIST, "", 0, 0, 0,
+     "embed_tokens|input_layernorm|post_attention_layernorm|norm|model.norm|lm_head",
+     "modules trained whole (f32) and saved with the adapters, as PEFT's (norm: every RMSNorm)",
+     OFF(lora.modules_to_save)},
     /* ckpt */
     {"ckpt.dir", DT_CFG_URI, "", 0, 0, 0, NULL,
      "checkpoint storage (path, file://, s3://bucket/prefix; empty: the run directory)",

@@ -12,20 +12,28 @@
 #include "dtrain/models.h"
 #include "dtrain/ops.h"
 #include "dtrain/rng.h"
+#include "nn/lora_impl.h"
 
 #define MAX_HEAD_DIM 1024
 
-/* Under LoRA every base weight is frozen: matrices in bf16 (DESIGN.md), norms in f32. */
-static int weight(dt_graph *g, const dt_llama_config *c, const char *name, int64_t rows,
-                  int64_t cols) {
-    int lora = c->lora.rank > 0;
-    return dt_graph_param(g, name, lora ? DT_BF16 : DT_F32, 2, (int64_t[]){rows, cols},
-                          lora ? DT_PARAM_FROZEN : 0);
+/* Under LoRA every base weight is frozen, matrices in bf16 (DESIGN.md), norms in f32, except the
+ * modules to save (`module`: the weight's DT_LORA_SAVE_* bit, 0 for projections), which train in
+ * f32 like a full finetuning's weights. */
+static int frozen(const dt_llama_config *c, unsigned module) {
+    return c->lora.rank > 0 && !(dt_lora_saved(c) & module);
 }
 
-static int norm_weight(dt_graph *g, const dt_llama_config *c, const char *name, int64_t d) {
+static int weight(dt_graph *g, const dt_llama_config *c, const char *name, int64_t rows,
+                  int64_t cols, unsigned module) {
+    int fz = frozen(c, module);
+    return dt_graph_param(g, name, fz ? DT_BF16 : DT_F32, 2, (int64_t[]){rows, cols},
+                          fz ? DT_PARAM_FROZEN : 0);
+}
+
+static int norm_weight(dt_graph *g, const dt_llama_config *c, const char *name, int64_t d,
+                       unsigned module) {
     return dt_graph_param(g, name, DT_F32, 1, (int64_t[]){d},
-                          c->lora.rank > 0 ? DT_PARAM_FROZEN : DT_PARAM_NO_DECAY);
+                          frozen(c, module) ? DT_PARAM_FROZEN : DT_PARAM_NO_DECAY);
 }
 
 /* x [.., in] -> [.., out] through base weight `prefix.weight` (+ its LoRA adapter if targeted). */
@@ -33,7 +41,7 @@ static int proj(dt_graph *g, const dt_llama_config *c, int x, const char *prefix
                 int64_t out, int64_t in) {
     char n[200];
     snprintf(n, sizeof n, "%s.weight", prefix);
-    int y = dt_linear(g, x, weight(g, c, n, out, in), -1);
+    int y = dt_linear(g, x, weight(g, c, n, out, in, 0), -1);
     const dt_lora_config *l = &c->lora;
     if (l->rank <= 0 || !(l->targets & bit)) return y;
     int64_t r = l->rank;
@@ -54,6 +62,41 @@ unsigned dt_lora_target_bit(const char *name) {
     return 0;
 }
 
+unsigned dt_lora_module_bits(const char *name) {
+    static const struct {
+        const char *name;
+        unsigned bits;
+    } names[] = {
+        {"embed_tokens", DT_LORA_SAVE_EMBED},
+        {"input_layernorm", DT_LORA_SAVE_INPUT_NORM},
+        {"post_attention_layernorm", DT_LORA_SAVE_POST_NORM},
+        /* PEFT: every module whose path ends with "norm" */
+        {"norm", DT_LORA_SAVE_INPUT_NORM | DT_LORA_SAVE_POST_NORM | DT_LORA_SAVE_FINAL_NORM},
+        {"model.norm", DT_LORA_SAVE_FINAL_NORM},
+        {"lm_head", DT_LORA_SAVE_LM_HEAD},
+    };
+    for (size_t i = 0; name && i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(name, names[i].name)) return names[i].bits;
+    return 0;
+}
+
+unsigned dt_lora_saved(const dt_llama_config *c) {
+    const unsigned emb = DT_LORA_SAVE_EMBED | DT_LORA_SAVE_LM_HEAD;
+    unsigned s = c->lora.rank > 0 ? c->lora.modules_to_save : 0;
+    return c->tie_word_embeddings && (s & emb) ? s | emb : s;
+}
+
+int64_t dt_lora_saved_param_count(const dt_llama_config *c) {
+    unsigned s = dt_lora_saved(c);
+    int64_t D = c->hidden_size, VD = (int64_t)c->vocab_size * D, L = c->num_hidden_layers;
+    int64_t n = (s & DT_LORA_SAVE_EMBED) ? VD : 0;
+    if ((s & DT_LORA_SAVE_LM_HEAD) && !c->tie_word_embeddings) n += VD; /* tied: the same matrix */
+    if (s & DT_LORA_SAVE_INPUT_NORM) n += L * D;
+    if (s & DT_LORA_SAVE_POST_NORM) n += L * D;
+    if (s & DT_LORA_SAVE_FINAL_NORM) n += D;
+    return n;
+}
+
 int64_t dt_lora_param_count(const dt_llama_config *c) {
     const dt_lora_config *l = &c->lora;
     if (l->rank <= 0) return 0;
@@ -63,7 +106,7 @@ int64_t dt_lora_param_count(const dt_llama_config *c) {
     int64_t per = 0;
     for (int i = 0; i < 7; i++)
         if (l->targets & (1u << i)) per += (int64_t)l->rank * (io[i][0] + io[i][1]);
-    return per * c->num_hidden_layers;
+    return per * c->num_hidden_layers + dt_lora_saved_param_count(c);
 }
 
 /* [B, T, H*Dh] -> [B, H, T, Dh] */
@@ -78,7 +121,9 @@ static int layer(dt_graph *g, const dt_llama_config *c, int x, int l, const floa
             Hkv = c->num_key_value_heads, F = c->intermediate_size;
 #define P(s) (snprintf(n, sizeof n, "model.layers.%d.%s", l, s), n)
     char pq[160], pk[160], pv[160], po[160], pg[160], pu[160], pd[160];
-    int h = dt_rmsnorm(g, x, norm_weight(g, c, P("input_layernorm.weight"), D), c->rms_norm_eps);
+    int h =
+        dt_rmsnorm(g, x, norm_weight(g, c, P("input_layernorm.weight"), D, DT_LORA_SAVE_INPUT_NORM),
+                   c->rms_norm_eps);
     snprintf(pq, sizeof pq, "%s", P("self_attn.q_proj"));
     snprintf(pk, sizeof pk, "%s", P("self_attn.k_proj"));
     snprintf(pv, sizeof pv, "%s", P("self_attn.v_proj"));
@@ -91,8 +136,9 @@ static int layer(dt_graph *g, const dt_llama_config *c, int x, int l, const floa
     int a = dt_transpose(g, dt_attention(g, q, k, v, 1, 0.0f), 1, 2); /* [B, T, Hq, Dh] */
     a = dt_reshape(g, a, 3, (int64_t[]){B, T, Hq * Dh});
     x = dt_add(g, x, proj(g, c, a, po, DT_LORA_O, D, Hq * Dh));
-    h = dt_rmsnorm(g, x, norm_weight(g, c, P("post_attention_layernorm.weight"), D),
-                   c->rms_norm_eps);
+    h = dt_rmsnorm(
+        g, x, norm_weight(g, c, P("post_attention_layernorm.weight"), D, DT_LORA_SAVE_POST_NORM),
+        c->rms_norm_eps);
     snprintf(pg, sizeof pg, "%s", P("mlp.gate_proj"));
     snprintf(pu, sizeof pu, "%s", P("mlp.up_proj"));
     snprintf(pd, sizeof pd, "%s", P("mlp.down_proj"));
@@ -122,15 +168,18 @@ int dt_llama_build(dt_graph *g, const dt_llama_config *c, int ids) {
                                       c->rope_original_max_position_embeddings)
             : dt_rope_default_inv_freq(inv_freq, c->head_dim, c->rope_theta);
     if (st != DT_OK) return -1;
-    int emb = weight(g, c, "model.embed_tokens.weight", c->vocab_size, D);
+    int emb = weight(g, c, "model.embed_tokens.weight", c->vocab_size, D, DT_LORA_SAVE_EMBED);
     int x = dt_embedding(g, ids, emb);
     for (int l = 0; l < c->num_hidden_layers; l++) {
         int before = dt_graph_node_count(g) - 1;
         x = layer(g, c, x, l, inv_freq, B, T);
         if (c->recompute && x >= 0 && dt_graph_recompute(g, before, x) != DT_OK) return -1;
     }
-    x = dt_rmsnorm(g, x, norm_weight(g, c, "model.norm.weight", D), c->rms_norm_eps);
-    int head = c->tie_word_embeddings ? emb : weight(g, c, "lm_head.weight", c->vocab_size, D);
+    x = dt_rmsnorm(g, x, norm_weight(g, c, "model.norm.weight", D, DT_LORA_SAVE_FINAL_NORM),
+                   c->rms_norm_eps);
+    int head = c->tie_word_embeddings
+                   ? emb
+                   : weight(g, c, "lm_head.weight", c->vocab_size, D, DT_LORA_SAVE_LM_HEAD);
     return dt_linear(g, x, head, -1);
 }
 

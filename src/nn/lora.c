@@ -3,7 +3,14 @@
  * PEFT saves the adapter's state dict with the wrapper prefix and without the adapter name:
  *   base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight   [r, in]
  *   base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight   [out, r]
- * so a graph name maps to a file name by prefixing "base_model.model.". */
+ * and a module to save (ModulesToSaveWrapper, whose trained copy lives at
+ * "<module>.modules_to_save.default.weight" in the model) under the module's own name, the
+ * wrapper's infix removed (ModulesToSaveWrapper.adapter_state_dict):
+ *   base_model.model.model.embed_tokens.weight                       [V, D]
+ *   base_model.model.model.layers.0.input_layernorm.weight           [D]
+ * so a graph name maps to a file name by prefixing "base_model.model.". With tied embeddings and
+ * ensure_weight_tying, PEFT writes the one trained matrix twice, as embed_tokens and lm_head, and
+ * needs both to load it. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -14,6 +21,7 @@
 #include "dtrain/models.h"
 #include "dtrain/safetensors.h"
 #include "data/util.h"
+#include "nn/lora_impl.h"
 
 #define PEFT_PREFIX "base_model.model."
 
@@ -32,8 +40,8 @@ static dt_status unsupported(const cJSON *o, const char *path) {
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, flags[i])))
             return dt_error_set(DT_ERR_FORMAT, "%s: key %s: true is not supported", path, flags[i]);
-    static const char *const empty[] = {"rank_pattern", "alpha_pattern", "modules_to_save",
-                                        "layers_to_transform", "trainable_token_indices"};
+    static const char *const empty[] = {"rank_pattern", "alpha_pattern", "layers_to_transform",
+                                        "trainable_token_indices"};
     for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, empty[i]);
         if (v && !cJSON_IsNull(v) && !((cJSON_IsObject(v) || cJSON_IsArray(v)) && !v->child))
@@ -45,6 +53,241 @@ static dt_status unsupported(const cJSON *o, const char *path) {
         return dt_error_set(DT_ERR_FORMAT, "%s: key bias: only \"none\" is supported", path);
     return DT_OK;
 }
+
+/* ---- modules_to_save ------------------------------------------------------------------ */
+
+#define SAVE_NORMS (DT_LORA_SAVE_INPUT_NORM | DT_LORA_SAVE_POST_NORM | DT_LORA_SAVE_FINAL_NORM)
+#define UNSUPPORTED (1u << 31)
+
+unsigned dt_lora_param_module(const char *name) {
+    if (!strcmp(name, "model.embed_tokens.weight")) return DT_LORA_SAVE_EMBED;
+    if (!strcmp(name, "lm_head.weight")) return DT_LORA_SAVE_LM_HEAD;
+    if (!strcmp(name, "model.norm.weight")) return DT_LORA_SAVE_FINAL_NORM;
+    int layer, n = 0;
+    if (sscanf(name, "model.layers.%d.%n", &layer, &n) == 1 && n > 0) {
+        if (!strcmp(name + n, "input_layernorm.weight")) return DT_LORA_SAVE_INPUT_NORM;
+        if (!strcmp(name + n, "post_attention_layernorm.weight")) return DT_LORA_SAVE_POST_NORM;
+    }
+    return 0;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+/* The modules of PEFT's wrapped LlamaForCausalLM (named_modules() of the PeftModel), as paths
+ * after "base_model.model.", with the DT_LORA_SAVE_* bit of those dtrain can train whole. */
+static const struct {
+    const char *path;
+    unsigned kind;
+} top_modules[] = {
+    {"", UNSUPPORTED}, /* the wrappers themselves: base_model, base_model.model */
+    {"model", UNSUPPORTED},
+    {"model.layers", UNSUPPORTED},
+    {"model.rotary_emb", UNSUPPORTED},
+    {"model.embed_tokens", DT_LORA_SAVE_EMBED},
+    {"model.norm", DT_LORA_SAVE_FINAL_NORM},
+    {"lm_head", DT_LORA_SAVE_LM_HEAD},
+};
+/* Inside model.layers.L ("" is the layer itself); a projection also has PEFT's LoRA children. */
+static const struct {
+    const char *path;
+    unsigned kind;
+} layer_modules[] = {
+    {"", UNSUPPORTED},
+    {".self_attn", UNSUPPORTED},
+    {".mlp", UNSUPPORTED},
+    {".mlp.act_fn", UNSUPPORTED},
+    {".input_layernorm", DT_LORA_SAVE_INPUT_NORM},
+    {".post_attention_layernorm", DT_LORA_SAVE_POST_NORM},
+};
+static const char *const projections[7] = {
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+static const char *const lora_children[] = {"",
+                                            ".base_layer",
+                                            ".lora_dropout",
+                                            ".lora_dropout.default",
+                                            ".lora_A",
+                                            ".lora_A.default",
+                                            ".lora_B",
+                                            ".lora_B.default",
+                                            ".lora_embedding_A",
+                                            ".lora_embedding_B",
+                                            ".lora_magnitude_vector"};
+
+/* What one modules_to_save name selects, matched as PEFT's _set_trainable matches it (a module
+ * is selected when its full name ends with the name): the DT_LORA_SAVE_* bits, 0 when it
+ * selects nothing (PEFT ignores it too), or an error when it selects a module dtrain cannot
+ * train whole or a norm of some layers only. */
+static dt_status module_name_bits(const char *path, const char *name, int n_layers,
+                                  unsigned *bits) {
+    char full[400], shown[400];
+    unsigned kinds = 0;
+    const char *unsupported = NULL;
+    int layers_hit[2] = {0, 0}; /* input / post norms matched in this many layers */
+    *bits = 0;
+    for (size_t i = 0; i < sizeof top_modules / sizeof top_modules[0]; i++) {
+        snprintf(full, sizeof full, "base_model.model%s%s", top_modules[i].path[0] ? "." : "",
+                 top_modules[i].path);
+        int hit =
+            ends_with(full, name) || (!top_modules[i].path[0] && ends_with("base_model", name));
+        if (!hit) continue;
+        if (top_modules[i].kind == UNSUPPORTED && !unsupported)
+            unsupported = top_modules[i].path[0] ? top_modules[i].path : "the whole model";
+        kinds |= top_modules[i].kind;
+    }
+    for (int l = 0; l < (n_layers > 0 ? n_layers : 1); l++) {
+        for (size_t i = 0; i < sizeof layer_modules / sizeof layer_modules[0]; i++) {
+            snprintf(full, sizeof full, "base_model.model.model.layers.%d%s", l,
+                     layer_modules[i].path);
+            if (!ends_with(full, name)) continue;
+            unsigned k = layer_modules[i].kind;
+            if (k == UNSUPPORTED && !unsupported) {
+                snprintf(shown, sizeof shown, "%s", full + strlen("base_model.model."));
+                unsupported = shown;
+            }
+            if (k == DT_LORA_SAVE_INPUT_NORM) layers_hit[0]++;
+            if (k == DT_LORA_SAVE_POST_NORM) layers_hit[1]++;
+            kinds |= k;
+        }
+        for (int p = 0; p < 7 && !unsupported; p++)
+            for (size_t ch = 0; ch < sizeof lora_children / sizeof *lora_children; ch++) {
+                snprintf(full, sizeof full, "base_model.model.model.layers.%d.%s%s", l,
+                         projections[p], lora_children[ch]);
+                if (!ends_with(full, name)) continue;
+                snprintf(shown, sizeof shown, "%s", full + strlen("base_model.model."));
+                unsupported = shown;
+                break;
+            }
+    }
+    if (unsupported)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: key modules_to_save: '%s' selects %s, which dtrain cannot train "
+                            "as a whole module (embed_tokens, input_layernorm, "
+                            "post_attention_layernorm, norm, lm_head)",
+                            path, name, unsupported);
+    for (int j = 0; j < 2; j++)
+        if (layers_hit[j] && layers_hit[j] < n_layers)
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: key modules_to_save: '%s' selects the %s of %d of %d layers "
+                                "(dtrain trains that norm in every layer or in none)",
+                                path, name, j ? "post_attention_layernorm" : "input_layernorm",
+                                layers_hit[j], n_layers);
+    *bits = kinds & ~UNSUPPORTED;
+    return DT_OK;
+}
+
+/* modules_to_save (null, absent or a list of names) -> DT_LORA_SAVE_* bits, with PEFT's rule for
+ * tied embeddings checked (see models.h). */
+static dt_status parse_modules(const cJSON *o, const char *path, const dt_llama_config *c,
+                               unsigned *bits) {
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "modules_to_save"), *it;
+    *bits = 0;
+    if (!m || cJSON_IsNull(m)) return DT_OK;
+    if (!cJSON_IsArray(m))
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: key modules_to_save: expected null or a list of names", path);
+    cJSON_ArrayForEach(it, m) {
+        if (!cJSON_IsString(it))
+            return dt_error_set(DT_ERR_FORMAT, "%s: key modules_to_save: expected names (strings)",
+                                path);
+        unsigned b;
+        dt_status st = module_name_bits(path, it->valuestring, c->num_hidden_layers, &b);
+        if (st != DT_OK) return st;
+        *bits |= b;
+    }
+    const unsigned emb = DT_LORA_SAVE_EMBED | DT_LORA_SAVE_LM_HEAD;
+    if (c->tie_word_embeddings && (*bits & emb) &&
+        !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "ensure_weight_tying")))
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: key ensure_weight_tying: the base ties lm_head to embed_tokens "
+                            "and modules_to_save trains them; without ensure_weight_tying=true "
+                            "PEFT unties them, dtrain keeps them tied",
+                            path);
+    return DT_OK;
+}
+
+/* Canonical PEFT names for DT_LORA_SAVE_* bits, each selecting exactly its modules: "norm" for
+ * all three norms (PEFT's suffix match), "model.norm" for the final one alone. */
+static void module_names(unsigned bits, const char **out, int *n) {
+    *n = 0;
+    if (bits & DT_LORA_SAVE_EMBED) out[(*n)++] = "embed_tokens";
+    if ((bits & SAVE_NORMS) == SAVE_NORMS) {
+        out[(*n)++] = "norm";
+    } else {
+        if (bits & DT_LORA_SAVE_INPUT_NORM) out[(*n)++] = "input_layernorm";
+        if (bits & DT_LORA_SAVE_POST_NORM) out[(*n)++] = "post_attention_layernorm";
+        if (bits & DT_LORA_SAVE_FINAL_NORM) out[(*n)++] = "model.norm";
+    }
+    if (bits & DT_LORA_SAVE_LM_HEAD) out[(*n)++] = "lm_head";
+}
+
+/* File key of the tied lm_head copy PEFT writes beside embed_tokens. */
+#define TIED_HEAD_KEY PEFT_PREFIX "lm_head.weight"
+
+int dt_lora_saved_key(dt_graph *g, const dt_llama_config *c, const char *key) {
+    size_t lp = strlen(PEFT_PREFIX);
+    if (strncmp(key, PEFT_PREFIX, lp)) return 0;
+    unsigned m = dt_lora_param_module(key + lp);
+    if (!(dt_lora_saved(c) & m)) return 0;
+    if (m == DT_LORA_SAVE_LM_HEAD && c->tie_word_embeddings) return 1;
+    return dt_graph_find(g, key + lp) >= 0;
+}
+
+dt_status dt_lora_saved_load(const dt_st_file *f, const char *path, dt_graph *g,
+                             const dt_llama_config *c, int copy, int *n_keys) {
+    unsigned saved = dt_lora_saved(c);
+    *n_keys = 0;
+    if (!saved) return DT_OK;
+    dt_status st = DT_OK;
+    for (int i = 0; i < dt_graph_param_count(g) && st == DT_OK; i++) {
+        const dt_param_info *pi = dt_graph_param_info(g, i);
+        if (!(saved & dt_lora_param_module(pi->name))) continue;
+        char key[600];
+        snprintf(key, sizeof key, PEFT_PREFIX "%s", pi->name);
+        dt_tensor src, head;
+        const dt_tensor *dst = dt_graph_value(g, pi->id);
+        if (!dst || !dst->data) {
+            st = dt_error_set(DT_ERR_STATE, "lora load %s: graph is not compiled", path);
+        } else if (dt_st_get(f, key, &src) != DT_OK) {
+            st =
+                dt_error_set(DT_ERR_FORMAT, "%s: missing tensor '%s' (modules_to_save)", path, key);
+        } else if (!dt_tensor_same_shape(&src, dst)) {
+            char a[96], b[96];
+            st = dt_error_set(DT_ERR_SHAPE, "%s: tensor '%s' has shape %s, the model needs %s",
+                              path, key, dt_shape_str(a, sizeof a, src.ndim, src.shape),
+                              dt_shape_str(b, sizeof b, dst->ndim, dst->shape));
+        } else if (src.dtype != DT_F32 && src.dtype != DT_BF16 && src.dtype != DT_F16) {
+            st = dt_error_set(DT_ERR_DTYPE, "%s: tensor '%s' is %s, expected a float type", path,
+                              key, dt_dtype_name(src.dtype));
+        } else {
+            ++*n_keys;
+            /* tied: PEFT writes the matrix as lm_head too and loads both names into it */
+            if (c->tie_word_embeddings && !strcmp(pi->name, "model.embed_tokens.weight")) {
+                if (dt_st_get(f, TIED_HEAD_KEY, &head) != DT_OK)
+                    st = dt_error_set(DT_ERR_FORMAT,
+                                      "%s: missing tensor '%s' (the tied copy of '%s')", path,
+                                      TIED_HEAD_KEY, key);
+                else if (head.dtype != src.dtype || !dt_tensor_same_shape(&head, &src) ||
+                         memcmp(head.data, src.data, dt_tensor_nbytes(&src)))
+                    st = dt_error_set(DT_ERR_FORMAT,
+                                      "%s: tensors '%s' and '%s' differ, but the base ties them",
+                                      path, TIED_HEAD_KEY, key);
+                else
+                    ++*n_keys;
+            }
+            if (st == DT_OK && copy) {
+                dt_tensor d = *dst;
+                st = dt_tensor_copy(&d, &src);
+            }
+        }
+    }
+    return st;
+}
+
+/* ---- adapter_config.json --------------------------------------------------------------- */
 
 dt_status dt_lora_config_load(const char *dir, dt_llama_config *c) {
     char path[4200];
@@ -87,7 +330,10 @@ dt_status dt_lora_config_load(const char *dir, dt_llama_config *c) {
             }
             targets |= b;
         }
+    unsigned modules = 0;
+    if (st == DT_OK) st = parse_modules(o, path, c, &modules);
     if (st == DT_OK) {
+        c->lora.modules_to_save = modules;
         c->lora.rank = (int)r->valuedouble;
         c->lora.alpha = (float)al->valuedouble;
         c->lora.dropout = cJSON_IsNumber(dr) ? (float)dr->valuedouble : 0.0f;
@@ -103,26 +349,33 @@ dt_status dt_lora_save(dt_graph *g, const dt_llama_config *c, const char *dir,
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", dir, strerror(errno));
     int np = dt_graph_param_count(g), n = 0;
-    dt_st_entry *e = calloc((size_t)np + 1, sizeof *e);
-    char **names = calloc((size_t)np + 1, sizeof *names);
+    unsigned saved = dt_lora_saved(c);
+    /* +1: the tied lm_head copy of a saved embedding */
+    dt_st_entry *e = calloc((size_t)np + 2, sizeof *e);
+    char **names = calloc((size_t)np + 2, sizeof *names);
     dt_status st = e && names ? DT_OK : dt_error_set(DT_ERR_NOMEM, "lora save: out of memory");
     for (int i = 0; i < np && st == DT_OK; i++) {
         const dt_param_info *pi = dt_graph_param_info(g, i);
-        if (!is_adapter(pi->name)) continue;
+        unsigned module = dt_lora_param_module(pi->name);
+        if (!is_adapter(pi->name) && !(saved & module)) continue;
         const dt_tensor *v = dt_graph_value(g, pi->id);
         if (!v || !v->data) {
             st = dt_error_set(DT_ERR_STATE, "lora save %s: graph is not compiled", dir);
             break;
         }
-        size_t len = strlen(PEFT_PREFIX) + strlen(pi->name) + 1;
-        if (!(names[n] = malloc(len))) {
-            st = dt_error_set(DT_ERR_NOMEM, "lora save: out of memory");
-            break;
+        int copies = module == DT_LORA_SAVE_EMBED && c->tie_word_embeddings ? 2 : 1;
+        for (int k = 0; k < copies && st == DT_OK; k++) {
+            const char *nm = k ? "lm_head.weight" : pi->name;
+            size_t len = strlen(PEFT_PREFIX) + strlen(nm) + 1;
+            if (!(names[n] = malloc(len))) {
+                st = dt_error_set(DT_ERR_NOMEM, "lora save: out of memory");
+                break;
+            }
+            snprintf(names[n], len, PEFT_PREFIX "%s", nm);
+            e[n].name = names[n];
+            e[n].t = v;
+            n++;
         }
-        snprintf(names[n], len, PEFT_PREFIX "%s", pi->name);
-        e[n].name = names[n];
-        e[n].t = v;
-        n++;
     }
     char path[4200];
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
@@ -147,7 +400,18 @@ dt_status dt_lora_save(dt_graph *g, const dt_llama_config *c, const char *dir,
     cJSON_AddBoolToObject(o, "init_lora_weights", 1);
     cJSON_AddBoolToObject(o, "use_rslora", 0);
     cJSON_AddBoolToObject(o, "use_dora", 0);
-    cJSON_AddNullToObject(o, "modules_to_save");
+    const char *mods[8];
+    int nm = 0;
+    module_names(c->lora.modules_to_save, mods, &nm);
+    if (nm) {
+        cJSON *ms = cJSON_AddArrayToObject(o, "modules_to_save");
+        for (int i = 0; i < nm; i++) cJSON_AddItemToArray(ms, cJSON_CreateString(mods[i]));
+    } else {
+        cJSON_AddNullToObject(o, "modules_to_save");
+    }
+    /* PEFT keeps a tied pair tied only with this option (dtrain always does) */
+    if (saved & DT_LORA_SAVE_EMBED && c->tie_word_embeddings)
+        cJSON_AddBoolToObject(o, "ensure_weight_tying", 1);
     cJSON_AddNullToObject(o, "layers_to_transform");
     cJSON_AddObjectToObject(o, "rank_pattern");
     cJSON_AddObjectToObject(o, "alpha_pattern");
@@ -178,6 +442,18 @@ dt_status dt_lora_load(dt_graph *g, const dt_llama_config *c, const char *dir) {
         return dt_error_set(DT_ERR_INVALID,
                             "%s: key lora_alpha: adapter %g, the model's LoRA has %g", path,
                             fc.lora.alpha, c->lora.alpha);
+    if (dt_lora_saved(&fc) != dt_lora_saved(c)) {
+        const char *a[8], *m[8];
+        int na, nm;
+        char as[200] = "", ms[200] = "";
+        module_names(dt_lora_saved(&fc), a, &na);
+        module_names(dt_lora_saved(c), m, &nm);
+        for (int i = 0; i < na; i++) strcat(strcat(as, " "), a[i]);
+        for (int i = 0; i < nm; i++) strcat(strcat(ms, " "), m[i]);
+        return dt_error_set(DT_ERR_INVALID,
+                            "%s: key modules_to_save: adapter [%s ], the model's [%s ]", path, as,
+                            ms);
+    }
     if (fc.lora.targets != c->lora.targets) {
         char a[100] = "", m[100] = "";
         for (int i = 0; i < 7; i++) {
@@ -215,12 +491,19 @@ dt_status dt_lora_load(dt_graph *g, const dt_llama_config *c, const char *dir) {
                 st = dt_tensor_copy(&d, &src);
             }
         }
-        /* Tensors the model has no adapter for (other layers, modules_to_save, DoRA vectors). */
+        int n_saved = 0;
+        if (st == DT_OK) st = dt_lora_saved_load(f, path, g, c, pass == 1, &n_saved);
+        /* Tensors the model has no adapter or module to save for (other layers, other modules,
+         * DoRA vectors). */
         for (int k = 0; pass == 0 && k < dt_st_count(f) && st == DT_OK; k++) {
             const char *nm = dt_st_name(f, k);
             size_t lp = strlen(PEFT_PREFIX);
-            if (strncmp(nm, PEFT_PREFIX, lp) || !is_adapter(nm) || dt_graph_find(g, nm + lp) < 0)
-                st = dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s' is not an adapter of the model",
+            int adapter =
+                !strncmp(nm, PEFT_PREFIX, lp) && is_adapter(nm) && dt_graph_find(g, nm + lp) >= 0;
+            if (!adapter && !dt_lora_saved_key(g, c, nm))
+                st = dt_error_set(DT_ERR_FORMAT,
+                                  "%s: tensor '%s' is not an adapter or a module to save of the "
+                                  "model",
                                   path, nm);
         }
     }

@@ -1,5 +1,6 @@
 /* Merging a PEFT LoRA adapter into its base Llama: for every targeted projection W [out, in]
  *   W' = W + s * B A,   A [r, in], B [out, r],   s = alpha / r
+ * and every module to save replaced by the adapter's trained copy,
  * in f32, as PEFT's merge_and_unload does (PEFT options that change this -- rslora, DoRA,
  * per-module ranks -- are refused by dt_lora_config_load). The result is an ordinary Llama (no
  * adapters), which the KV-cache inference (dt_llm_from_graph) runs as is and dt_llama_save_hf
@@ -18,6 +19,7 @@
 #include "dtrain/models.h"
 #include "dtrain/ops.h"
 #include "dtrain/safetensors.h"
+#include "nn/lora_impl.h"
 
 #define PEFT_PREFIX "base_model.model."
 #define PATH_MAX_LEN 4096
@@ -93,7 +95,8 @@ static dt_status merge_one(const dt_st_file *f, const char *path, const char *mo
     return DT_OK;
 }
 
-/* Every targeted projection of every layer; the file must hold exactly those adapters. */
+/* Every targeted projection of every layer, then the modules to save (which replace the base's,
+ * as merge_and_unload returns the trained copies); the file must hold exactly those tensors. */
 static dt_status merge_into(dt_graph *g, const dt_llama_config *c, const dt_lora_config *l,
                             float scale, const char *dir) {
     char path[PATH_MAX_LEN + 32];
@@ -118,10 +121,15 @@ static dt_status merge_into(dt_graph *g, const dt_llama_config *c, const dt_lora
             st = merge_one(f, path, module, w, l->rank, scale);
             used += 2;
         }
+    dt_llama_config sc = *c; /* the base with the adapter's LoRA: which modules it saves */
+    sc.lora = *l;
+    int n_saved = 0;
+    if (st == DT_OK) st = dt_lora_saved_load(f, path, g, &sc, 1, &n_saved);
+    used += n_saved;
     /* Adapters on other modules (or more layers) would be silently dropped: refuse. */
     for (int k = 0; k < dt_st_count(f) && st == DT_OK && used != dt_st_count(f); k++) {
         const char *nm = dt_st_name(f, k);
-        int known = 0;
+        int known = dt_lora_saved_key(g, &sc, nm);
         for (int layer = 0; layer < c->num_hidden_layers && !known; layer++)
             for (int i = 0; i < 7 && !known; i++) {
                 char ka[600], kb[600];
@@ -135,7 +143,7 @@ static dt_status merge_into(dt_graph *g, const dt_llama_config *c, const dt_lora
         if (!known)
             st = dt_error_set(DT_ERR_FORMAT,
                               "%s: tensor '%s' is not an adapter of the base's targeted "
-                              "projections (%d layers)",
+                              "projections (%d layers) or a module to save",
                               path, nm, c->num_hidden_layers);
     }
     dt_st_close(f);

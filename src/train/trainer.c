@@ -182,6 +182,16 @@ static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
             }
             if (!t->lc.lora.targets)
                 return dt_error_set(DT_ERR_INVALID, "lora.targets: empty (name the projections)");
+            for (int i = 0; i < v->lora.modules_to_save.n; i++) {
+                unsigned b = dt_lora_module_bits(v->lora.modules_to_save.item[i]);
+                if (!b)
+                    return dt_error_set(DT_ERR_INVALID,
+                                        "lora.modules_to_save: '%s' is not a Llama module "
+                                        "(embed_tokens, input_layernorm, post_attention_layernorm, "
+                                        "norm, model.norm, lm_head)",
+                                        v->lora.modules_to_save.item[i]);
+                t->lc.lora.modules_to_save |= b;
+            }
         }
         t->classes = t->lc.vocab_size;
         t->logits = dt_llama_build(g, &t->lc, t->x);

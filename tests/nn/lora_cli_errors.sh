@@ -59,6 +59,19 @@ output-is-base) # *
   expect 2 "is the base folder" \
     "$dtrain" lora merge --base "$work/base" --adapter "$ref/lora_gqa_adapter" -o "$work/base/"
   [ "$(cat "$work/base"/* | md5sum)" = "$sum" ] || { echo "FAIL: the base changed"; exit 1; } ;;
+untie) # * a tied base whose adapter trains embed_tokens without ensure_weight_tying (PEFT unties)
+  adapter_with "$ref/lora_mts_tied_adapter" "cfg['ensure_weight_tying']=False"
+  expect 2 "key ensure_weight_tying" \
+    "$dtrain" lora merge --base "$ref/lora_mts_tied" --adapter "$work/adapter" -o "$out" ;;
+some-layers) # * PEFT's suffix match would train layer 0's input_layernorm only
+  adapter_with "$ref/lora_mts_adapter" "cfg['modules_to_save']=['embed_tokens','layers.0.input_layernorm']"
+  expect 2 "selects the input_layernorm of 1 of 2 layers" \
+    "$dtrain" lora merge --base "$ref/lora_mts" --adapter "$work/adapter" -o "$out" ;;
+config-module) # * lora.modules_to_save: one line naming the key and the allowed names
+  printf 'model:\n  kind: llama\n  hf_path: %s\nlora:\n  enabled: true\n  modules_to_save: [embed_tokens, mlp]\n' \
+    "$ref/lora_gqa" >"$work/c.yaml"
+  expect 2 "lora.modules_to_save: list item 'mlp' is not one of embed_tokens, input_layernorm, post_attention_layernorm, norm, model.norm, lm_head" \
+    "$dtrain" plan "$work/c.yaml" ;;
 generate-other-base) # *
   expect 1 "has shape" "$dtrain" generate --model "$ref/lora_gqa" \
     --adapter "$ref/lora_tied_adapter" --ids 1,2,3 ;;

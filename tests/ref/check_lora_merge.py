@@ -2,7 +2,9 @@
 
 Uses the random bases and PEFT adapters that ref_lora.py saves (lora_gqa: GQA, llama3 rope,
 untied, 5 targets, r=4 alpha=8; lora_tied: tied embeddings, all 7 targets, r=8 alpha=4; both with
-random non-zero A and B). For each:
+random non-zero A and B; lora_mts / lora_mts_tied: with modules_to_save, whose trained copies the
+merged folder must hold in place of the base's modules, as merge_and_unload returns them). For
+each:
   1. `dtrain lora merge --base B --adapter A -o M` exits 0;
   2. transformers' LlamaForCausalLM.from_pretrained(M) loads with no missing, unexpected or
      mismatched tensors, and its logits on random ids equal those of PEFT's
@@ -106,6 +108,15 @@ def check_case(d, exe, work, base, adapter, name):
     if ref.keys() != sd.keys():
         bad.append(f"state dict keys differ: {set(ref) ^ set(sd)}")
     wdiff = max((sd[k] - ref[k]).abs().max().item() for k in ref.keys() & sd.keys())
+    # modules_to_save: the merged folder holds the adapter's copies, not the base's modules
+    base_sd = load(base)[0].state_dict()  # b32 was merged in place
+    whole = [k for k in sd if "proj" not in k]  # embeddings, norms, lm_head
+    replaced = [k for k in whole if not torch.equal(sd[k], base_sd[k])]
+    saves = json.load(open(f"{adapter}/adapter_config.json")).get("modules_to_save") or []
+    print(f"{name}: modules_to_save {saves}: {len(replaced)} of {len(whole)} non-projection "
+          f"tensors differ from the base's")
+    if bool(saves) != bool(replaced):
+        bad.append(f"modules_to_save {saves} but {len(replaced)} tensors replaced")
     print(f"{name}: weights vs PEFT merge_and_unload max diff {wdiff:.2e} (tol {TOL_WEIGHT})")
     if not wdiff <= TOL_WEIGHT:
         bad.append(f"merged weights differ from PEFT's merge_and_unload by {wdiff:.3e}")
@@ -145,8 +156,8 @@ def main():
     d, exe, work = sys.argv[1], sys.argv[2], sys.argv[3]
     torch.set_num_threads(2)
     os.makedirs(work, exist_ok=True)
-    cases = [(f"{d}/lora_gqa", f"{d}/lora_gqa_adapter", "lora_gqa"),
-             (f"{d}/lora_tied", f"{d}/lora_tied_adapter", "lora_tied")]
+    cases = [(f"{d}/{c}", f"{d}/{c}_adapter", c)
+             for c in ("lora_gqa", "lora_tied", "lora_mts", "lora_mts_tied")]
     bad = []
     for base, adapter, name in cases:
         bad += [f"{name}: {b}" for b in check_case(d, exe, work, base, adapter, name)]

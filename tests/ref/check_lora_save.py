@@ -1,8 +1,10 @@
 """Checks the LoRA adapters that dtrain's dt_lora_save wrote (tests/nn/test_lora.c, after an
 AdamW step on PEFT's adapter): PeftModel.from_pretrained loads each onto the transformers base
-folder, with the config dtrain wrote (r, lora_alpha, target modules, no rslora/dora), every
-adapter tensor of the model equal to the file's and no tensor of the file left over, and gives
-dtrain's eval logits, judged as test_lora.c judges them:
+folder, with the config dtrain wrote (r, lora_alpha, target modules, no rslora/dora; the same
+modules wrapped as modules_to_save as with PEFT's own adapter, lora_mts*), every adapter tensor
+and every trained copy of a module to save (embed_tokens, norms, lm_head) equal to the file's
+and no tensor of the file left over, and gives dtrain's eval logits, judged as test_lora.c
+judges them:
   - against the float64 answer of dtrain's arithmetic (the frozen base matmuls take bf16
     inputs, ref_lora.bf16_inputs): max abs error <= 3 * (the same in float32's) + 1e-5 * max,
     relative L2 error <= 3 * (the same in float32's) + 1e-6;
@@ -19,13 +21,14 @@ import os
 
 import torch
 from peft import PeftModel
+from peft.utils.other import ModulesToSaveWrapper
 from safetensors.torch import load_file
 from transformers import LlamaForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ref_lora import bf16_inputs, f32_spread, run  # noqa: E402
 
-CASES = ["lora_gqa", "lora_tied"]
+CASES = ["lora_gqa", "lora_tied", "lora_mts", "lora_mts_tied"]
 PREFIX = "base_model.model."
 BF16_REL = 4 / 256
 
@@ -64,8 +67,19 @@ def check(d, name):
             "LORA", "PeftType.LORA"):
         bad.append(f"config: peft_type {pc.peft_type} rslora {pc.use_rslora} dora {pc.use_dora} "
                    f"dropout {pc.lora_dropout}")
-    model_ad = {PREFIX + k[len(PREFIX):].replace(".default.", "."): p.detach()
-                for k, p in pm.named_parameters() if ".lora_" in k}
+    # adapters, and the trained copies of modules to save under PEFT's file names (a tied pair
+    # under both of its names: remove_duplicate=False)
+    model_ad = {PREFIX + k[len(PREFIX):].replace(".modules_to_save.default.", ".")
+                .replace(".default.", "."): p.detach()
+                for k, p in pm.named_parameters(remove_duplicate=False)
+                if ".lora_" in k or ".modules_to_save.default." in k}
+    orig_pm = PeftModel.from_pretrained(base(d, name), f"{d}/{name}_adapter").eval()
+
+    def wrapped(m):
+        return sorted(n for n, mod in m.named_modules() if isinstance(mod, ModulesToSaveWrapper))
+    if wrapped(pm) != wrapped(orig_pm):
+        bad.append(f"modules_to_save: dtrain's adapter wraps {wrapped(pm)}, PEFT's "
+                   f"{wrapped(orig_pm)}")
     if set(model_ad) != set(saved):
         bad.append(f"adapter names: model only {sorted(set(model_ad) - set(saved))[:3]}, "
                    f"file only {sorted(set(saved) - set(model_ad))[:3]}")
@@ -85,11 +99,12 @@ def check(d, name):
         bad.append(f"dtrain's logits: relative L2 error {rerr:.3e}, tolerance {rtol:.3e}")
     if not rpure <= BF16_REL:
         bad.append(f"dtrain's logits: relative L2 distance {rpure:.3e} from plain PEFT")
-    orig = logits(PeftModel.from_pretrained(base(d, name), f"{d}/{name}_adapter").eval(), ids)
+    orig = logits(orig_pm, ids)
     far = rel(ours, orig)
     if not far > 3 * BF16_REL:
         bad.append(f"PEFT's original adapter is only {far:.3e} (relative) from dtrain's logits")
-    print(f"{name}: {len(saved)} tensors, config r={wrote['r']} alpha={wrote['lora_alpha']}; "
+    print(f"{name}: {len(saved)} tensors, config r={wrote['r']} alpha={wrote['lora_alpha']} "
+          f"modules_to_save={wrote.get('modules_to_save')} (wrapped: {len(wrapped(pm))}); "
           f"logits: max abs error {err:.2e} (tol {tol:.2e}), relative L2 {rerr:.2e} "
           f"(tol {rtol:.2e}), from plain PEFT {rpure:.2e} (tol {BF16_REL:.2e}); original "
           f"adapter {far:.2e} away; {'OK' if not bad else 'FAILED'}")
