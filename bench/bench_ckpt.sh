@@ -108,12 +108,12 @@ cache=$(val cache_dropped "$tmp/raw.out")
 echo "[5/6] restore: the resume read path, and a resumed training against a fresh one" >&2
 "$io" restore "$tmp/runs" "llama-tiny-fortunes/async/checkpoints" >"$tmp/restore"
 # The trainer's own restore time: a run that resumes from step $steps and trains one step,
-# minus one that starts fresh and trains one step (same start-up, init, step); best of 3 each,
+# minus one that starts fresh and trains one step (same start-up, init, step); best of 5 each,
 # alternating. Only the checkpoint's files are evicted from the page cache (dd iflag=nocache),
 # so both runs find the program and its libraries cached alike.
 evict() { for f in "$ck_dir"/*; do dd if="$f" iflag=nocache count=0 status=none; done; }
 wall() { local t0 t1; evict; t0=$(date +%s.%N); train "$@"; t1=$(date +%s.%N); echo "$t1 - $t0" | bc; }
-for _ in 1 2 3; do
+for _ in 1 2 3 4 5; do
   wall fresh "$tmp/fresh.log" train.steps=1 ckpt.resume=never >>"$tmp/t_fresh"
   wall async "$tmp/resume.log" train.steps=$((steps + 1)) ckpt.resume=auto >>"$tmp/t_resume"
   grep -q "^resumed from .*step $steps" "$tmp/resume.log" || { cat "$tmp/resume.log" >&2; exit 1; }
@@ -174,18 +174,19 @@ printf "%-58s %8.0f %8s\n" "dtrain save, training blocked (ckpt.async=false)" "$
 printf "%-58s %8.0f %8s\n" "dtrain save, end of training (nothing else running)" "$save_end" "$(pct "$save_end" "$raw_w")"
 printf "%-58s %8.0f %8s\n" "raw read, 16 MiB reads into one buffer" "$raw_r" ""
 printf "%-58s %8.0f %8s\n" "dt_store_get alone (+ xxh3)" "$(val store_get_mbps "$tmp/store.out")" "$(pct "$(val store_get_mbps "$tmp/store.out")" "$raw_r")"
+printf "%-58s %8.0f %8s\n" "dt_store_get_stream alone (+ xxh3 + copy per chunk)" "$(val store_stream_mbps "$tmp/store.out")" "$(pct "$(val store_stream_mbps "$tmp/store.out")" "$raw_r")"
 printf "%-58s %8.0f %8s\n" "dtrain restore, trainer (resumed run - fresh run, wall)" "$(mbps "$ck_bytes" "$restore_s")" "$(pct "$(mbps "$ck_bytes" "$restore_s")" "$raw_r")"
 if [[ -n $t_load ]]; then
   printf "%-58s %8.0f %8s\n" "dtrain restore, trainer (its log: choose + read + copy)" "$(mbps "$ck_bytes" "$t_load")" "$(pct "$(mbps "$ck_bytes" "$t_load")" "$raw_r")"
 fi
-printf "%-58s %8.0f %8s\n" "  its read path: stat all + (get + xxh3 + copy) per file" "$(val restore_mbps "$r")" "$(pct "$(val restore_mbps "$r")" "$raw_r")"
-printf "%-58s %8.0f %8s\n" "  the former two passes: verify all + load all" "$(val restore_two_pass_mbps "$r")" "$(pct "$(val restore_two_pass_mbps "$r")" "$raw_r")"
+printf "%-58s %8.0f %8s\n" "  its read path: stat all + stream (xxh3 + copy per chunk)" "$(val restore_mbps "$r")" "$(pct "$(val restore_mbps "$r")" "$raw_r")"
+printf "%-58s %8.0f %8s\n" "  the former read path: get whole file, xxh3, copy" "$(val restore_whole_mbps "$r")" "$(pct "$(val restore_whole_mbps "$r")" "$raw_r")"
 if [[ $s3 == ok ]]; then
   printf "%-58s %8.0f\n" "S3 (SeaweedFS, localhost): dt_store_put alone" "$(val store_put_mbps "$tmp/s3.store")"
   printf "%-58s %8.0f\n" "S3: dtrain save, async, while training" "$s3_train"
   printf "%-58s %8.0f\n" "S3: dtrain save, end of training" "$s3_end"
   printf "%-58s %8.0f\n" "S3: dt_store_get alone (+ xxh3)" "$(val store_get_mbps "$tmp/s3.store")"
-  printf "%-58s %8.0f\n" "S3: restore read path (one pass)" "$(val restore_mbps "$tmp/s3.restore")"
+  printf "%-58s %8.0f\n" "S3: restore read path (stream)" "$(val restore_mbps "$tmp/s3.restore")"
 fi
 echo
 printf "step time (median, async run)                    %.3f s\n" "$step_s"
@@ -200,8 +201,8 @@ printf "  stall per checkpoint, async: snapshot          %.3f s = %s of a step (
 printf "  training time lost per checkpoint, async       %.3f s = %s of a step (snapshot + steps slowed by the writer)\n" \
   "$lost2" "$(pct "$lost2" "$step2_s")"
 printf "stall per checkpoint, ckpt.async=false           %.3f s = %.1f steps\n" "$sync_stall" "$(echo "$sync_stall / $step_s" | bc -l)"
-printf "restore (resume), trainer                        %.3f s (resumed run %.2f s - fresh run %.2f s); read path %s s choose + %s s load; former two passes %s s\n" \
-  "$restore_s" "$t_resume" "$t_fresh" "$(val restore_find_s "$r")" "$(val restore_load_s "$r")" "$(val restore_two_pass_s "$r")"
+printf "restore (resume), trainer                        %.3f s (resumed run %.2f s - fresh run %.2f s); read path %s s choose + %s s load; former whole-file pass %s s\n" \
+  "$restore_s" "$t_resume" "$t_fresh" "$(val restore_find_s "$r")" "$(val restore_load_s "$r")" "$(val restore_whole_s "$r")"
 printf "CPU per GB written: raw buffered %.2f s, raw O_DIRECT %.2f s, dt_store_put %.2f s (taken from training by an async save)\n" \
   "$(val raw_write_cpu_s_per_gb "$tmp/raw.out")" "$(val raw_write_direct_cpu_s_per_gb "$tmp/raw.out")" "$(val store_put_cpu_s_per_gb "$tmp/store.out")"
 echo "targets: save and restore >= 80% of raw; async stall < 5% of a step"

@@ -23,11 +23,23 @@ dt_status dt_st_open(const char *path, dt_st_file **out);
 dt_status dt_st_open_memory(const char *name, void *data, size_t n, dt_st_file **out);
 /* The same on a buffer the caller keeps (valid until dt_st_close; not freed by it). */
 dt_status dt_st_open_view(const char *name, const void *data, size_t n, dt_st_file **out);
+/* Streaming reads (checkpoint restores) parse the header as soon as it has arrived:
+ * dt_st_header_size gives the header's size, its 8-byte length included, from the file's first
+ * 8 bytes (checked against file_size and the format's limit, as dt_st_open checks it);
+ * dt_st_open_header validates it from prefix, the file's first n (>= that size) bytes, against a
+ * file of file_size bytes (every check dt_st_open makes but the data's presence). prefix is not
+ * kept: the file's tensors have no data in memory (dt_st_get gives data NULL), dt_st_locate says
+ * where each one's bytes lie in the file. DT_ERR_RANGE if n is too short. */
+dt_status dt_st_header_size(const char *name, const void *first8, size_t file_size, size_t *n);
+dt_status dt_st_open_header(const char *name, const void *prefix, size_t n, size_t file_size,
+                            dt_st_file **out);
 void dt_st_close(dt_st_file *f);
 int dt_st_count(const dt_st_file *f);
 const char *dt_st_name(const dt_st_file *f, int i);
 /* A read-only view of the named tensor inside the mapping (valid until dt_st_close). */
 dt_status dt_st_get(const dt_st_file *f, const char *name, dt_tensor *out);
+/* The same, and the file offset of the tensor's first byte (the header included). */
+dt_status dt_st_locate(const dt_st_file *f, const char *name, dt_tensor *out, size_t *file_offset);
 
 typedef struct dt_st_entry {
     const char *name;

@@ -43,6 +43,9 @@ typedef struct dt_store_opts {
     double retry_base_s;        /* S3: first backoff, doubled each retry, jittered (default 0.2) */
     double timeout_s;           /* S3: per-request timeout without progress (default 60) */
     int fsync;                  /* POSIX: fsync files and directories (default 1) */
+    size_t read_chunk; /* dt_store_get_stream's chunk size (default 2 MiB; the environment's
+                        * DT_STORE_READ_CHUNK, in bytes, overrides the default: tests use tiny
+                        * chunks to split headers and tensors) */
 } dt_store_opts;
 dt_store_opts dt_store_opts_default(void);
 
@@ -62,6 +65,19 @@ dt_status dt_store_get(dt_store *s, const char *key, void **data, size_t *n);
 /* The same into the caller's buffer [cap] (reused across restores: no allocation, no page
  * faults); DT_ERR_RANGE if the object is larger. */
 dt_status dt_store_get_into(dt_store *s, const char *key, void *buf, size_t cap, size_t *n);
+/* A streaming read's consumer: called with consecutive pieces of the object, in order, on the
+ * caller's thread; p [n] holds the object's bytes [off, off + n) and is valid only during the
+ * call. Returning anything but DT_OK stops the read, and dt_store_get_stream returns that status
+ * (the callback sets its message). */
+typedef dt_status (*dt_store_chunk_fn)(void *ud, size_t off, const void *p, size_t n);
+/* Reads an object through fn in chunks of opts.read_chunk bytes (all full but the last; no call
+ * for an empty object), so that a restore hashes and places the bytes while the next ones are
+ * read (POSIX: a reader thread fills rotating chunk buffers kept by the store; S3: the object is
+ * fetched, then handed over in chunks). *total: the object's size. An object larger than
+ * max_bytes is DT_ERR_RANGE, found before fn sees any byte on POSIX; other errors as
+ * dt_store_get's, naming the key. */
+dt_status dt_store_get_stream(dt_store *s, const char *key, size_t max_bytes, dt_store_chunk_fn fn,
+                              void *ud, size_t *total);
 /* Size of an object; DT_ERR_NOTFOUND if it does not exist. */
 dt_status dt_store_stat(dt_store *s, const char *key, size_t *n);
 /* Every key under prefix ("" = all; a prefix ending in '/' lists a "directory" recursively),

@@ -11,7 +11,13 @@ dt_store_opts dt_store_opts_default(void) {
                        .max_retries = 5,
                        .retry_base_s = 0.2,
                        .timeout_s = 60,
-                       .fsync = 1};
+                       .fsync = 1,
+                       .read_chunk = DT_STORE_READ_CHUNK_DEFAULT};
+    /* tests split headers and tensors across chunks with tiny ones */
+    const char *env = getenv("DT_STORE_READ_CHUNK");
+    char *end;
+    unsigned long long c = env ? strtoull(env, &end, 10) : 0;
+    if (env && *env && !*end && c > 0 && c <= ((size_t)1 << 30)) o.read_chunk = (size_t)c;
     return o;
 }
 
@@ -113,6 +119,28 @@ dt_status dt_store_get_into(dt_store *s, const char *key, void *buf, size_t cap,
                           key, len);
     else
         memcpy(buf, data, len), *n = len;
+    free(data);
+    return st;
+}
+
+dt_status dt_store_get_stream(dt_store *s, const char *key, size_t max_bytes, dt_store_chunk_fn fn,
+                              void *ud, size_t *total) {
+    if (!s || !fn || !total) return dt_error_set(DT_ERR_INVALID, "storage get: NULL argument");
+    *total = 0;
+    dt_status st = check_key(s, "get", key, 0);
+    if (st != DT_OK) return st;
+    size_t chunk = s->opts.read_chunk ? s->opts.read_chunk : DT_STORE_READ_CHUNK_DEFAULT;
+    if (s->ops->get_stream) return s->ops->get_stream(s, key, max_bytes, chunk, fn, ud, total);
+    /* the whole object first (S3: one GET, retried as a whole), then in chunks */
+    void *data;
+    size_t len;
+    if ((st = s->ops->get(s, key, &data, &len)) != DT_OK) return st;
+    if (len > max_bytes)
+        st = dt_error_set(DT_ERR_RANGE, "storage get: %s/%s: %zu bytes, more than expected", s->url,
+                          key, len);
+    for (size_t off = 0; st == DT_OK && off < len; off += chunk)
+        st = fn(ud, off, (const char *)data + off, len - off < chunk ? len - off : chunk);
+    if (st == DT_OK) *total = len;
     free(data);
     return st;
 }

@@ -5,6 +5,9 @@
 
 #include "dtrain/storage.h"
 
+/* dt_store_get_stream's chunk when opts.read_chunk is 0 (see storage_posix.c for the choice). */
+enum { DT_STORE_READ_CHUNK_DEFAULT = 2 << 20 };
+
 typedef struct dt_store_ops {
     const char *kind;
     dt_status (*put)(dt_store *s, const char *key, const void *data, size_t n);
@@ -17,6 +20,10 @@ typedef struct dt_store_ops {
     /* Optional: reads the whole object into buf [cap] (DT_ERR_RANGE if larger). NULL: the
      * front end uses get + copy. */
     dt_status (*get_into)(dt_store *s, const char *key, void *buf, size_t cap, size_t *n);
+    /* Optional: dt_store_get_stream (chunk = opts.read_chunk, resolved). NULL: the front end
+     * uses get, then hands the buffer over in chunks. */
+    dt_status (*get_stream)(dt_store *s, const char *key, size_t max_bytes, size_t chunk,
+                            dt_store_chunk_fn fn, void *ud, size_t *total);
 } dt_store_ops;
 
 struct dt_store {

@@ -25,7 +25,8 @@ struct dt_st_file {
     void *map;
     size_t size;
     int owned;        /* map is a malloc'd buffer (dt_st_open_memory), not a mapping */
-    const char *data; /* start of the data section */
+    const char *data; /* start of the data section (NULL: a header alone, dt_st_open_header) */
+    size_t data_off;  /* where the data section starts in the file: 8 + the header's length */
     int n;
     st_tensor *t;
 };
@@ -123,27 +124,35 @@ static dt_status parse_entry(dt_st_file *f, cJSON *it, st_tensor *t, uint64_t da
     return t->name ? DT_OK : dt_error_set(DT_ERR_NOMEM, "%s: out of memory", p);
 }
 
-/* Validates the header and the tensor table of f->map [f->size]. */
-static dt_status parse(dt_st_file *f) {
-    const char *path = f->path;
-    dt_status st = DT_OK;
-    cJSON *root = NULL;
-    if (f->size < 8)
+/* The header's JSON length from the file's first 8 bytes p, checked against file_size. */
+static dt_status header_len(const char *path, const void *p, size_t file_size, uint64_t *hlen) {
+    if (file_size < 8)
         return dt_error_set(DT_ERR_FORMAT, "%s: %zu bytes, too short for a safetensors file", path,
-                            f->size);
-    uint64_t hlen;
-    memcpy(&hlen, f->map, 8); /* little-endian host assumed (x86-64, arm64) */
-    if (hlen > ST_MAX_HEADER || hlen > f->size - 8)
+                            file_size);
+    memcpy(hlen, p, 8); /* little-endian host assumed (x86-64, arm64) */
+    if (*hlen > ST_MAX_HEADER || *hlen > file_size - 8)
         return dt_error_set(DT_ERR_FORMAT,
                             "%s: header size %llu is larger than the file (%zu bytes) or the "
                             "%u-byte limit",
-                            path, (unsigned long long)hlen, f->size, ST_MAX_HEADER);
+                            path, (unsigned long long)*hlen, file_size, ST_MAX_HEADER);
+    return DT_OK;
+}
+
+/* Validates the header and the tensor table of f->map [f->size] (of which only the header need
+ * be in memory: dt_st_open_header). */
+static dt_status parse(dt_st_file *f) {
+    const char *path = f->path;
+    cJSON *root = NULL;
+    uint64_t hlen = 0;
+    dt_status st = header_len(path, f->map, f->size, &hlen);
+    if (st != DT_OK) return st;
     root = cJSON_ParseWithLength((const char *)f->map + 8, (size_t)hlen);
     if (!cJSON_IsObject(root)) {
         st = dt_error_set(DT_ERR_FORMAT, "%s: header is not a JSON object", path);
         goto done;
     }
     f->data = (const char *)f->map + 8 + hlen;
+    f->data_off = 8 + (size_t)hlen;
     uint64_t data_len = f->size - 8 - hlen;
     int cap = cJSON_GetArraySize(root);
     f->t = calloc((size_t)cap + 1, sizeof *f->t);
@@ -248,6 +257,52 @@ dt_status dt_st_open_memory(const char *name, void *data, size_t n, dt_st_file *
     return DT_OK;
 }
 
+dt_status dt_st_header_size(const char *name, const void *first8, size_t file_size, size_t *n) {
+    uint64_t hlen = 0;
+    dt_status st = header_len(name ? name : "(memory)", first8, file_size, &hlen);
+    if (st == DT_OK) *n = 8 + (size_t)hlen;
+    return st;
+}
+
+dt_status dt_st_open_header(const char *name, const void *prefix, size_t n, size_t file_size,
+                            dt_st_file **out) {
+    *out = NULL;
+    const char *nm = name ? name : "(memory)";
+    size_t need;
+    dt_status st =
+        n < 8 ? dt_error_set(DT_ERR_RANGE, "%s: %zu bytes of the header given, need 8", nm, n)
+              : dt_st_header_size(nm, prefix, file_size, &need);
+    if (st != DT_OK) return st;
+    if (n < need)
+        return dt_error_set(DT_ERR_RANGE, "%s: %zu bytes of the header given, need %zu", nm, n,
+                            need);
+    dt_st_file *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(nm))) {
+        free(f);
+        return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", nm);
+    }
+    /* parse reads only the header; the data section is the file's, not in memory */
+    f->map = (void *)prefix, f->size = file_size, f->owned = 2;
+    st = parse(f);
+    f->map = NULL, f->data = NULL;
+    if (st != DT_OK) {
+        dt_st_close(f);
+        return st;
+    }
+    *out = f;
+    return DT_OK;
+}
+
+dt_status dt_st_locate(const dt_st_file *f, const char *name, dt_tensor *out, size_t *file_offset) {
+    for (int i = 0; f && i < f->n; i++) {
+        if (strcmp(f->t[i].name, name) != 0) continue;
+        if (file_offset) *file_offset = f->data_off + (size_t)f->t[i].begin;
+        return dt_tensor_init(out, f->data ? (void *)(f->data + f->t[i].begin) : NULL,
+                              f->t[i].dtype, f->t[i].ndim, f->t[i].shape);
+    }
+    return dt_error_set(DT_ERR_INVALID, "%s: no tensor '%s'", f ? f->path : "?", name);
+}
+
 int dt_st_count(const dt_st_file *f) {
     return f ? f->n : 0;
 }
@@ -256,12 +311,7 @@ const char *dt_st_name(const dt_st_file *f, int i) {
 }
 
 dt_status dt_st_get(const dt_st_file *f, const char *name, dt_tensor *out) {
-    for (int i = 0; f && i < f->n; i++) {
-        if (strcmp(f->t[i].name, name) != 0) continue;
-        return dt_tensor_init(out, (void *)(f->data + f->t[i].begin), f->t[i].dtype, f->t[i].ndim,
-                              f->t[i].shape);
-    }
-    return dt_error_set(DT_ERR_INVALID, "%s: no tensor '%s'", f ? f->path : "?", name);
+    return dt_st_locate(f, name, out, NULL);
 }
 
 static int write_all(int fd, const void *p, size_t n) {

@@ -542,70 +542,235 @@ static int64_t jint(const cJSON *o, const char *key) {
     return (int64_t)v->valuedouble;
 }
 
-/* Reads one file of a checkpoint and checks it against trainer_state.json's entry: its size
- * and xxh3. This is the resume's only check of the contents (see dt_train_ckpt_resume). */
-static dt_status get_verified(dt_store *s, const char *dir, cJSON *files, const char *name,
-                              snap_file *into, size_t *n) {
+/* ---- restore: one streaming pass per file -------------------------------------------------
+ * Each file is read once (dt_store_get_stream: the store reads the next chunk while this thread
+ * works on the current one), and every chunk is hashed (streaming xxh3) and its tensor bytes
+ * copied straight to their places: parameters, or this rank's optimizer slice. The safetensors
+ * header is parsed as soon as it has arrived (it may span chunks), against the size
+ * trainer_state.json lists, and turned into a scatter map: file byte ranges -> destinations,
+ * sorted by offset, walked once. Only at the end are the file's size and checksum known, so
+ * bytes are in place before the file verified: a damaged file leaves the state partly
+ * overwritten (*touched), which dt_train_ckpt_resume handles by loading an older checkpoint over
+ * it. A header that does not parse, or tensors that do not fit this model, stop the copying at
+ * once but are reported only after the size and checksum checks, as when files were read whole
+ * first: a damaged file is named as damaged. */
+
+/* File bytes [off, off + n) go to dst. */
+typedef struct scatter {
+    size_t off, n;
+    char *dst;
+} scatter;
+
+typedef struct restore_sink restore_sink;
+/* Builds k's scatter map from the file's parsed header. */
+typedef dt_status (*restore_plan_fn)(restore_sink *k, const dt_st_file *f);
+
+struct restore_sink {
+    dt_trainer *t;
+    const char *name; /* "<dir>/<file>": messages */
+    size_t want;      /* the size trainer_state.json lists */
+    XXH3_state_t *h;
+    restore_plan_fn plan;
+    const void *plan_arg;
+    /* the header: 8 bytes, then hdr_need in all (0: not known yet), collected across chunks */
+    char *hdr;
+    size_t hdr_need, hdr_have;
+    int parsed;
+    dt_status err; /* the header or its tensors do not fit: no more copies; reported at the end */
+    char msg[1024];
+    scatter *map;
+    int n_map, cap_map, next; /* next: the first entry not yet completely copied */
+    int *touched;
+};
+
+static dt_status sink_add(restore_sink *k, size_t off, size_t n, void *dst) {
+    if (!n) return DT_OK;
+    if (k->n_map == k->cap_map) {
+        int cap = k->cap_map ? 2 * k->cap_map : 64;
+        scatter *m = realloc(k->map, (size_t)cap * sizeof *m);
+        if (!m) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", k->name);
+        k->map = m, k->cap_map = cap;
+    }
+    k->map[k->n_map++] = (scatter){off, n, dst};
+    return DT_OK;
+}
+
+static int by_offset(const void *a, const void *b) {
+    const scatter *x = a, *y = b;
+    return (x->off > y->off) - (x->off < y->off);
+}
+
+/* Remembers the failure (dt_last_error's message) to report after the size and checksum. */
+static void sink_defer(restore_sink *k, dt_status st) {
+    k->err = st;
+    snprintf(k->msg, sizeof k->msg, "%s", dt_last_error());
+}
+
+/* Takes header bytes from the chunk at c [n] (file offset off); parses the header once it is
+ * all there. */
+static void sink_header(restore_sink *k, size_t off, const char *c, size_t n) {
+    for (;;) {
+        size_t need = k->hdr_need ? k->hdr_need : 8;
+        if (k->hdr_have < need && off + n > k->hdr_have) {
+            size_t take = need - k->hdr_have, from = k->hdr_have - off;
+            if (take > n - from) take = n - from;
+            memcpy(k->hdr + k->hdr_have, c + from, take);
+            k->hdr_have += take;
+        }
+        if (k->hdr_have < need) return; /* the rest comes with the next chunks */
+        if (k->hdr_need) break;
+        size_t hn;
+        dt_status st = dt_st_header_size(k->name, k->hdr, k->want, &hn);
+        char *h = st == DT_OK ? realloc(k->hdr, hn) : NULL;
+        if (st == DT_OK && !h) st = dt_error_set(DT_ERR_NOMEM, "%s: out of memory", k->name);
+        if (st != DT_OK) {
+            sink_defer(k, st);
+            return;
+        }
+        k->hdr = h, k->hdr_need = hn;
+    }
+    dt_st_file *f;
+    dt_status st = dt_st_open_header(k->name, k->hdr, k->hdr_need, k->want, &f);
+    if (st == DT_OK) {
+        st = k->plan(k, f);
+        dt_st_close(f);
+    }
+    if (st != DT_OK) {
+        sink_defer(k, st);
+        return;
+    }
+    /* safetensors tensors do not overlap (checked), nor do the parts of them taken */
+    qsort(k->map, (size_t)k->n_map, sizeof *k->map, by_offset);
+    k->parsed = 1;
+}
+
+static dt_status sink_chunk(void *ud, size_t off, const void *p, size_t n) {
+    restore_sink *k = ud;
+    const char *c = p;
+    XXH3_64bits_update(k->h, c, n);
+    if (k->err) return DT_OK; /* hash on: a damaged file is reported as such */
+    if (!k->parsed) sink_header(k, off, c, n);
+    if (!k->parsed) return DT_OK;
+    size_t end = off + n;
+    for (; k->next < k->n_map && k->map[k->next].off < end; k->next++) {
+        const scatter *e = &k->map[k->next];
+        size_t a = e->off > off ? e->off : off, b = e->off + e->n < end ? e->off + e->n : end;
+        if (b > a) memcpy(e->dst + (a - e->off), c + (a - off), b - a), *k->touched = 1;
+        if (e->off + e->n > end) break; /* continues in the next chunk */
+    }
+    return DT_OK;
+}
+
+/* Reads file `name` of checkpoint dir in one pass, copying its tensors where plan says, and
+ * checks it against trainer_state.json's entry: its size and xxh3. This is the resume's only
+ * check of the contents (see dt_train_ckpt_resume). *n: the bytes read. */
+static dt_status restore_file(dt_trainer *t, dt_store *s, const char *dir, cJSON *files,
+                              const char *name, restore_plan_fn plan, const void *plan_arg,
+                              int *touched, size_t *n) {
     cJSON *e = cJSON_GetObjectItemCaseSensitive(files, name);
     cJSON *jb = cJSON_GetObjectItemCaseSensitive(e, "bytes");
     cJSON *jh = cJSON_GetObjectItemCaseSensitive(e, "xxh3");
+    *n = 0;
     if (!cJSON_IsNumber(jb) || !cJSON_IsString(jh))
         return dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s does not list %s", dir, DT_CKPT_STATE,
                             name);
     char key[1400], hex[17];
     snprintf(key, sizeof key, "%s/%s", dir, name);
-    /* Into the reused snapshot buffer (pre-faulted when saves are on): no allocation and no page
-     * faults per restore. One byte of slack tells a longer file from one of the listed size. */
     size_t want = jb->valuedouble >= 0 && jb->valuedouble < 1e15 ? (size_t)jb->valuedouble : 0;
-    dt_status st = reserve(into, want + 1, 0);
-    if (st != DT_OK) return st;
-    st = dt_store_get_into(s, key, into->buf, want + 1, n);
-    if (st == DT_ERR_NOTFOUND)
-        return dt_error_set(st, "checkpoint %s: file %s is missing", dir, name);
-    if (st == DT_ERR_RANGE)
-        return dt_error_set(DT_ERR_FORMAT,
-                            "checkpoint %s: file %s is longer than the %zu bytes listed (replaced)",
-                            dir, name, want);
-    if (st != DT_OK) return st;
-    snprintf(hex, sizeof hex, "%016" PRIx64, (uint64_t)XXH3_64bits(into->buf, *n));
-    if ((double)*n != jb->valuedouble) {
-        st = dt_error_set(DT_ERR_FORMAT,
-                          "checkpoint %s: file %s has %zu bytes, expected %.0f (truncated or "
-                          "replaced)",
-                          dir, name, *n, jb->valuedouble);
-    } else if (strcmp(hex, jh->valuestring)) {
-        st = dt_error_set(DT_ERR_FORMAT,
-                          "checkpoint %s: file %s: checksum xxh3 %s, expected %s (corrupt)", dir,
-                          name, hex, jh->valuestring);
+    restore_sink k = {
+        .t = t, .name = key, .want = want, .plan = plan, .plan_arg = plan_arg, .touched = touched};
+    k.h = XXH3_createState();
+    k.hdr = malloc(8);
+    if (!k.h || !k.hdr || XXH3_64bits_reset(k.h) != XXH_OK) {
+        XXH3_freeState(k.h), free(k.hdr);
+        return dt_error_set(DT_ERR_NOMEM, "checkpoint %s: out of memory", dir);
     }
+    /* One byte of slack tells a longer file from one of the listed size. */
+    dt_status st = dt_store_get_stream(s, key, want + 1, sink_chunk, &k, n);
+    if (st == DT_ERR_NOTFOUND) {
+        st = dt_error_set(st, "checkpoint %s: file %s is missing", dir, name);
+    } else if (st == DT_ERR_RANGE) {
+        st = dt_error_set(DT_ERR_FORMAT,
+                          "checkpoint %s: file %s is longer than the %zu bytes listed (replaced)",
+                          dir, name, want);
+    } else if (st == DT_OK) {
+        snprintf(hex, sizeof hex, "%016" PRIx64, (uint64_t)XXH3_64bits_digest(k.h));
+        if ((double)*n != jb->valuedouble) {
+            st = dt_error_set(DT_ERR_FORMAT,
+                              "checkpoint %s: file %s has %zu bytes, expected %.0f (truncated or "
+                              "replaced)",
+                              dir, name, *n, jb->valuedouble);
+        } else if (strcmp(hex, jh->valuestring)) {
+            st = dt_error_set(DT_ERR_FORMAT,
+                              "checkpoint %s: file %s: checksum xxh3 %s, expected %s (corrupt)",
+                              dir, name, hex, jh->valuestring);
+        } else if (k.err != DT_OK) {
+            st = dt_error_set(k.err, "%s", k.msg);
+        } else if (!k.parsed) { /* a verified file too short to hold its own header */
+            size_t hn;
+            st = dt_st_header_size(key, k.hdr, *n, &hn);
+            if (st == DT_OK)
+                st = dt_error_set(DT_ERR_FORMAT, "%s: header incomplete (%zu bytes)", key, *n);
+        }
+    }
+    XXH3_freeState(k.h);
+    free(k.hdr), free(k.map);
     return st;
 }
 
-/* *touched: set once parameters may have been overwritten (the file verified). */
-static dt_status load_model(dt_trainer *t, dt_store *s, const char *dir, cJSON *files,
-                            int *touched) {
-    size_t n;
-    dt_status st = get_verified(s, dir, files, "model.safetensors", &t->ck->model, &n);
-    if (st != DT_OK) return st;
-    *touched = 1, t->ck->loaded_bytes += (int64_t)n;
-    dt_st_file *f;
-    char name[1300];
-    snprintf(name, sizeof name, "%s/model.safetensors", dir);
-    if ((st = dt_st_open_view(name, t->ck->model.buf, n, &f)) != DT_OK) return st;
+/* model.safetensors: every trainable and state parameter, by name, into its value. */
+static dt_status plan_model(restore_sink *k, const dt_st_file *f) {
+    dt_trainer *t = k->t;
+    dt_status st = DT_OK;
     for (int i = 0; i < dt_graph_param_count(t->g) && st == DT_OK; i++) {
         const dt_param_info *pi = dt_graph_param_info(t->g, i);
         if (pi->flags & DT_PARAM_FROZEN) continue;
         dt_tensor src;
+        size_t off;
         const dt_tensor *dst = dt_graph_value(t->g, pi->id);
-        if ((st = dt_st_get(f, pi->name, &src)) != DT_OK) break;
+        if ((st = dt_st_locate(f, pi->name, &src, &off)) != DT_OK) break;
         if (src.dtype != DT_F32 || (size_t)dt_tensor_numel(&src) != pi->numel)
             st = dt_error_set(
-                DT_ERR_FORMAT, "%s: tensor %s: %s of %lld elements, expected f32 of %zu", name,
+                DT_ERR_FORMAT, "%s: tensor %s: %s of %lld elements, expected f32 of %zu", k->name,
                 pi->name, dt_dtype_name(src.dtype), (long long)dt_tensor_numel(&src), pi->numel);
         else
-            memcpy(dst->data, src.data, pi->numel * sizeof(float));
+            st = sink_add(k, off, pi->numel * sizeof(float), dst->data);
     }
-    dt_st_close(f);
+    return st;
+}
+
+/* *touched: set once parameters may have been overwritten. */
+static dt_status load_model(dt_trainer *t, dt_store *s, const char *dir, cJSON *files,
+                            int *touched) {
+    size_t n;
+    dt_status st =
+        restore_file(t, s, dir, files, "model.safetensors", plan_model, NULL, touched, &n);
+    t->ck->loaded_bytes += (int64_t)n;
+    return st;
+}
+
+/* One saved optimizer shard, covering [a, b) of the flat layout: what overlaps this rank's
+ * slice [lo, hi) of each buffer. */
+typedef struct optim_part {
+    const dt_optim_state *os;
+    size_t a, b, lo, hi;
+} optim_part;
+
+static dt_status plan_optim(restore_sink *k, const dt_st_file *f) {
+    const optim_part *q = k->plan_arg;
+    const dt_optim_state *os = q->os;
+    dt_status st = DT_OK;
+    for (int j = 0; j < os->n_buffers && st == DT_OK; j++) {
+        dt_tensor src;
+        size_t off;
+        if ((st = dt_st_locate(f, os->names[j], &src, &off)) != DT_OK) break;
+        if ((size_t)dt_tensor_numel(&src) < q->hi - q->a || src.dtype != DT_F32)
+            st = dt_error_set(DT_ERR_FORMAT, "%s: %s has %lld elements, expected %zu", k->name,
+                              os->names[j], (long long)dt_tensor_numel(&src), q->b - q->a);
+        else
+            st = sink_add(k, off + (q->lo - q->a) * sizeof(float), (q->hi - q->lo) * sizeof(float),
+                          os->buffers[j] + (q->lo - os->lo));
+    }
     return st;
 }
 
@@ -630,25 +795,12 @@ static dt_status load_optim(dt_trainer *t, dt_store *s, const char *dir, cJSON *
         size_t a = (size_t)r * ss, b = a + ss < t->n ? a + ss : t->n;
         size_t lo = a > os.lo ? a : os.lo, hi = b < os.hi ? b : os.hi;
         if (hi <= lo) continue;
-        char fname[64], name[1300];
+        char fname[64];
         snprintf(fname, sizeof fname, "optim-%05d-of-%05d.safetensors", r, shards);
-        snprintf(name, sizeof name, "%s/%s", dir, fname);
+        optim_part q = {&os, a, b, lo, hi};
         size_t n;
-        dt_st_file *f;
-        if ((st = get_verified(s, dir, files, fname, &t->ck->optim, &n)) != DT_OK) break;
-        *touched = 1, t->ck->loaded_bytes += (int64_t)n;
-        if ((st = dt_st_open_view(name, t->ck->optim.buf, n, &f)) != DT_OK) break;
-        for (int k = 0; k < os.n_buffers && st == DT_OK && hi > lo; k++) {
-            dt_tensor src;
-            if ((st = dt_st_get(f, os.names[k], &src)) != DT_OK) break;
-            if ((size_t)dt_tensor_numel(&src) < hi - a || src.dtype != DT_F32)
-                st = dt_error_set(DT_ERR_FORMAT, "%s: %s has %lld elements, expected %zu", name,
-                                  os.names[k], (long long)dt_tensor_numel(&src), b - a);
-            else
-                memcpy(os.buffers[k] + (lo - os.lo), (const float *)src.data + (lo - a),
-                       (hi - lo) * sizeof(float));
-        }
-        dt_st_close(f);
+        st = restore_file(t, s, dir, files, fname, plan_optim, &q, touched, &n);
+        t->ck->loaded_bytes += (int64_t)n;
     }
     if (st != DT_OK) return st;
     cJSON *jo = cJSON_GetObjectItemCaseSensitive(state, "optimizer_step");
@@ -741,10 +893,12 @@ static dt_status load_checkpoint(dt_trainer *t, dt_store *s, const char *dir, in
  * every rank, as before. A checkpoint named by ckpt.resume=URI is not replaced by another: a
  * damaged file there is an error.
  *
- * A damaged file found after parameters or optimizer state were overwritten (e.g. a corrupt
- * optimizer file after the model loaded) leaves them mixed: the older checkpoint overwrites them
- * all again. Only if none is left is that an error (rather than starting from step 0 with
- * half-loaded weights, as a damaged first file with no older checkpoint still does). */
+ * A damaged file found after parameters or optimizer state were overwritten leaves them mixed:
+ * the older checkpoint overwrites them all again. Files stream into place, so that is any file
+ * whose size or checksum fails after its tensors were copied (corrupt or truncated), not one
+ * that is missing, longer than listed or whose header does not parse. Only if no older
+ * checkpoint is left is that an error (rather than starting from step 0 with half-loaded
+ * weights); a damaged file that touched nothing still lets the run start from step 0. */
 dt_status dt_train_ckpt_resume(dt_trainer *t) {
     dt_train_ckpt *c = t->ck;
     const char *r = t->v.ckpt.resume;

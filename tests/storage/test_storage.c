@@ -218,6 +218,143 @@ static void check_atomic_overwrite(dt_store *s) {
     free(a), free(b);
 }
 
+/* ---- streaming reads (dt_store_get_stream) ---- */
+
+/* What a stream delivered: the bytes put together, and how the chunks came. */
+typedef struct collect {
+    unsigned char *got;
+    size_t cap, chunk;
+    size_t next, calls, fail_at;
+    int out_of_order, bad_len, after_short, overflow;
+} collect;
+
+static dt_status collect_chunk(void *ud, size_t off, const void *p, size_t n) {
+    collect *c = ud;
+    c->calls++;
+    if (off != c->next) c->out_of_order++;
+    if (n == 0 || n > c->chunk) c->bad_len++;
+    if (c->after_short) c->bad_len++; /* only the last chunk may be short */
+    if (n < c->chunk) c->after_short = 1;
+    if (off + n <= c->cap)
+        memcpy(c->got + off, p, n);
+    else
+        c->overflow++;
+    c->next = off + n;
+    if (c->fail_at && c->calls == c->fail_at)
+        return dt_error_set(DT_ERR_STATE, "collect: stopped at chunk %zu", c->calls);
+    return DT_OK;
+}
+
+/* Streams key (want [n]) through s, whose chunk is `chunk`, and checks every chunk. */
+static int check_stream_one(dt_store *s, const char *key, const unsigned char *want, size_t n,
+                            size_t chunk) {
+    collect c = {.got = malloc(n ? n : 1), .cap = n, .chunk = chunk};
+    size_t total = 7;
+    dt_status st = dt_store_get_stream(s, key, n, collect_chunk, &c, &total);
+    size_t calls = (n + chunk - 1) / chunk;
+    int ok =
+        CHECK(st == DT_OK, "stream %s (chunk %zu): %s", key, chunk, dt_last_error()) &&
+        CHECK(total == n, "stream %s: total %zu, expected %zu", key, total, n) &&
+        CHECK(c.calls == calls, "stream %s (%zu bytes, chunk %zu): %zu calls, expected %zu", key, n,
+              chunk, c.calls, calls) &&
+        CHECK(!c.out_of_order && !c.bad_len && !c.overflow,
+              "stream %s (chunk %zu): %d chunks out of order, %d of a wrong size, %d past the "
+              "end",
+              key, chunk, c.out_of_order, c.bad_len, c.overflow) &&
+        CHECK(!n || !memcmp(c.got, want, n), "stream %s (chunk %zu): the bytes differ", key, chunk);
+    free(c.got);
+    return ok;
+}
+
+typedef struct stream_job {
+    dt_store *s;
+    const unsigned char *want;
+    size_t n, chunk;
+    atomic_int failures;
+} stream_job;
+
+static void *stream_worker(void *arg) {
+    stream_job *j = arg;
+    for (int i = 0; i < 10; i++)
+        if (!check_stream_one(j->s, "st/big", j->want, j->n, j->chunk))
+            atomic_fetch_add(&j->failures, 1);
+    return NULL;
+}
+
+/* dt_store_get_stream on the store at url with chunks of `chunk` bytes: empty, shorter than a
+ * chunk, exact multiples, odd sizes, more chunks than the reader's rotating buffers; larger than
+ * max_bytes -> DT_ERR_RANGE before any chunk; missing -> DT_ERR_NOTFOUND; a callback's error stops
+ * the stream; two streams at once on one store. */
+static void check_stream(const char *url, const dt_store_opts *o, size_t chunk) {
+    dt_store_opts so = *o;
+    so.read_chunk = chunk;
+    dt_store *s = NULL;
+    CHECK_OK(dt_store_open(url, &so, &s));
+    if (!s) return;
+    const size_t sizes[] = {
+        0, 1, chunk - 1, chunk, chunk + 1, 3 * chunk, 3 * chunk + 17, 10 * chunk + 1, 2 * MiB + 3};
+    for (int i = 0; i < 9; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "st/size-%zu", sizes[i]);
+        unsigned char *d = pattern(sizes[i], 200 + (uint64_t)i);
+        CHECK_OK(dt_store_put(s, key, d, sizes[i]));
+        check_stream_one(s, key, d, sizes[i], chunk);
+        if (sizes[i]) { /* one byte more than max_bytes: refused before any chunk */
+            collect c = {.got = malloc(sizes[i]), .cap = sizes[i], .chunk = chunk};
+            size_t total = 7;
+            dt_status st = dt_store_get_stream(s, key, sizes[i] - 1, collect_chunk, &c, &total);
+            CHECK(st == DT_ERR_RANGE && c.calls == 0 && total == 0,
+                  "stream %s with max_bytes %zu: status %d, %zu calls, total %zu", key,
+                  sizes[i] - 1, (int)st, c.calls, total);
+            CHECK(strstr(dt_last_error(), key) != NULL, "message names the key: %s",
+                  dt_last_error());
+            free(c.got);
+        }
+        CHECK_OK(dt_store_delete(s, key));
+        free(d);
+    }
+
+    collect c = {.got = malloc(1), .cap = 1, .chunk = chunk};
+    size_t total = 7;
+    dt_status st = dt_store_get_stream(s, "st/missing", 100, collect_chunk, &c, &total);
+    CHECK(st == DT_ERR_NOTFOUND && c.calls == 0 && total == 0,
+          "stream of a missing key: status %d, %zu calls", (int)st, c.calls);
+    CHECK(strstr(dt_last_error(), "st/missing") != NULL, "message names the key: %s",
+          dt_last_error());
+    CHECK(dt_store_get_stream(s, "a//b", 100, collect_chunk, &c, &total) == DT_ERR_INVALID,
+          "stream of a bad key accepted");
+    CHECK(dt_store_get_stream(s, "st/missing", 100, NULL, &c, &total) == DT_ERR_INVALID,
+          "stream without a callback accepted");
+    free(c.got);
+
+    /* the callback stops it: its status comes back, no chunk after it; the store streams on */
+    size_t nb = 10 * chunk + 1;
+    unsigned char *big = pattern(nb, 300);
+    CHECK_OK(dt_store_put(s, "st/big", big, nb));
+    c = (collect){.got = malloc(nb), .cap = nb, .chunk = chunk, .fail_at = 2};
+    st = dt_store_get_stream(s, "st/big", nb, collect_chunk, &c, &total);
+    CHECK(st == DT_ERR_STATE && c.calls == 2, "stopped stream: status %d after %zu calls", (int)st,
+          c.calls);
+    CHECK(strstr(dt_last_error(), "stopped at chunk 2") != NULL,
+          "the callback's message comes back: %s", dt_last_error());
+    free(c.got);
+    check_stream_one(s, "st/big", big, nb, chunk);
+
+    /* two streams at once (one uses the store's buffers, the other its own) */
+    stream_job j[2];
+    pthread_t th[2];
+    for (int t = 0; t < 2; t++) {
+        j[t] = (stream_job){.s = s, .want = big, .n = nb, .chunk = chunk};
+        pthread_create(&th[t], NULL, stream_worker, &j[t]);
+    }
+    int fails = 0;
+    for (int t = 0; t < 2; t++) pthread_join(th[t], NULL), fails += j[t].failures;
+    CHECK(fails == 0, "%d of 20 concurrent streams failed", fails);
+    CHECK_OK(dt_store_delete(s, "st/big"));
+    free(big);
+    dt_store_close(s);
+}
+
 static void contract(const char *base, const dt_store_opts *o) {
     char url[1024];
     snprintf(url, sizeof url, "%s%sc%d-%ld", base, base[strlen(base) - 1] == '/' ? "" : "/",
@@ -387,6 +524,10 @@ static void contract(const char *base, const dt_store_opts *o) {
 
     check_atomic_overwrite(s);
 
+    /* streaming reads, in chunks of an odd size and of a power of two */
+    check_stream(url, o, 777);
+    check_stream(url, o, 4096);
+
     /* clean up what is left */
     CHECK_OK(dt_store_list(s, "", &keys, &nk));
     for (int i = 0; i < nk; i++) CHECK_OK(dt_store_delete(s, keys[i]));
@@ -432,6 +573,16 @@ static void posix_tmp(void) {
     CHECK(stat(path, &sb) != 0, "%s still exists after its last key was deleted", path);
     CHECK(stat(url, &sb) == 0 && S_ISDIR(sb.st_mode), "the root %s was removed", url);
     dt_store_close(s);
+    /* DT_STORE_READ_CHUNK sets the default chunk of streaming reads (tests use tiny ones) */
+    size_t chunk0 = dt_store_opts_default().read_chunk;
+    CHECK(chunk0 >= 4096, "default read chunk %zu", chunk0);
+    setenv("DT_STORE_READ_CHUNK", "12345", 1);
+    CHECK(dt_store_opts_default().read_chunk == 12345, "DT_STORE_READ_CHUNK=12345: chunk %zu",
+          dt_store_opts_default().read_chunk);
+    setenv("DT_STORE_READ_CHUNK", "12x", 1);
+    CHECK(dt_store_opts_default().read_chunk == chunk0, "DT_STORE_READ_CHUNK=12x: chunk %zu",
+          dt_store_opts_default().read_chunk);
+    unsetenv("DT_STORE_READ_CHUNK");
     /* the front end's own argument checks */
     CHECK(dt_store_open("", NULL, &s) == DT_ERR_INVALID && s == NULL, "empty URL accepted");
     CHECK(dt_store_open("gs://b/x", NULL, &s) == DT_ERR_INVALID, "unknown scheme accepted");

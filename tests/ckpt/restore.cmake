@@ -1,0 +1,6 @@
+# Restores stream each checkpoint file once (src/train/ckpt.c): a tiny Llama resumed with read
+# chunks of 3 bytes to the default (DT_STORE_READ_CHUNK) gets exactly its checkpoint; headers
+# that span chunks, damaged headers, headers that do not fit the model.
+dt_test(NAME ckpt_restore_stream SOURCES ckpt/test_restore_stream.c LABELS "ckpt;e2e"
+        TIMEOUT 120 ARGS ${DT_TRAIN_DATA} ${PROJECT_SOURCE_DIR} FIXTURES_REQUIRED fortunes_data
+        ENV "OMP_NUM_THREADS=1")
