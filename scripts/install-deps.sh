@@ -16,6 +16,7 @@ pkgs=(
   libsqlite3-dev # the experiment store (src/track/)
   libmicrohttpd-dev # build: the monitoring server (src/serve/: /metrics, dashboard)
   libcairo2-dev # build: `dtrain runs plot` charts (src/cli/plot_axes.c)
+  clang libomp-dev # make fuzz / fuzz-smoke only: libFuzzer, OpenMP for clang (tests/fuzz/)
   prometheus chromium # tests only: tests/serve/ scrapes with Prometheus, loads the dashboard headless
 )
 

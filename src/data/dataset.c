@@ -63,8 +63,9 @@ static dt_status bad_key(const mctx *m, const char *key, const char *want) {
 static dt_status get_int(const mctx *m, const cJSON *o, const char *key, const char *path,
                          int64_t lo, int64_t *v) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(x) || x->valuedouble != (double)(int64_t)x->valuedouble ||
-        x->valuedouble < (double)lo)
+    /* the range first: (int64_t) of 1e300 (or of "1e999", inf) is undefined */
+    if (!cJSON_IsNumber(x) || !(x->valuedouble >= -9e15 && x->valuedouble <= 9e15) ||
+        x->valuedouble != (double)(int64_t)x->valuedouble || x->valuedouble < (double)lo)
         return bad_key(m, path, lo >= 0 ? "a non-negative integer" : "an integer");
     *v = (int64_t)x->valuedouble;
     return DT_OK;
@@ -134,6 +135,9 @@ static dt_status parse_info(const mctx *m, const cJSON *root, dt_dataset_info *i
         const cJSON *hm = cJSON_GetObjectItemCaseSensitive(tk, "has_mask");
         if (!cJSON_IsBool(hm)) return bad_key(m, "tokens.has_mask", "a boolean");
         info->has_mask = cJSON_IsTrue(hm);
+        if (eot > INT32_MAX || pad > INT32_MAX)
+            return dt_error_set(DT_ERR_FORMAT, "%s: tokens.eot_id / pad_id over %d", m->file,
+                                INT32_MAX);
         info->eot_id = (int32_t)eot, info->pad_id = (int32_t)pad;
     }
     return DT_OK;

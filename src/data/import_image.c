@@ -97,7 +97,8 @@ static dt_status idx_split(dt_import *im, const char *src, const char *prefix, c
     if (!st && (id[1] == 0 || id[2] == 0 || id[1] > 4096 || id[2] > 4096))
         st = dt_error_set(DT_ERR_FORMAT, "%s: image size %ux%u (bytes 8-15) out of range", fi.path,
                           id[1], id[2]);
-    const uint8_t *labels = fl.data + 8, *pix = fi.data + 16;
+    /* the data behind the headers only once both are checked (a missing file's data is NULL) */
+    const uint8_t *labels = st ? NULL : fl.data + 8, *pix = st ? NULL : fi.data + 16;
     int64_t n = st ? 0 : id[0];
     for (int64_t i = 0; !st && i < n; i++)
         if (labels[i] > 9)

@@ -83,7 +83,8 @@ static dt_status collect(const dt_import *im, const char *const *srcs, int n, fi
             }
         }
         closedir(d);
-        qsort(out->paths + first, (size_t)(out->n - first), sizeof *out->paths, cmp_str);
+        if (out->n > first) /* (an empty directory leaves paths NULL) */
+            qsort(out->paths + first, (size_t)(out->n - first), sizeof *out->paths, cmp_str);
         if (skipped) dt_import_note(im, "%s: skipped %d binary files", srcs[i], skipped);
     }
     if (!out->n) return dt_error_set(DT_ERR_IO, "import: no input files");

@@ -229,8 +229,13 @@ static dt_status check_sections(dt_shard *s) {
                                 path, sec_name(c->id), c->count, at + 24, want);
     }
     if (h->kind == DT_DATA_IMAGE) {
-        uint64_t hwc = (uint64_t)h->shape[0] * h->shape[1] * h->shape[2];
-        if (!hwc || h->dtype != DT_DATA_U8 || h->elements != n * hwc)
+        /* records x H x W x C must not wrap around: with 2^30 records of 2^34 bytes the
+         * product is 0 mod 2^64, and image i would be read far outside the file */
+        uint64_t hwc = 0, total = 0;
+        int wraps =
+            __builtin_mul_overflow((uint64_t)h->shape[0] * h->shape[1], h->shape[2], &hwc) ||
+            __builtin_mul_overflow(n, hwc, &total);
+        if (wraps || !hwc || h->dtype != DT_DATA_U8 || h->elements != total)
             return dt_error_set(DT_ERR_FORMAT,
                                 "%s: image shard shape %ux%ux%u, dtype %u and %" PRIu64
                                 " elements (bytes 20-55) do not fit %" PRIu64 " records",

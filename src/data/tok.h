@@ -28,6 +28,10 @@ struct dt_tokenizer {
     char desc[200];
     /* id -> bytes: tok_len[id] == UINT32_MAX marks an unused id */
     int64_t n_ids;
+    /* Every id (ordinary or special) is below this: DT_TOK_MAX_IDS, lowered by the file loaders
+     * to what the file's size allows (dt_tok_limit_ids), so that a small hostile file cannot
+     * make the id tables (8 bytes per id up to the largest) large. */
+    int64_t id_limit;
     uint32_t *tok_off, *tok_len;
     char *blob;
     size_t blob_len, blob_cap;
@@ -58,9 +62,16 @@ struct dt_tokenizer {
     size_t scratch_cap;
 };
 
+/* The most ids a tokenizer may have: 16.7M (the largest vocabularies in use have ~256K). */
+#define DT_TOK_MAX_IDS ((int64_t)1 << 24)
+
 /* Allocates an empty tokenizer of the given kind. */
 dt_tokenizer *dt_tok_new(int kind);
-/* Sets the token bytes of ordinary token `id` (which must be unused). */
+/* Limits the ids of a tokenizer read from a file of file_bytes bytes: below 2^20 + file_bytes
+ * (a dense table takes bytes of the file per id; 2^20 leaves room for sparse special ids such
+ * as Llama 3's at 128000), and below DT_TOK_MAX_IDS. */
+void dt_tok_limit_ids(dt_tokenizer *t, size_t file_bytes);
+/* Sets the token bytes of ordinary token `id` (which must be unused and below id_limit). */
 dt_status dt_tok_set_token(dt_tokenizer *t, int32_t id, const char *bytes, size_t len);
 /* Builds the bytes->id table and the byte ids; `what` names the file for errors. */
 dt_status dt_tok_index(dt_tokenizer *t, const char *what);

@@ -46,6 +46,7 @@ static dt_status read_ranks(dt_tokenizer *t, const char *path, int64_t *n_ranks)
     size_t len;
     dt_status st = dt_read_file(path, 0, &data, &len);
     if (st) return st;
+    dt_tok_limit_ids(t, len);
     const char *s = (const char *)data;
     int64_t line = 0, n = 0;
     char tok[1024];
@@ -380,6 +381,7 @@ dt_status dt_tokenizer_load_hf(const char *json_path, dt_tokenizer **out) {
     cJSON *root = cJSON_ParseWithLengthOpts((const char *)txt, len, &end, 0);
     dt_tokenizer *t = dt_tok_new(TOK_HF);
     if (!t) st = dt_error_set(DT_ERR_NOMEM, "out of memory");
+    if (t) dt_tok_limit_ids(t, len);
     if (!st && !cJSON_IsObject(root)) {
         int64_t line = 0, col = 0;
         const char *ep = cJSON_GetErrorPtr();
@@ -405,6 +407,15 @@ dt_status dt_tokenizer_load_hf(const char *json_path, dt_tokenizer **out) {
         if (!cJSON_IsNumber(id) || !cJSON_IsString(content)) {
             st = dt_error_set(DT_ERR_FORMAT, "%s: added_tokens entry without id and content",
                               json_path);
+            break;
+        }
+        /* an id is an index into the id tables: checked before it is used as one */
+        if (!(id->valuedouble >= 0 && id->valuedouble < (double)t->id_limit) ||
+            id->valuedouble != (double)(int32_t)id->valuedouble) {
+            st = dt_error_set(
+                DT_ERR_FORMAT,
+                "%s: added_tokens: id %g of \"%.64s\" is not a token id below %" PRId64, json_path,
+                id->valuedouble, content->valuestring, t->id_limit);
             break;
         }
         /* An added token that is also in the vocabulary keeps its ordinary id; as a special it

@@ -85,12 +85,24 @@ dt_tokenizer *dt_tok_new(int kind) {
     if (!t) return NULL;
     t->kind = kind;
     t->unk_id = -1;
+    t->id_limit = DT_TOK_MAX_IDS;
     for (int i = 0; i < 256; i++) t->byte_id[i] = -1;
     return t;
 }
 
+void dt_tok_limit_ids(dt_tokenizer *t, size_t file_bytes) {
+    int64_t lim =
+        ((int64_t)1 << 20) + (int64_t)(file_bytes < DT_TOK_MAX_IDS ? file_bytes : DT_TOK_MAX_IDS);
+    t->id_limit = lim < DT_TOK_MAX_IDS ? lim : DT_TOK_MAX_IDS;
+}
+
 dt_status dt_tok_set_token(dt_tokenizer *t, int32_t id, const char *bytes, size_t len) {
     if (id < 0) return dt_error_set(DT_ERR_INVALID, "tokenizer: negative token id %d", id);
+    if (id >= t->id_limit)
+        return dt_error_set(DT_ERR_RANGE,
+                            "tokenizer: token id %d is too large (at most %" PRId64
+                            " ids for a file of this size)",
+                            id, t->id_limit);
     if (id >= t->n_ids) {
         int64_t n = t->n_ids ? t->n_ids : 1024;
         while (n <= id) n *= 2;
@@ -298,6 +310,11 @@ dt_status dt_tokenizer_add_special(dt_tokenizer *t, const char *text, int32_t id
             return dt_error_set(DT_ERR_INVALID, "tokenizer: special token %s already has id %d",
                                 text, t->sp[i].id);
     if (id < 0) id = (int32_t)dt_tokenizer_vocab_size(t);
+    if (id >= t->id_limit)
+        return dt_error_set(DT_ERR_RANGE,
+                            "tokenizer: id %d of special token %s is too large (at most %" PRId64
+                            " ids)",
+                            id, text, t->id_limit);
     if ((id < t->n_ids && t->tok_len[id] != UINT32_MAX) || is_special_id(t, id))
         return dt_error_set(DT_ERR_INVALID, "tokenizer: id %d of special token %s is taken", id,
                             text);

@@ -22,8 +22,20 @@ static char *slurp(const char *path, size_t *len) {
     return b;
 }
 
-/* Integer key: required (def < 0 means required) or default. */
-static dt_status get_int(const char *p, cJSON *o, const char *key, int def, int *out) {
+/* Upper bounds of the sizes, far above any model in use (Llama 3.1 405B: vocabulary 128256,
+ * hidden 16384, intermediate 53248, 126 layers, 128 heads of 128) and low enough that the
+ * parameter counts computed from them (dt_llama_param_count, dt_lora_param_count with r up to
+ * 65536) fit in int64_t: a hostile config.json is refused, not overflowed. */
+#define MAX_VOCAB (1 << 24)
+#define MAX_HIDDEN (1 << 20)
+#define MAX_FFN (1 << 22)
+#define MAX_LAYERS (1 << 16)
+#define MAX_HEADS (1 << 16)
+#define MAX_POSITIONS (1 << 30)
+#define MAX_ID 1000000000
+
+/* Integer key in [0, max]: required (def < 0 means required) or default. */
+static dt_status get_int(const char *p, cJSON *o, const char *key, int def, int max, int *out) {
     cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) {
         if (def < 0) return dt_error_set(DT_ERR_FORMAT, "%s: missing key '%s'", p, key);
@@ -31,8 +43,9 @@ static dt_status get_int(const char *p, cJSON *o, const char *key, int def, int 
         return DT_OK;
     }
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
-        v->valuedouble > 1e9)
-        return dt_error_set(DT_ERR_FORMAT, "%s: key '%s' must be a non-negative integer", p, key);
+        v->valuedouble > max)
+        return dt_error_set(DT_ERR_FORMAT, "%s: key '%s' must be an integer in [0, %d]", p, key,
+                            max);
     *out = (int)v->valuedouble;
     return DT_OK;
 }
@@ -53,8 +66,9 @@ static dt_status parse(const char *p, cJSON *o, dt_llama_config *c) {
     dt_status st;
     cJSON *mt = cJSON_GetObjectItemCaseSensitive(o, "model_type");
     if (cJSON_IsString(mt) && strcmp(mt->valuestring, "llama") != 0)
-        return dt_error_set(DT_ERR_FORMAT, "%s: model_type '%s' is not supported (expected 'llama')",
-                            p, mt->valuestring);
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: model_type '%s' is not supported (expected 'llama')", p,
+                            mt->valuestring);
     cJSON *act = cJSON_GetObjectItemCaseSensitive(o, "hidden_act");
     if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0)
         return dt_error_set(DT_ERR_FORMAT, "%s: hidden_act '%s' is not supported (expected 'silu')",
@@ -63,31 +77,41 @@ static dt_status parse(const char *p, cJSON *o, dt_llama_config *c) {
     for (int i = 0; i < 2; i++)
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, nobias[i])))
             return dt_error_set(DT_ERR_FORMAT, "%s: '%s': true is not supported", p, nobias[i]);
-    if ((st = get_int(p, o, "vocab_size", -1, &c->vocab_size)) ||
-        (st = get_int(p, o, "hidden_size", -1, &c->hidden_size)) ||
-        (st = get_int(p, o, "intermediate_size", -1, &c->intermediate_size)) ||
-        (st = get_int(p, o, "num_hidden_layers", -1, &c->num_hidden_layers)) ||
-        (st = get_int(p, o, "num_attention_heads", -1, &c->num_attention_heads)))
+    if ((st = get_int(p, o, "vocab_size", -1, MAX_VOCAB, &c->vocab_size)) ||
+        (st = get_int(p, o, "hidden_size", -1, MAX_HIDDEN, &c->hidden_size)) ||
+        (st = get_int(p, o, "intermediate_size", -1, MAX_FFN, &c->intermediate_size)) ||
+        (st = get_int(p, o, "num_hidden_layers", -1, MAX_LAYERS, &c->num_hidden_layers)) ||
+        (st = get_int(p, o, "num_attention_heads", -1, MAX_HEADS, &c->num_attention_heads)))
         return st;
-    if ((st = get_int(p, o, "num_key_value_heads", c->num_attention_heads, &c->num_key_value_heads)))
+    if ((st = get_int(p, o, "num_key_value_heads", c->num_attention_heads, MAX_HEADS,
+                      &c->num_key_value_heads)))
         return st;
     int heads = c->num_attention_heads ? c->num_attention_heads : 1;
-    if ((st = get_int(p, o, "head_dim", c->hidden_size / heads, &c->head_dim)) ||
-        (st = get_int(p, o, "max_position_embeddings", 2048, &c->max_position_embeddings)) ||
-        (st = get_int(p, o, "bos_token_id", 1, &c->bos_token_id)) ||
+    if ((st = get_int(p, o, "head_dim", c->hidden_size / heads, MAX_HEADS, &c->head_dim)) ||
+        (st = get_int(p, o, "max_position_embeddings", 2048, MAX_POSITIONS,
+                      &c->max_position_embeddings)) ||
+        (st = get_int(p, o, "bos_token_id", 1, MAX_ID, &c->bos_token_id)) ||
         (st = get_float(p, o, "rms_norm_eps", 1e-6f, &c->rms_norm_eps)))
         return st;
-    c->tie_word_embeddings = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "tie_word_embeddings"));
-    cJSON *eos = cJSON_GetObjectItemCaseSensitive(o, "eos_token_id");
+    c->tie_word_embeddings =
+        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "tie_word_embeddings"));
+    cJSON *eos = cJSON_GetObjectItemCaseSensitive(o, "eos_token_id"), *e;
+    cJSON *eos_list = cJSON_IsArray(eos) ? eos : NULL;
     c->n_eos = 0;
-    if (cJSON_IsNumber(eos)) {
-        c->eos_token_ids[c->n_eos++] = (int)eos->valuedouble;
-    } else if (cJSON_IsArray(eos)) {
-        cJSON *e;
-        cJSON_ArrayForEach(e, eos) if (cJSON_IsNumber(e) && c->n_eos < 4) c->eos_token_ids[c->n_eos++] =
-            (int)e->valuedouble;
+    cJSON_ArrayForEach(e, eos_list) {
+        if (!cJSON_IsNumber(e) || c->n_eos == 4) continue;
+        if (!(e->valuedouble >= 0 && e->valuedouble <= MAX_ID)) /* (int) of it would be UB */
+            return dt_error_set(DT_ERR_FORMAT, "%s: eos_token_id %g is not a token id", p,
+                                e->valuedouble);
+        c->eos_token_ids[c->n_eos++] = (int)e->valuedouble;
     }
-    /* transformers < 5 writes rope_theta + rope_scaling; 5.x writes rope_parameters holding both. */
+    if (cJSON_IsNumber(eos)) {
+        if (!(eos->valuedouble >= 0 && eos->valuedouble <= MAX_ID))
+            return dt_error_set(DT_ERR_FORMAT, "%s: eos_token_id %g is not a token id", p,
+                                eos->valuedouble);
+        c->eos_token_ids[c->n_eos++] = (int)eos->valuedouble;
+    }
+    /* transformers < 5 writes rope_theta + rope_scaling; 5.x rope_parameters holding both. */
     cJSON *rp = cJSON_GetObjectItemCaseSensitive(o, "rope_parameters");
     cJSON *rs = cJSON_IsObject(rp) ? rp : cJSON_GetObjectItemCaseSensitive(o, "rope_scaling");
     if ((st = get_float(p, o, "rope_theta", 10000.0f, &c->rope_theta))) return st;
@@ -103,22 +127,26 @@ static dt_status parse(const char *p, cJSON *o, dt_llama_config *c) {
             if ((st = get_float(p, rs, "factor", 8.0f, &c->rope_factor)) ||
                 (st = get_float(p, rs, "low_freq_factor", 1.0f, &c->rope_low_freq_factor)) ||
                 (st = get_float(p, rs, "high_freq_factor", 4.0f, &c->rope_high_freq_factor)) ||
-                (st = get_int(p, rs, "original_max_position_embeddings", 8192,
+                (st = get_int(p, rs, "original_max_position_embeddings", 8192, MAX_POSITIONS,
                               &c->rope_original_max_position_embeddings)))
                 return st;
         } else if (strcmp(ty, "default") != 0) {
-            return dt_error_set(DT_ERR_FORMAT, "%s: rope type '%s' is not supported (default, llama3)",
-                                p, ty);
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: rope type '%s' is not supported (default, llama3)", p, ty);
         }
     }
     if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 ||
         c->num_hidden_layers <= 0 || c->num_attention_heads <= 0 || c->num_key_value_heads <= 0 ||
         c->head_dim <= 0 || c->head_dim % 2)
         return dt_error_set(DT_ERR_FORMAT, "%s: sizes must be positive and head_dim even", p);
+    if ((int64_t)c->num_attention_heads * c->head_dim > MAX_FFN ||
+        (int64_t)c->num_key_value_heads * c->head_dim > MAX_FFN)
+        return dt_error_set(DT_ERR_FORMAT, "%s: num_attention_heads x head_dim %lld is over %d", p,
+                            (long long)c->num_attention_heads * c->head_dim, MAX_FFN);
     if (c->num_attention_heads % c->num_key_value_heads)
-        return dt_error_set(DT_ERR_FORMAT,
-                            "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
-                            p, c->num_attention_heads, c->num_key_value_heads);
+        return dt_error_set(
+            DT_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+            p, c->num_attention_heads, c->num_key_value_heads);
     return DT_OK;
 }
 

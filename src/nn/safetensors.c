@@ -105,8 +105,9 @@ static dt_status parse_entry(dt_st_file *f, cJSON *it, st_tensor *t, uint64_t da
         numel *= (uint64_t)t->shape[d];
     }
     cJSON *b = cJSON_GetArrayItem(of, 0), *e = cJSON_GetArrayItem(of, 1);
+    /* beyond 2^53 a double is not an exact offset, and beyond 2^64 the cast is undefined */
     if (!cJSON_IsNumber(b) || !cJSON_IsNumber(e) || b->valuedouble < 0 ||
-        e->valuedouble < b->valuedouble)
+        e->valuedouble < b->valuedouble || e->valuedouble > 9.0e15)
         return dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s': bad data_offsets", p, nm);
     t->begin = (uint64_t)b->valuedouble, t->end = (uint64_t)e->valuedouble;
     if (t->end > data_len)

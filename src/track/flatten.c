@@ -10,12 +10,22 @@
 #include <yaml.h>
 #include "dtrain/track.h"
 
+/* Aliases (*a) refer to a node again without copying it, so a few lines of anchors can name
+ * 10^9 paths (a "billion laughs"): the walk is bounded to a budget of nodes visited and of bytes
+ * of the sequence values it builds, both 16x the text's size (an ordinary config visits each
+ * node once). */
 typedef struct walker {
     yaml_document_t *doc;
     dt_track_kv_cb cb;
     void *ud;
     int stop;
+    size_t nodes_left, bytes_left;
 } walker;
+
+static dt_status too_big(void) {
+    return dt_error_set(DT_ERR_FORMAT,
+                        "config YAML: aliases expand to more than 16 times the text's size");
+}
 
 static const char *scalar(const yaml_node_t *n) {
     return (const char *)n->data.scalar.value;
@@ -24,6 +34,7 @@ static const char *scalar(const yaml_node_t *n) {
 static dt_status walk(walker *w, const yaml_node_t *n, const char *prefix, int depth) {
     if (w->stop || !n) return DT_OK;
     if (depth > 32) return dt_error_set(DT_ERR_FORMAT, "config YAML: nested too deeply");
+    if (!w->nodes_left--) return too_big();
     char key[1024];
     if (n->type == YAML_SCALAR_NODE) {
         if (prefix[0]) w->stop = w->cb(w->ud, prefix, scalar(n));
@@ -52,6 +63,8 @@ static dt_status walk(walker *w, const yaml_node_t *n, const char *prefix, int d
         if (c && c->type == YAML_SCALAR_NODE) len += strlen(scalar(c)) + 2;
     }
     if (flat) {
+        if (len > w->bytes_left) return too_big();
+        w->bytes_left -= len;
         char *v = malloc(len);
         if (!v) return dt_error_set(DT_ERR_NOMEM, "config YAML: out of memory");
         size_t o = 0;
@@ -86,7 +99,8 @@ dt_status dt_track_flatten_yaml(const char *yaml, dt_track_kv_cb cb, void *ud) {
         yaml_parser_delete(&p);
         return st;
     }
-    walker w = {&doc, cb, ud, 0};
+    size_t budget = 16 * strlen(yaml) + 1024;
+    walker w = {&doc, cb, ud, 0, budget, budget};
     dt_status st = walk(&w, yaml_document_get_root_node(&doc), "", 0);
     yaml_document_delete(&doc);
     yaml_parser_delete(&p);

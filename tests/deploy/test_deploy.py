@@ -38,11 +38,12 @@ ARGS = None
 CHECKS = []
 
 # Packages of scripts/install-deps.sh that only the tests, the demo or the developer need (the
-# reference PyTorch, datasets, the Prometheus and Chromium that tests/serve drives, git); every
-# other one must be in the Dockerfile's build stage.
+# reference PyTorch, datasets, the Prometheus and Chromium that tests/serve drives, git, and clang
+# with its OpenMP for the libFuzzer targets of tests/fuzz); every other one must be in the
+# Dockerfile's build stage.
 TEST_ONLY_PACKAGES = {"python3", "python3-venv", "python3-numpy", "python3-torch",
                       "python3-torchvision", "dataset-fashion-mnist", "fortunes", "git",
-                      "prometheus", "chromium"}
+                      "prometheus", "chromium", "clang", "libomp-dev"}
 # In every Debian image (dpkg itself depends on it), so the runtime stage need not list it.
 BASE_IMAGE_PACKAGES = {"libc6"}
 
