@@ -48,6 +48,13 @@ test-asan: deps
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 DT_GRAPH_POISON=1 \
 	  ctest --output-on-failure -j $(JOBS) -L unit -LE slow
 
+# The seed system's evaluation, measured here (< 45 min): writes docs/evaluation.md and its
+# charts from scratch (scripts/evaluate.py; Ray Train from PyPI via scripts/setup-ray.sh).
+.PHONY: evaluate
+evaluate: build venv
+	scripts/setup-ray.sh
+	python3 scripts/evaluate.py --build $(BUILD) --work eval-out
+
 bench: build
 	@for s in bench/*.sh; do echo "== $$s"; bash $$s $(BUILD); done
 
@@ -56,3 +63,23 @@ format:
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
+
+# Fuzzing (tests/fuzz/, docs/security.md): libFuzzer targets for every parser of outside input,
+# built with clang in their own build directory (library under ASan + UBSan + coverage).
+#   make fuzz-smoke   every target for a few seconds after replaying the regression inputs (CI)
+#   make fuzz         FUZZ_SECONDS per target (default 600), one target at a time
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 600
+FUZZ_SMOKE_SECONDS ?= 5
+
+.PHONY: fuzz-build fuzz-smoke fuzz
+fuzz-build: deps
+	@test -f $(FUZZ_BUILD)/CMakeCache.txt || cmake -S . -B $(FUZZ_BUILD) $(GEN) -DCMAKE_BUILD_TYPE=Release \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DDT_FUZZ=ON
+	cmake --build $(FUZZ_BUILD) --target fuzz_all -j $(JOBS)
+
+fuzz-smoke: fuzz-build
+	tests/fuzz/run.sh -b $(FUZZ_BUILD) -t $(FUZZ_SMOKE_SECONDS)
+
+fuzz: fuzz-build
+	tests/fuzz/run.sh -b $(FUZZ_BUILD) -t $(FUZZ_SECONDS)
