@@ -40,6 +40,11 @@ static const struct {
      "Share of step time spent waiting for data over the last log interval."},
     {"comm_wait", "dtrain_comm_wait_ratio",
      "Share of step time spent waiting for the gradient all-reduce over the last log interval."},
+    {"data_wait_s", "dtrain_data_wait_seconds",
+     "Seconds the steps of the run's current attempt have waited for data so far."},
+    {"comm_wait_s", "dtrain_allreduce_wait_seconds",
+     "Seconds the steps of the run's current attempt have waited for the gradient all-reduce "
+     "(and ZeRO-3 parameter gathers) so far."},
     {"eval_loss", "dtrain_eval_loss", "Loss of the newest evaluation."},
     {"eval_accuracy", "dtrain_eval_accuracy", "Accuracy of the newest evaluation."},
     {"eval_perplexity", "dtrain_eval_perplexity", "Perplexity of the newest evaluation."},

@@ -116,12 +116,14 @@ static dt_status log_line(dt_trainer *t) {
         dt_ddp_stats ds;
         dt_ddp_get_stats(t->ddp, &ds);
         double w = ds.wait_total_s + ds.gather_wait_total_s;
-        snprintf(comm, sizeof comm, "  comm-wait %.1f%%",
-                 t->step_time_sum > 0 ? 100 * (w - t->comm_wait_mark) / t->step_time_sum : 0.0);
+        t->prog.comm_wait = t->step_time_sum > 0 ? (w - t->comm_wait_mark) / t->step_time_sum : 0;
+        t->prog.comm_wait_total_s = w;
+        snprintf(comm, sizeof comm, "  comm-wait %.1f%%", 100 * t->prog.comm_wait);
         t->comm_wait_mark = w;
     }
     t->prog.samples_per_s = dt > 0 ? (double)t->samples_since / dt : 0;
     t->prog.data_wait = t->step_time_sum > 0 ? t->wait_sum / t->step_time_sum : 0;
+    t->prog.data_wait_total_s = t->wait_total_s;
     t->prog.elapsed_s = now - t->t_start;
     dt_train_progress_clear(t); /* on a terminal the step line takes the progress line's place */
     if (t->log)

@@ -185,6 +185,11 @@ void dt_train_track_log(dt_trainer *t) {
     metric(t, "samples_per_s", sps);
     if (t->task == DT_TASK_LM) metric(t, "tokens_per_s", sps * (double)t->T);
     metric(t, "data_wait", t->prog.data_wait);
+    metric(t, "data_wait_s", t->prog.data_wait_total_s);
+    if (t->world > 1) {
+        metric(t, "comm_wait", t->prog.comm_wait);
+        metric(t, "comm_wait_s", t->prog.comm_wait_total_s);
+    }
 }
 
 void dt_train_track_eval(dt_trainer *t, const dt_eval_result *r) {

@@ -219,6 +219,13 @@ def case_prometheus():
     check(tok and float(tok[0]["value"][1]) > 0, "throughput (tokens/s)")
     dw = q("dtrain_data_wait_ratio" + sel)
     check(dw and 0 <= float(dw[0]["value"][1]) <= 1, "data-wait ratio in [0, 1]")
+    cw = q("dtrain_comm_wait_ratio" + sel)
+    check(cw and 0 <= float(cw[0]["value"][1]) <= 1, "all-reduce wait ratio in [0, 1]")
+    # cumulative wait seconds: published, never decreasing between two scrapes of an attempt
+    for name in ("dtrain_data_wait_seconds", "dtrain_allreduce_wait_seconds"):
+        vals = [float(v[1]) for v in (q(name + sel + "[2m]") or [{"values": []}])[0]["values"]]
+        check(vals and min(vals) >= 0 and vals == sorted(vals),
+              "%s published and never decreasing (%d scrapes)" % (name, len(vals)))
     wait_until(lambda: q("dtrain_last_checkpoint_age_seconds" + sel), 120, "a checkpoint")
     age = q("dtrain_last_checkpoint_age_seconds" + sel)
     check(age and 0 <= float(age[0]["value"][1]) < 120, "last checkpoint age %s s" %
@@ -234,9 +241,9 @@ def case_prometheus():
     check(dsv and dsv[0]["query"] == "prometheus", "Grafana: a Prometheus datasource variable")
     exprs = [t["expr"] for p in g["panels"] for t in p["targets"]]
     names = set(re.findall(r"\b(dtrain_[a-z_]+?)(?:_bucket|_count|_sum)?\b(?=\{|\[|\))", " ".join(exprs)))
-    # published only when recorded: evaluation (no val set here), all-reduce wait (not logged
-    # by the trainer yet), checkpoint size (a folder retention already deleted)
-    optional = {"dtrain_eval_loss", "dtrain_comm_wait_ratio", "dtrain_checkpoint_bytes",
+    # published only when recorded: evaluation (no val set here), checkpoint size (a folder
+    # retention already deleted)
+    optional = {"dtrain_eval_loss", "dtrain_checkpoint_bytes",
                 "dtrain_samples_per_second"}
     missing = names - live - optional
     check(len(names) >= 12 and not missing,

@@ -52,7 +52,9 @@ tmp = tempfile.mkdtemp(prefix="dt-track-faults-")
 procs = []
 failures = 0
 EXP = "llama-tiny-fortunes"
-LOG_KEYS = ["data_wait", "grad_norm", "loss", "lr", "samples_per_s", "tokens_per_s"]
+# keys logged every interval by a 2-worker job (src/train/track_glue.c)
+LOG_KEYS = ["comm_wait", "comm_wait_s", "data_wait", "data_wait_s", "grad_norm", "loss", "lr",
+            "samples_per_s", "tokens_per_s"]
 
 
 def check(ok, what):
