@@ -96,6 +96,9 @@ class Eval:
     # ---- data and environment --------------------------------------------------------------
 
     def prepare(self):
+        # from scratch: fixed run names would otherwise resume the previous evaluation's runs
+        if not self.a.only:
+            shutil.rmtree(self.runs, ignore_errors=True)
         if not os.path.exists(os.path.join(self.fm, "train", "manifest.json")):
             run([self.dtrain, "data", "import", "fashion-mnist",
                  "/usr/share/datasets/fashion-mnist", "-o", self.fm, "-q"], self.log("import"))
