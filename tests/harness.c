@@ -277,3 +277,16 @@ dt_test_lm dt_test_llama_lm(const struct dt_llama_config *c, int64_t B, int64_t 
     }
     return m;
 }
+
+char *dt_test_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) free(buf), buf = NULL;
+    fclose(f);
+    if (buf) buf[len] = 0, *n = (size_t)len;
+    return buf;
+}

@@ -16,11 +16,12 @@ int dt_check_(int ok, const char *file, int line, const char *expr, const char *
 #define CHECK_OK(expr)                                                                             \
     do {                                                                                           \
         dt_status s_ = (expr);                                                                     \
-        dt_check_(s_ == DT_OK, __FILE__, __LINE__, #expr, "status %d: %s", (int)s_,              \
+        dt_check_(s_ == DT_OK, __FILE__, __LINE__, #expr, "status %d: %s", (int)s_,                \
                   dt_last_error());                                                                \
     } while (0)
 /* A builder call that must fail: the id is negative and dt_last_error() contains every one of
- * the given strings (op name, shapes, ...). Use as EXPECT_FAIL(dt_add(g, a, b), "add", "[2, 3]"). */
+ * the given strings (op name, shapes, ...). Use as EXPECT_FAIL(dt_add(g, a, b), "add", "[2, 3]").
+ */
 void dt_expect_fail_(int id, const char *what, const char *const *want);
 #define EXPECT_FAIL(call, ...)                                                                     \
     dt_expect_fail_((call), #call, (const char *const[]){__VA_ARGS__, NULL})
@@ -62,10 +63,10 @@ void dt_randn(float *x, int64_t n, uint64_t seed, float std);
 int dt_test_dotloss(dt_graph *g, int out, int *r_id);
 
 typedef struct dt_gradcheck_opts {
-    double eps;          /* central-difference step (default 1e-2) */
-    double atol, rtol;   /* tolerance on |analytic - numeric| (defaults 1e-2, 5e-2) */
-    int max_per_tensor;  /* elements probed per tensor (default 24) */
-    int training;        /* forward mode used for both */
+    double eps;         /* central-difference step (default 1e-2) */
+    double atol, rtol;  /* tolerance on |analytic - numeric| (defaults 1e-2, 5e-2) */
+    int max_per_tensor; /* elements probed per tensor (default 24) */
+    int training;       /* forward mode used for both */
 } dt_gradcheck_opts;
 /* Compiles nothing: `g` must be compiled with `loss`. Checks d loss / d x for every trainable
  * param and every input created with requires_grad, against central differences (computed in
@@ -85,5 +86,8 @@ typedef struct dt_test_lm {
 } dt_test_lm;
 struct dt_llama_config;
 dt_test_lm dt_test_llama_lm(const struct dt_llama_config *c, int64_t B, int64_t T);
+
+/* A whole file into a malloc'ed, NUL-terminated buffer (free() it); NULL if it cannot be read. */
+char *dt_test_read_file(const char *path, size_t *n);
 
 #endif

@@ -62,7 +62,7 @@ static dt_status each_row(dt_track *s, sqlite3_stmt *q, int (*row)(sqlite3_stmt 
 }
 
 /* Locks db_mu and prepares (unlocked again on failure). */
-static dt_status prep(dt_track *s, const char *sql, sqlite3_stmt **q) {
+dt_status dt_trk_prep(dt_track *s, const char *sql, sqlite3_stmt **q) {
     pthread_mutex_lock(&s->db_mu);
     dt_status st = dt_trk_prepare(s, sql, q);
     if (st != DT_OK) pthread_mutex_unlock(&s->db_mu);
@@ -84,10 +84,10 @@ dt_status dt_track_runs(dt_track *s, const char *experiment, const char *status,
                         void *ud) {
     sqlite3_stmt *q;
     dt_status st =
-        prep(s,
-             RUN_COLS "WHERE (?1 IS NULL OR e.name = ?1) AND (?2 IS NULL OR r.status = ?2)"
-                      " ORDER BY r.start_time DESC, r.id DESC",
-             &q);
+        dt_trk_prep(s,
+                    RUN_COLS "WHERE (?1 IS NULL OR e.name = ?1) AND (?2 IS NULL OR r.status = ?2)"
+                             " ORDER BY r.start_time DESC, r.id DESC",
+                    &q);
     if (st != DT_OK) return st;
     dt_trk_bind_text(q, 1, experiment && experiment[0] ? experiment : NULL);
     dt_trk_bind_text(q, 2, status && status[0] ? status : NULL);
@@ -121,10 +121,11 @@ dt_status dt_track_run_find(dt_track *s, const char *ref, dt_track_run *out) {
         name = slash + 1;
     }
     sqlite3_stmt *q;
-    dt_status st = prep(s,
-                        numeric ? RUN_COLS "WHERE r.id = ?1"
-                                : RUN_COLS "WHERE r.name = ?1 AND (?2 IS NULL OR e.name = ?2)",
-                        &q);
+    dt_status st =
+        dt_trk_prep(s,
+                    numeric ? RUN_COLS "WHERE r.id = ?1"
+                            : RUN_COLS "WHERE r.name = ?1 AND (?2 IS NULL OR e.name = ?2)",
+                    &q);
     if (st != DT_OK) return st;
     if (numeric) {
         sqlite3_bind_int64(q, 1, strtoll(ref, NULL, 10));
@@ -149,7 +150,7 @@ static int kv_row(sqlite3_stmt *q, void *ud) {
 
 static dt_status kv_query(dt_track *s, const char *sql, int64_t run, dt_track_kv_cb cb, void *ud) {
     sqlite3_stmt *q;
-    dt_status st = prep(s, sql, &q);
+    dt_status st = dt_trk_prep(s, sql, &q);
     if (st != DT_OK) return st;
     sqlite3_bind_int64(q, 1, run);
     cb_pair p = {(void *)cb, ud};
@@ -180,7 +181,7 @@ static int yaml_row(sqlite3_stmt *q, void *ud) {
 dt_status dt_track_config_yaml(dt_track *s, int64_t run_id, char **yaml) {
     *yaml = NULL;
     sqlite3_stmt *q;
-    dt_status st = prep(s, "SELECT config_yaml FROM runs WHERE id = ?1", &q);
+    dt_status st = dt_trk_prep(s, "SELECT config_yaml FROM runs WHERE id = ?1", &q);
     if (st != DT_OK) return st;
     sqlite3_bind_int64(q, 1, run_id);
     if ((st = each_row(s, q, yaml_row, yaml)) != DT_OK) return st;
@@ -196,18 +197,23 @@ static int metric_row(sqlite3_stmt *q, void *ud) {
     return ((dt_track_metric_cb)p->cb)(p->ud, &m);
 }
 
+dt_status dt_trk_metric_rows(dt_track *s, sqlite3_stmt *q, dt_track_metric_cb cb, void *ud) {
+    cb_pair p = {(void *)cb, ud};
+    return each_row(s, q, metric_row, &p);
+}
+
 dt_status dt_track_metrics(dt_track *s, int64_t run_id, const char *key, dt_track_metric_cb cb,
                            void *ud) {
     sqlite3_stmt *q;
-    dt_status st = prep(s,
-                        "SELECT key, step, wall, value, attempt FROM metrics WHERE run_id = ?1"
-                        " AND (?2 IS NULL OR key = ?2) ORDER BY key, attempt, step, rowid",
-                        &q);
+    dt_status st =
+        dt_trk_prep(s,
+                    "SELECT key, step, wall, value, attempt FROM metrics WHERE run_id = ?1"
+                    " AND (?2 IS NULL OR key = ?2) ORDER BY key, attempt, step, rowid",
+                    &q);
     if (st != DT_OK) return st;
     sqlite3_bind_int64(q, 1, run_id);
     dt_trk_bind_text(q, 2, key);
-    cb_pair p = {(void *)cb, ud};
-    return each_row(s, q, metric_row, &p);
+    return dt_trk_metric_rows(s, q, cb, ud);
 }
 
 typedef struct summ {
@@ -266,10 +272,11 @@ static int artifact_row(sqlite3_stmt *q, void *ud) {
 
 dt_status dt_track_artifacts(dt_track *s, int64_t run_id, dt_track_artifact_cb cb, void *ud) {
     sqlite3_stmt *q;
-    dt_status st = prep(s,
-                        "SELECT id, kind, uri, step, metrics, created, attempt FROM artifacts"
-                        " WHERE run_id = ?1 ORDER BY id",
-                        &q);
+    dt_status st =
+        dt_trk_prep(s,
+                    "SELECT id, kind, uri, step, metrics, created, attempt FROM artifacts"
+                    " WHERE run_id = ?1 ORDER BY id",
+                    &q);
     if (st != DT_OK) return st;
     sqlite3_bind_int64(q, 1, run_id);
     cb_pair p = {(void *)cb, ud};
@@ -292,11 +299,12 @@ static int attempt_row(sqlite3_stmt *q, void *ud) {
 
 dt_status dt_track_attempts(dt_track *s, int64_t run_id, dt_track_attempt_cb cb, void *ud) {
     sqlite3_stmt *q;
-    dt_status st = prep(s,
-                        "SELECT attempt, status, start_time, end_time, world_size, hosts,"
-                        " exit_reason, writer_host, writer_pid FROM attempts WHERE run_id = ?1"
-                        " ORDER BY attempt",
-                        &q);
+    dt_status st =
+        dt_trk_prep(s,
+                    "SELECT attempt, status, start_time, end_time, world_size, hosts,"
+                    " exit_reason, writer_host, writer_pid FROM attempts WHERE run_id = ?1"
+                    " ORDER BY attempt",
+                    &q);
     if (st != DT_OK) return st;
     sqlite3_bind_int64(q, 1, run_id);
     cb_pair p = {(void *)cb, ud};

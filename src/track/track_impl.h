@@ -49,6 +49,11 @@ dt_status dt_trk_tx(dt_track *s, const char *what, dt_status (*fn)(dt_track *s, 
                     void *ud);
 /* Prepares a statement; errors name the path. */
 dt_status dt_trk_prepare(dt_track *s, const char *sql, sqlite3_stmt **st);
+/* Readers (query.c): dt_trk_prep locks db_mu and prepares (unlocked on failure);
+ * dt_trk_metric_rows steps a "key, step, wall, value, attempt" query into cb, finalizes it and
+ * unlocks. */
+dt_status dt_trk_prep(dt_track *s, const char *sql, sqlite3_stmt **q);
+dt_status dt_trk_metric_rows(dt_track *s, sqlite3_stmt *q, dt_track_metric_cb cb, void *ud);
 /* Binds text, NULL pointers as SQL NULL. */
 void dt_trk_bind_text(sqlite3_stmt *st, int i, const char *v);
 /* Ends attempt `attempt` of `run` (status, end time; reason NULL keeps the recorded one), and

@@ -22,19 +22,6 @@
 #include "dtrain/dtrain.h"
 #include "harness.h"
 
-static char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = len >= 0 ? malloc((size_t)len + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) free(buf), buf = NULL;
-    fclose(f);
-    if (buf) buf[len] = 0, *n = (size_t)len;
-    return buf;
-}
-
 static int env_int(const char *a, const char *b) {
     const char *v = getenv(a);
     if (!v) v = getenv(b);
@@ -174,7 +161,7 @@ int main(int argc, char **argv) {
     char path[4200];
     snprintf(path, sizeof path, "%s/trainer_state.json", dir);
     size_t len;
-    char *txt = read_file(path, &len);
+    char *txt = dt_test_read_file(path, &len);
     cJSON *state = txt ? cJSON_Parse(txt) : NULL;
     free(txt);
     if (!CHECK(state, "cannot read %s", path)) return dt_test_finish(name);

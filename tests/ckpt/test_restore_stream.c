@@ -22,19 +22,6 @@
 #include "dtrain/dtrain.h"
 #include "harness.h"
 
-static char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = len >= 0 ? malloc((size_t)len + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) free(buf), buf = NULL;
-    fclose(f);
-    if (buf) buf[len] = 0, *n = (size_t)len;
-    return buf;
-}
-
 static int write_file(const char *path, const void *p, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) return 0;
@@ -52,7 +39,7 @@ static int copy_ckpt(const char *src, const char *dst) {
         size_t n;
         snprintf(a, sizeof a, "%s/%s", src, files[i]);
         snprintf(b, sizeof b, "%s/%s", dst, files[i]);
-        char *d = read_file(a, &n);
+        char *d = dt_test_read_file(a, &n);
         int ok = d && write_file(b, d, n);
         free(d);
         if (!ok) return 0;
@@ -208,7 +195,7 @@ int main(int argc, char **argv) {
     snprintf(ck, sizeof ck, "%s/runs/llama-tiny-fortunes/r/checkpoints/step-000000004", tmp);
     snprintf(path, sizeof path, "%s/model.safetensors", ck);
     size_t n = 0;
-    char *model = read_file(path, &n);
+    char *model = dt_test_read_file(path, &n);
     if (!CHECK(model != NULL, "no checkpoint at step 4 (%s)", path)) return dt_test_finish(name);
     size_t hn = header_size(model, n);
     CHECK(hn > 2 * 509, "model.safetensors' header (%zu bytes) spans several 509-byte chunks", hn);
@@ -247,7 +234,7 @@ int main(int argc, char **argv) {
     CHECK(write_file(path, m, n), "cannot write %s", path);
     snprintf(path, sizeof path, "%s/trainer_state.json", bad);
     size_t sn;
-    char *txt = read_file(path, &sn);
+    char *txt = dt_test_read_file(path, &sn);
     cJSON *state = txt ? cJSON_Parse(txt) : NULL;
     cJSON *e = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(state, "files"),
                                                 "model.safetensors");
