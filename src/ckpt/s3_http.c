@@ -111,7 +111,7 @@ static size_t utf8_put(char *o, unsigned long cp) {
     return 4;
 }
 
-int s3_xml_text(const char *v, size_t vn, char *out, size_t cap) {
+static int xml_text(const char *v, size_t vn, char *out, size_t cap) {
     static const struct {
         const char *name;
         char ch;
@@ -153,6 +153,14 @@ int s3_xml_text(const char *v, size_t vn, char *out, size_t cap) {
     if (o >= cap) return -1;
     out[o] = 0;
     return 0;
+}
+
+/* On failure out holds "" rather than the undecoded prefix without its terminator (callers
+ * print it: found by the s3_xml fuzzer, regress/s3_xml/stack-overflow-unterminated-message). */
+int s3_xml_text(const char *v, size_t vn, char *out, size_t cap) {
+    int rc = xml_text(v, vn, out, cap);
+    if (rc != 0 && cap) out[0] = 0;
+    return rc;
 }
 
 /* ---- one request ---- */

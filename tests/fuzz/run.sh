@@ -5,8 +5,10 @@
 # (BUILD/fuzz-corpus/<target>, where new inputs go; the checked-in seeds are not touched).
 # Used by `make fuzz-smoke` (a few seconds per target) and `make fuzz` (FUZZ_SECONDS each).
 #
-#   tests/fuzz/run.sh [-b BUILD] [-t SECONDS] [-j] [TARGET...]   (TARGET: shard, http, ...)
+#   tests/fuzz/run.sh [-b BUILD] [-t SECONDS] [-j N] [-o LOGS] [TARGET...]   (TARGET: shard, ...)
 #     -b  the DT_FUZZ build directory (default build-fuzz)
+#     -o  where logs, crash inputs and summary.md go (default BUILD/fuzz-logs; give two
+#         concurrent runs of different targets different directories)
 #     -t  seconds of fuzzing per target (default 600; 0: replay the regressions only)
 #     -j  fuzzing jobs per target (default 1: the machine is shared)
 #
@@ -20,11 +22,13 @@ here="$(cd "$(dirname "$0")" && pwd)"
 build=build-fuzz
 seconds=600
 jobs=1
-while getopts "b:t:j:" o; do
+logs=
+while getopts "b:t:j:o:" o; do
   case $o in
   b) build=$OPTARG ;;
   t) seconds=$OPTARG ;;
   j) jobs=$OPTARG ;;
+  o) logs=$OPTARG ;;
   *) sed -n 2,20p "$0"; exit 2 ;;
   esac
 done
@@ -44,7 +48,7 @@ else
   done
 fi
 
-logs="$build/fuzz-logs"
+[ -n "$logs" ] || logs="$build/fuzz-logs"
 # the harnesses write their inputs to files: tmpfs when there is one (several times faster)
 tmpbase="$build/fuzz-tmp"
 [ -w /dev/shm ] && tmpbase="$(mktemp -d /dev/shm/dtrain-fuzz.XXXXXX)"
