@@ -14,21 +14,48 @@ static int cmp_step(const void *a, const void *b) {
     return (x->step > y->step) - (x->step < y->step);
 }
 
+/* trainer_state.json is a few KB (the parameter layout: ~100 bytes a tensor); a larger one is
+ * refused before it is read whole. */
+#define MAX_STATE_BYTES ((size_t)64 << 20)
+
+typedef struct text_buf {
+    char *p;
+    size_t n, cap;
+} text_buf;
+
+static dt_status text_chunk(void *ud, size_t off, const void *p, size_t n) {
+    text_buf *b = ud;
+    (void)off;
+    if (b->n + n + 1 > b->cap) { /* grows with what arrived, never by a size claimed */
+        size_t c = b->cap ? b->cap : 4096;
+        while (c < b->n + n + 1) c *= 2;
+        char *q = realloc(b->p, c);
+        if (!q) return dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
+        b->p = q, b->cap = c;
+    }
+    memcpy(b->p + b->n, p, n);
+    b->n += n;
+    return DT_OK;
+}
+
 dt_status dt_ckpt_read_state(dt_store *s, const char *dir, char **json) {
     char key[1200];
     snprintf(key, sizeof key, "%s/%s", dir, DT_CKPT_STATE);
-    void *data;
-    size_t n;
     *json = NULL;
-    dt_status st = dt_store_get(s, key, &data, &n);
-    if (st != DT_OK) return st;
-    char *txt = realloc(data, n + 1);
-    if (!txt) {
-        free(data);
-        return dt_error_set(DT_ERR_NOMEM, "checkpoint: %s: out of memory", key);
+    text_buf b = {0};
+    size_t n = 0;
+    dt_status st = dt_store_get_stream(s, key, MAX_STATE_BYTES, text_chunk, &b, &n);
+    if (st == DT_ERR_RANGE)
+        st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: more than %zu bytes, the limit of a %s",
+                          key, MAX_STATE_BYTES, DT_CKPT_STATE);
+    if (st == DT_OK && !b.p && !(b.p = malloc(1)))
+        st = dt_error_set(DT_ERR_NOMEM, "checkpoint: %s: out of memory", key);
+    if (st != DT_OK) {
+        free(b.p);
+        return st;
     }
-    txt[n] = 0;
-    *json = txt;
+    b.p[b.n] = 0;
+    *json = b.p;
     return DT_OK;
 }
 
@@ -86,39 +113,73 @@ dt_status dt_ckpt_list(dt_store *s, const char *root, const char *metric, dt_ckp
     return DT_OK;
 }
 
-/* One listed file: its size (a stat at DT_CKPT_SIZES; the whole file at DT_CKPT_CHECKSUMS, and
- * its xxh3). *n: its size. */
+static dt_status hash_chunk(void *ud, size_t off, const void *p, size_t n) {
+    (void)off;
+    return XXH3_64bits_update(ud, p, n) == XXH_OK
+               ? DT_OK
+               : dt_error_set(DT_ERR_INTERNAL, "checkpoint: xxh3 update failed");
+}
+
+/* One listed file: its size (a stat at DT_CKPT_SIZES; at DT_CKPT_CHECKSUMS the file streamed
+ * through xxh3, never more than the size listed, and never held in memory whole). The name
+ * must be a plain file name of the directory: a trainer_state.json cannot send the check to
+ * "../../x". *n: its size. */
 static dt_status check_file(dt_store *s, const char *dir, const cJSON *f, dt_ckpt_level level,
                             size_t *n) {
     cJSON *jb = cJSON_GetObjectItemCaseSensitive(f, "bytes");
     cJSON *jh = cJSON_GetObjectItemCaseSensitive(f, "xxh3");
-    if (!cJSON_IsNumber(jb) || !cJSON_IsString(jh) || strchr(f->string, '/') || !f->string[0])
-        return dt_error_set(DT_ERR_FORMAT, "checkpoint %s/%s: bad entry for '%s'", dir,
-                            DT_CKPT_STATE, f->string);
+    const char *name = f->string ? f->string : "";
+    *n = 0;
+    if (!name[0] || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+        return dt_error_set(DT_ERR_FORMAT,
+                            "checkpoint %s/%s: files[\"%.200s\"] is not a plain file name in the "
+                            "checkpoint directory (no '/', '.' or '..')",
+                            dir, DT_CKPT_STATE, name);
+    /* a size is an integer a double holds exactly (beyond 2^53 the comparison below would not
+     * be exact, and a size_t cast of a larger one undefined) */
+    if (!cJSON_IsNumber(jb) || !cJSON_IsString(jh))
+        return dt_error_set(DT_ERR_FORMAT,
+                            "checkpoint %s/%s: files[\"%.200s\"]: needs \"bytes\" and \"xxh3\"",
+                            dir, DT_CKPT_STATE, name);
+    if (!(jb->valuedouble >= 0 && jb->valuedouble <= 9007199254740992.0) ||
+        jb->valuedouble != floor(jb->valuedouble))
+        return dt_error_set(DT_ERR_FORMAT,
+                            "checkpoint %s/%s: files[\"%.200s\"].bytes %.0f is not a size (an "
+                            "integer in [0, 2^53])",
+                            dir, DT_CKPT_STATE, name, jb->valuedouble);
+    size_t want = (size_t)jb->valuedouble;
     char key[1400], hex[17] = "";
-    snprintf(key, sizeof key, "%s/%s", dir, f->string);
+    snprintf(key, sizeof key, "%s/%s", dir, name);
     dt_status st;
     if (level == DT_CKPT_SIZES) {
         st = dt_store_stat(s, key, n);
     } else {
-        void *data;
-        if ((st = dt_store_get(s, key, &data, n)) == DT_OK) {
-            snprintf(hex, sizeof hex, "%016" PRIx64, (uint64_t)XXH3_64bits(data, *n));
-            free(data);
+        XXH3_state_t *h = XXH3_createState();
+        if (!h || XXH3_64bits_reset(h) != XXH_OK) {
+            XXH3_freeState(h);
+            return dt_error_set(DT_ERR_NOMEM, "checkpoint %s: out of memory", dir);
         }
+        st = dt_store_get_stream(s, key, want, hash_chunk, h, n);
+        if (st == DT_OK) snprintf(hex, sizeof hex, "%016" PRIx64, (uint64_t)XXH3_64bits_digest(h));
+        XXH3_freeState(h);
+        if (st == DT_ERR_RANGE)
+            return dt_error_set(DT_ERR_FORMAT,
+                                "checkpoint %s: file %s is longer than the %zu bytes listed "
+                                "(replaced)",
+                                dir, name, want);
     }
     if (st == DT_ERR_NOTFOUND)
-        return dt_error_set(st, "checkpoint %s: file %s is missing", dir, f->string);
+        return dt_error_set(st, "checkpoint %s: file %s is missing", dir, name);
     if (st != DT_OK) return st;
-    if ((double)*n != jb->valuedouble)
+    if (*n != want)
         return dt_error_set(DT_ERR_FORMAT,
-                            "checkpoint %s: file %s has %zu bytes, expected %.0f "
+                            "checkpoint %s: file %s has %zu bytes, expected %zu "
                             "(truncated or replaced)",
-                            dir, f->string, *n, jb->valuedouble);
+                            dir, name, *n, want);
     if (level != DT_CKPT_SIZES && strcmp(hex, jh->valuestring) != 0)
         return dt_error_set(DT_ERR_FORMAT,
                             "checkpoint %s: file %s: checksum xxh3 %s, expected %s (corrupt)", dir,
-                            f->string, hex, jh->valuestring);
+                            name, hex, jh->valuestring);
     return DT_OK;
 }
 

@@ -1,5 +1,6 @@
 /* Storage front end: URL dispatch, key checks, sorted listings. */
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "ckpt/storage_impl.h"
@@ -131,9 +132,17 @@ dt_status dt_store_get_stream(dt_store *s, const char *key, size_t max_bytes, dt
     if (st != DT_OK) return st;
     size_t chunk = s->opts.read_chunk ? s->opts.read_chunk : DT_STORE_READ_CHUNK_DEFAULT;
     if (s->ops->get_stream) return s->ops->get_stream(s, key, max_bytes, chunk, fn, ud, total);
-    /* the whole object first (S3: one GET, retried as a whole), then in chunks */
+    /* the whole object first (S3: one GET, retried as a whole), then in chunks; its size is
+     * asked first, so an object larger than the caller allows (a hostile trainer_state.json,
+     * a file longer than its checkpoint lists) is refused before it is fetched into memory */
     void *data;
     size_t len;
+    if (max_bytes != SIZE_MAX) {
+        if ((st = s->ops->stat(s, key, &len)) != DT_OK) return st;
+        if (len > max_bytes)
+            return dt_error_set(DT_ERR_RANGE, "storage get: %s/%s: %zu bytes, more than expected",
+                                s->url, key, len);
+    }
     if ((st = s->ops->get(s, key, &data, &len)) != DT_OK) return st;
     if (len > max_bytes)
         st = dt_error_set(DT_ERR_RANGE, "storage get: %s/%s: %zu bytes, more than expected", s->url,

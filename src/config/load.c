@@ -1,17 +1,40 @@
 /* Reading the YAML config with libyaml's event parser: one document, a mapping of sections,
  * each a mapping of keys to scalars (or, for list keys, a sequence of scalars). Every value is
  * checked against the schema as it is read, so the first error names the file and line. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <yaml.h>
 #include "config/config_impl.h"
 
+/* A config file is a few KB; libyaml holds a scalar whole in memory, so a longer file (or an
+ * endless stream given as the path) is cut off here rather than read into one giant value.
+ * Nesting needs no bound of its own: libyaml's parser keeps its state on the heap (no recursion)
+ * and this reader refuses anything deeper than section / key / list at the first such event. */
+#define MAX_CONFIG_BYTES ((size_t)4 << 20)
+
 typedef struct reader {
     yaml_parser_t p;
     dt_config *c;
     const char *path;
+    FILE *f;
+    size_t bytes;                        /* read so far */
+    int too_long;                        /* the input passed MAX_CONFIG_BYTES */
     unsigned char seen[DT_CFG_MAX_KEYS]; /* set by this file: duplicate detection */
 } reader;
+
+static int read_input(void *ud, unsigned char *buf, size_t size, size_t *got) {
+    reader *r = ud;
+    size_t n = fread(buf, 1, size, r->f);
+    if (n == 0 && ferror(r->f)) return 0;
+    r->bytes += n;
+    if (r->bytes > MAX_CONFIG_BYTES) {
+        r->too_long = 1;
+        return 0;
+    }
+    *got = n;
+    return 1;
+}
 
 static int line_of(const yaml_event_t *e) {
     return (int)e->start_mark.line + 1;
@@ -19,6 +42,9 @@ static int line_of(const yaml_event_t *e) {
 
 static dt_status next(reader *r, yaml_event_t *e) {
     if (yaml_parser_parse(&r->p, e)) return DT_OK;
+    if (r->too_long)
+        return dt_error_set(DT_ERR_FORMAT, "%s: more than %zu bytes, the limit of a config file",
+                            r->path, MAX_CONFIG_BYTES);
     const char *ctx = r->p.context ? r->p.context : "";
     return dt_error_set(DT_ERR_FORMAT, "%s:%d: malformed YAML: %s%s%s", r->path,
                         (int)r->p.problem_mark.line + 1, r->p.problem ? r->p.problem : "error",
@@ -117,8 +143,8 @@ static dt_status read_key(reader *r, const char *sec, const yaml_event_t *ke) {
 }
 
 static dt_status read_section(reader *r, const yaml_event_t *se, unsigned *sections_seen) {
-    static const char *const names[] = {"model", "data", "optim",  "schedule", "train",
-                                        "dist",  "lora", "ckpt",   "output",   "tracking"};
+    static const char *const names[] = {"model", "data", "optim", "schedule", "train",
+                                        "dist",  "lora", "ckpt",  "output",   "tracking"};
     const char *sec = scalar(se);
     int si = -1;
     for (int i = 0; i < 10; i++)
@@ -234,7 +260,8 @@ dt_status dt_config_load(const char *path, dt_config **out) {
     }
     r->c = c;
     r->path = path;
-    yaml_parser_set_input_file(&r->p, f);
+    r->f = f;
+    yaml_parser_set_input(&r->p, read_input, r);
     dt_status st = read_doc(r);
     yaml_parser_delete(&r->p);
     free(r);

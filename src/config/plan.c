@@ -51,6 +51,15 @@ static dt_status image_size(const dt_config *c, int64_t *side) {
     return DT_OK;
 }
 
+/* Refuses a plan whose byte counts could overflow (bound: an over-estimate in bytes). */
+static dt_status too_large(double bound, const char *what) {
+    if (bound < 0x1p60) return DT_OK;
+    return dt_error_set(DT_ERR_RANGE,
+                        "plan: %s need about %.3g bytes of activations, beyond the 2^60 bytes a "
+                        "plan can count: reduce data.batch or data.seq_len",
+                        what, bound);
+}
+
 dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p) {
     if (!c || !p) return dt_error_set(DT_ERR_INVALID, "plan: NULL config or output");
     if (world < 1) return dt_error_set(DT_ERR_INVALID, "plan: %d workers (expected >= 1)", world);
@@ -88,6 +97,15 @@ dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p) {
                                     v->lora.modules_to_save.item[i]);
             o.lora_modules |= b;
         }
+        /* every byte count below is int64: a configuration whose tensors could pass 2^60 bytes
+         * (B x T up to 2^42 tokens, times a 2^20 vocabulary...) is refused before any of them is
+         * formed, with the sum bounded generously in double (rows x widths, 8 bytes each) */
+        double N = (double)o.batch * (double)o.seq_len, D = m.hidden_size, F = m.intermediate_size,
+               H = (double)m.num_attention_heads * m.head_dim;
+        double bound = 8.0 * N *
+                       (m.vocab_size +
+                        (double)m.num_hidden_layers * (16 * D + 6 * F + 4 * H + 2.0 * o.lora_rank));
+        if ((st = too_large(bound, "data.batch x data.seq_len tokens of this model"))) return st;
         if ((st = plan_llama_activations(&m, &o, &act))) return st;
         int64_t base = dt_llama_param_count(&m);
         p->seq_len = o.seq_len;
@@ -110,6 +128,10 @@ dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p) {
                               (int)v->model.width,       v->model.recompute};
         int64_t n = dt_resnet_param_count(&m);
         if (n < 0) return DT_ERR_INVALID;
+        /* the widest layer is width << 3 channels; a stem keeps the full image side */
+        double bound = 8.0 * (double)o.batch * (double)o.image_size * (double)o.image_size *
+                       ((double)m.width * 64.0 + m.in_channels) * (m.depth / 2 + 4);
+        if ((st = too_large(bound, "data.batch images of this size and model.width"))) return st;
         if ((st = plan_resnet_activations(&m, &o, &act))) return st;
         p->seq_len = o.image_size;
         p->params_trainable = p->params_total = n;

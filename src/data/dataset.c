@@ -163,9 +163,11 @@ static dt_status open_shards(dt_dataset *d, const mctx *m, const cJSON *shards, 
         dt_status st;
         snprintf(key, sizeof key, "shards[%d].file", i);
         if ((st = get_str(m, e, "file", key, &file))) return st;
-        if (!*file || strchr(file, '/') || !strcmp(file, "..") || !strcmp(file, "."))
-            return dt_error_set(DT_ERR_FORMAT, "%s: %s \"%s\" is not a plain file name", m->file,
-                                key, file);
+        if (!dt_plain_name(file))
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: %s \"%.200s\" is not a plain file name in the dataset "
+                                "directory (no '/', '.' or '..')",
+                                m->file, key, file);
         snprintf(key, sizeof key, "shards[%d].records", i);
         if ((st = get_int(m, e, "records", key, 0, &recs))) return st;
         snprintf(key, sizeof key, "shards[%d].bytes", i);
@@ -184,6 +186,19 @@ static dt_status open_shards(dt_dataset *d, const mctx *m, const cJSON *shards, 
                               "%s: shard %d \"%s\" listed in the manifest is missing "
                               "(%s: %s)",
                               m->file, i, file, path, strerror(errno));
+            free(path);
+            return st;
+        }
+        /* A shard is a file of the dataset: one that is a symbolic link leading out of the
+         * directory (unpacked from an archive, say) is refused, so that a dataset cannot make
+         * dtrain map and report on bytes of another file. The directory itself may be a link. */
+        int inside = dt_path_inside(d->dir, path);
+        if (inside <= 0) {
+            st = dt_error_set(DT_ERR_FORMAT,
+                              "%s: shards[%d].file \"%s\" is a symbolic link %s the dataset "
+                              "directory",
+                              m->file, i, file,
+                              inside < 0 ? "that does not resolve inside" : "leading out of");
             free(path);
             return st;
         }
@@ -251,7 +266,8 @@ dt_status dt_dataset_open(const char *dir, int flags, dt_dataset **out) {
         st = dt_error_set(DT_ERR_IO, "%s: no such dataset directory", dir);
         goto done;
     }
-    if ((st = dt_read_file(mpath, 0, &text, &len))) goto done;
+    if ((st = dt_read_file_max(mpath, 0, DT_MAX_META_BYTES, "a dataset manifest", &text, &len)))
+        goto done;
     const char *end = NULL;
     root = cJSON_ParseWithLengthOpts((const char *)text, len, &end, 0);
     if (!root || !cJSON_IsObject(root)) {

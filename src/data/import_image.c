@@ -1,11 +1,13 @@
 /* Image importers: MNIST / Fashion-MNIST IDX files (plain or gzip) and CIFAR-10's binary
  * batches. Both have 10 classes. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "data/import.h"
 #include "data/util.h"
+#include <zlib.h>
 
 /* ---- IDX ---- */
 
@@ -16,8 +18,49 @@ typedef struct idx_file {
     int gz;
 } idx_file;
 
-/* Finds "<dir>/<name>" or "<dir>/<name>.gz". */
-static dt_status idx_find(const char *dir, const char *name, idx_file *f) {
+/* Largest IDX file (decompressed) an import reads: MNIST's train images are 47 MB, EMNIST's
+ * largest 0.7 GB. The header's dimensions are checked against it before the file is read. */
+#define IDX_MAX_BYTES ((uint64_t)16 << 30)
+
+/* Checks an IDX header in b [len] (len may be the header alone): magic 0x00000800 | ndim for
+ * unsigned bytes; fills dims and *end, the (decompressed) file size the dimensions imply:
+ * 4 + 4 ndim + their product, computed without overflow and at most IDX_MAX_BYTES. */
+static dt_status idx_parse(const char *path, int gz, const uint8_t *b, size_t len, uint32_t ndim,
+                           uint32_t *dims, uint64_t *end) {
+    const char *what = gz ? "decompressed " : "";
+    if (len < 4 + 4 * (size_t)ndim)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: truncated: %zu %sbytes, an IDX header with %u "
+                            "dimensions needs %u",
+                            path, len, what, ndim, 4 + 4 * ndim);
+    uint32_t magic = dt_be_get32(b), want = 0x800u | ndim;
+    if (magic != want)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: bad magic 0x%08x at byte 0 (expected 0x%08x: "
+                            "unsigned bytes, %u dimensions)",
+                            path, magic, want, ndim);
+    uint64_t total = 1;
+    int over = 0;
+    char shape[64] = "";
+    for (uint32_t i = 0; i < ndim; i++) {
+        dims[i] = dt_be_get32(b + 4 + 4 * i);
+        over |= __builtin_mul_overflow(total, (uint64_t)dims[i], &total);
+        size_t k = strlen(shape);
+        snprintf(shape + k, sizeof shape - k, "%s%u", i ? " x " : "", dims[i]);
+    }
+    *end = 4 + 4 * (uint64_t)ndim + total;
+    if (over || total > IDX_MAX_BYTES)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: header dimensions %s (bytes 4-%u) imply more than the "
+                            "%" PRIu64 "-byte limit of an IDX file",
+                            path, shape, 3 + 4 * ndim, IDX_MAX_BYTES);
+    return DT_OK;
+}
+
+/* Finds "<dir>/<name>" or "<dir>/<name>.gz" and reads it. The header is read first, alone, and
+ * checked: the file is then read with the size it implies as the limit, so a small gzip stream
+ * that inflates to gigabytes is stopped there, not read into memory whole. */
+static dt_status idx_find(const char *dir, const char *name, uint32_t ndim, idx_file *f) {
     memset(f, 0, sizeof *f);
     char gzname[128];
     snprintf(gzname, sizeof gzname, "%s.gz", name);
@@ -34,7 +77,22 @@ static dt_status idx_find(const char *dir, const char *name, idx_file *f) {
         }
     }
     if (!f->path) return dt_error_set(DT_ERR_NOMEM, "out of memory");
-    return dt_read_file(f->path, f->gz, &f->data, &f->len);
+    gzFile z = gzopen(f->path, "rb"); /* plain files pass through */
+    if (!z) return dt_error_set(DT_ERR_IO, "%s: cannot open: %s", f->path, strerror(errno));
+    uint8_t hdr[16];
+    int got = gzread(z, hdr, 4 + 4 * ndim), e = Z_OK;
+    dt_status st = DT_OK;
+    if (got < 0)
+        st = dt_error_set(DT_ERR_FORMAT, "%s: gzip stream corrupt in the IDX header: %s", f->path,
+                          gzerror(z, &e));
+    gzclose(z);
+    uint32_t dims[3];
+    uint64_t end = 0;
+    if (!st) st = idx_parse(f->path, f->gz, hdr, (size_t)got, ndim, dims, &end);
+    if (st) return st;
+    /* a plain file is read by its size (idx_header then compares); a gzip stream up to end */
+    return dt_read_file_max(f->path, f->gz, f->gz ? (size_t)end : SIZE_MAX, "its IDX header",
+                            &f->data, &f->len);
 }
 
 static void idx_free(idx_file *f) {
@@ -43,26 +101,12 @@ static void idx_free(idx_file *f) {
     memset(f, 0, sizeof *f);
 }
 
-/* Checks an IDX header: magic 0x00000800 | ndim for unsigned bytes. Fills dims. */
+/* Checks the file read against its header. Fills dims. */
 static dt_status idx_header(const idx_file *f, uint32_t ndim, uint32_t *dims) {
     const char *what = f->gz ? "decompressed " : "";
-    if (f->len < 4 + 4 * (size_t)ndim)
-        return dt_error_set(DT_ERR_FORMAT,
-                            "%s: truncated: %zu %sbytes, an IDX header with %u "
-                            "dimensions needs %u",
-                            f->path, f->len, what, ndim, 4 + 4 * ndim);
-    uint32_t magic = dt_be_get32(f->data), want = 0x800u | ndim;
-    if (magic != want)
-        return dt_error_set(DT_ERR_FORMAT,
-                            "%s: bad magic 0x%08x at byte 0 (expected 0x%08x: "
-                            "unsigned bytes, %u dimensions)",
-                            f->path, magic, want, ndim);
-    uint64_t total = 1;
-    for (uint32_t i = 0; i < ndim; i++) {
-        dims[i] = dt_be_get32(f->data + 4 + 4 * i);
-        total *= dims[i];
-    }
-    uint64_t end = 4 + 4 * (uint64_t)ndim + total;
+    uint64_t end = 0;
+    dt_status st = idx_parse(f->path, f->gz, f->data, f->len, ndim, dims, &end);
+    if (st) return st;
     if (f->len < end)
         return dt_error_set(DT_ERR_FORMAT,
                             "%s: truncated: the header says the data ends at %sbyte "
@@ -82,12 +126,12 @@ static dt_status idx_split(dt_import *im, const char *src, const char *prefix, c
     snprintf(iname, sizeof iname, "%s-images-idx3-ubyte", prefix);
     snprintf(lname, sizeof lname, "%s-labels-idx1-ubyte", prefix);
     idx_file fi, fl;
-    dt_status st = idx_find(src, iname, &fi);
+    dt_status st = idx_find(src, iname, 3, &fi);
     if (st) {
         idx_free(&fi);
         return st;
     }
-    st = idx_find(src, lname, &fl);
+    st = idx_find(src, lname, 1, &fl);
     uint32_t id[3], ld[1];
     if (!st) st = idx_header(&fi, 3, id);
     if (!st) st = idx_header(&fl, 1, ld);

@@ -124,7 +124,8 @@ static dt_status load_tokenizer(dt_import *im, doc_sink *s, int chat, char **met
     if (s->eot < 0) s->eot = dt_tokenizer_special_id(s->tok, "<|endoftext|>");
     uint8_t *data;
     size_t len;
-    if ((st = dt_read_file(path, 0, &data, &len))) return st;
+    if ((st = dt_read_file_max(path, 0, DT_MAX_TOKENIZER_BYTES, "a tokenizer file", &data, &len)))
+        return st;
     char hex[17];
     dt_hex64(XXH3_64bits(data, len), hex);
     free(data);

@@ -173,6 +173,13 @@ static dt_status check_sections(dt_shard *s) {
     const dt_shard_header *h = &s->h;
     const char *path = s->path;
     uint64_t prev_end = DT_SHARD_HEADER_BYTES, n = h->records;
+    /* Every record has a 4-byte label or an 8-byte document offset in the file: a count the file
+     * cannot hold is refused before it is used (records + 1 offsets would wrap at 2^64 - 1, and
+     * the offsets would then be read far past the mapping). */
+    if (n > s->size / 4)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: %" PRIu64 " records (byte 24) cannot fit in a file of %zu bytes",
+                            path, n, s->size);
     for (uint32_t i = 0; i < h->n_sections; i++) {
         const dt_shard_section *c = &h->sec[i];
         uint64_t at = 64 + 32 * (uint64_t)i; /* where this entry sits in the header */

@@ -44,7 +44,8 @@ static int64_t b64_decode(const char *s, size_t n, char *out) {
 static dt_status read_ranks(dt_tokenizer *t, const char *path, int64_t *n_ranks) {
     uint8_t *data;
     size_t len;
-    dt_status st = dt_read_file(path, 0, &data, &len);
+    dt_status st =
+        dt_read_file_max(path, 0, DT_MAX_TOKENIZER_BYTES, "a tokenizer file", &data, &len);
     if (st) return st;
     dt_tok_limit_ids(t, len);
     const char *s = (const char *)data;
@@ -66,8 +67,11 @@ static dt_status read_ranks(dt_tokenizer *t, const char *path, int64_t *n_ranks)
             if (!sp || bl <= 0 || end != s + le || r < 0 || r > INT32_MAX - 1024)
                 st = dt_error_set(DT_ERR_FORMAT,
                                   "%s:%" PRId64 ": expected \"<base64 token> <rank>\"", path, line);
-            else if ((st = dt_tok_set_token(t, (int32_t)r, tok, (size_t)bl)))
-                st = dt_error_set(st, "%s:%" PRId64 ": rank %lld is used twice", path, line, r);
+            else if ((st = dt_tok_set_token(t, (int32_t)r, tok, (size_t)bl))) {
+                char why[256]; /* "id N is used twice", "token id N is too large (...)" */
+                snprintf(why, sizeof why, "%s", dt_last_error());
+                st = dt_error_set(st, "%s:%" PRId64 ": rank %lld: %s", path, line, r, why);
+            }
             n++;
         }
         i = e + 1;
@@ -167,7 +171,8 @@ static dt_status load_tiktoken_meta(const char *rank_file, dt_tokenizer **out) {
     }
     uint8_t *txt = NULL;
     size_t len = 0;
-    dt_status st = dt_read_file(meta, 0, &txt, &len);
+    dt_status st =
+        dt_read_file_max(meta, 0, DT_MAX_TOKENIZER_BYTES, "a tokenizer file", &txt, &len);
     cJSON *root = st ? NULL : cJSON_ParseWithLength((const char *)txt, len);
     if (!st && !cJSON_IsObject(root))
         st = dt_error_set(DT_ERR_FORMAT, "%s: not a JSON object", meta);
@@ -319,9 +324,11 @@ static dt_status load_hf_model(dt_tokenizer *t, const cJSON *model, const char *
                                 "%s: model.vocab token \"%s\" is not byte-level "
                                 "(GPT-2 byte-to-unicode) text",
                                 path, e->string);
-        if ((st = dt_tok_set_token(t, (int32_t)e->valuedouble, buf, (size_t)n)))
-            return dt_error_set(st, "%s: model.vocab: id %d is used twice", path,
-                                (int)e->valuedouble);
+        if ((st = dt_tok_set_token(t, (int32_t)e->valuedouble, buf, (size_t)n))) {
+            char why[256]; /* "id N is used twice", "token id N is too large (...)" */
+            snprintf(why, sizeof why, "%s", dt_last_error());
+            return dt_error_set(st, "%s: model.vocab[\"%.64s\"]: %s", path, e->string, why);
+        }
     }
     if ((st = dt_tok_index(t, path))) return st;
     const cJSON *unk = obj(model, "unk_token");
@@ -375,7 +382,8 @@ dt_status dt_tokenizer_load_hf(const char *json_path, dt_tokenizer **out) {
     *out = NULL;
     uint8_t *txt;
     size_t len;
-    dt_status st = dt_read_file(json_path, 0, &txt, &len);
+    dt_status st =
+        dt_read_file_max(json_path, 0, DT_MAX_TOKENIZER_BYTES, "a tokenizer file", &txt, &len);
     if (st) return st;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts((const char *)txt, len, &end, 0);

@@ -28,13 +28,25 @@ int dt_parse_hex64(const char *s, uint64_t *v) {
     return 0;
 }
 
-static dt_status read_plain(const char *path, uint8_t **data, size_t *len) {
+static dt_status too_long(const char *path, const char *size, size_t max, const char *what) {
+    return dt_error_set(DT_ERR_FORMAT, "%s: %s bytes, more than the %zu-byte limit of %s", path,
+                        size, max, what ? what : "this file");
+}
+
+static dt_status read_plain(const char *path, size_t max, const char *what, uint8_t **data,
+                            size_t *len) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return dt_error_set(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
         return dt_error_set(DT_ERR_IO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > max) {
+        char sz[32];
+        snprintf(sz, sizeof sz, "%lld", (long long)st.st_size);
+        close(fd);
+        return too_long(path, sz, max, what);
     }
     size_t n = (size_t)st.st_size;
     uint8_t *buf = malloc(n + 1);
@@ -60,12 +72,14 @@ static dt_status read_plain(const char *path, uint8_t **data, size_t *len) {
     return DT_OK;
 }
 
-/* gzread also passes plain files through, so this handles both. */
-static dt_status read_gz(const char *path, uint8_t **data, size_t *len) {
+/* gzread also passes plain files through, so this handles both. The buffer grows with what was
+ * inflated, and reading stops one byte past max. */
+static dt_status read_gz(const char *path, size_t max, const char *what, uint8_t **data,
+                         size_t *len) {
     gzFile f = gzopen(path, "rb");
     if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     gzbuffer(f, 1 << 20);
-    size_t cap = 1 << 20, n = 0;
+    size_t cap = max < (1u << 20) ? (max < 64 ? 64 : max + 1) : 1 << 20, n = 0;
     uint8_t *buf = malloc(cap + 1);
     for (;;) {
         if (!buf) {
@@ -78,7 +92,9 @@ static dt_status read_gz(const char *path, uint8_t **data, size_t *len) {
             buf = nb, cap *= 2;
             continue;
         }
-        unsigned want = (unsigned)(cap - n > (1u << 30) ? (1u << 30) : cap - n);
+        size_t room = cap - n;
+        if (max < SIZE_MAX && room > max + 1 - n) room = max + 1 - n;
+        unsigned want = (unsigned)(room > (1u << 30) ? (1u << 30) : room);
         int r = gzread(f, buf + n, want);
         if (r < 0) {
             int e;
@@ -91,6 +107,13 @@ static dt_status read_gz(const char *path, uint8_t **data, size_t *len) {
         }
         if (r == 0) break;
         n += (size_t)r;
+        if (n > max) {
+            free(buf);
+            gzclose(f);
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: inflates to more than %zu bytes, the limit of %s", path, max,
+                                what ? what : "this file");
+        }
     }
     /* A truncated gzip member reads as a short stream plus an error flag. */
     int e;
@@ -114,7 +137,31 @@ static dt_status read_gz(const char *path, uint8_t **data, size_t *len) {
 }
 
 dt_status dt_read_file(const char *path, int gz, uint8_t **data, size_t *len) {
-    return gz ? read_gz(path, data, len) : read_plain(path, data, len);
+    return dt_read_file_max(path, gz, SIZE_MAX - 1, NULL, data, len);
+}
+
+dt_status dt_read_file_max(const char *path, int gz, size_t max, const char *what, uint8_t **data,
+                           size_t *len) {
+    if (max >= SIZE_MAX) max = SIZE_MAX - 1; /* + 1 for the NUL */
+    return gz ? read_gz(path, max, what, data, len) : read_plain(path, max, what, data, len);
+}
+
+int dt_plain_name(const char *name) {
+    return name && name[0] && !strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..");
+}
+
+int dt_path_inside(const char *dir, const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return -1;
+    if (!S_ISLNK(st.st_mode)) return 1;
+    char *rd = realpath(dir, NULL), *rp = realpath(path, NULL);
+    int in = -1;
+    if (rd && rp) {
+        size_t n = strlen(rd);
+        in = !strncmp(rp, rd, n) && (rp[n] == '/' || (n == 1 && rd[0] == '/'));
+    }
+    free(rd), free(rp);
+    return in;
 }
 
 dt_status dt_write_file(const char *path, const void *data, size_t len) {

@@ -6,21 +6,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "dtrain/models.h"
+#include "data/util.h"
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = n >= 0 && n < (16 << 20) ? malloc((size_t)n + 1) : NULL;
-    size_t got = b ? fread(b, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!b) return NULL;
-    b[got] = '\0';
-    *len = got;
-    return b;
-}
+/* config.json is read whole, sized by the file; a real one is about 1 KB. */
+#define MAX_CONFIG_BYTES ((size_t)16 << 20)
 
 /* Upper bounds of the sizes, far above any model in use (Llama 3.1 405B: vocabulary 128256,
  * hidden 16384, intermediate 53248, 126 layers, 128 heads of 128) and low enough that the
@@ -33,6 +22,7 @@ static char *slurp(const char *path, size_t *len) {
 #define MAX_HEADS (1 << 16)
 #define MAX_POSITIONS (1 << 30)
 #define MAX_ID 1000000000
+#define MAX_PARAMS ((int64_t)1 << 50)
 
 /* Integer key in [0, max]: required (def < 0 means required) or default. */
 static dt_status get_int(const char *p, cJSON *o, const char *key, int def, int max, int *out) {
@@ -147,6 +137,15 @@ static dt_status parse(const char *p, cJSON *o, dt_llama_config *c) {
         return dt_error_set(
             DT_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
             p, c->num_attention_heads, c->num_key_value_heads);
+    /* Each size alone is bounded above; together they could still describe 2^61 parameters,
+     * whose bytes (x 4 for the weights, x 16 with gradients and AdamW) overflow the int64 sizes
+     * of the memory plan and the allocations. 2^50 is 2500 times Llama 3.1 405B. */
+    int64_t np = dt_llama_param_count(c);
+    if (np > MAX_PARAMS)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: the sizes give %lld parameters, more than the %lld (2^50) "
+                            "accepted",
+                            p, (long long)np, (long long)MAX_PARAMS);
     return DT_OK;
 }
 
@@ -158,9 +157,10 @@ dt_status dt_llama_config_load(const char *path, dt_llama_config *c) {
     else
         snprintf(p, sizeof p, "%s", path);
     size_t len = 0;
-    char *txt = slurp(p, &len);
-    if (!txt) return dt_error_set(DT_ERR_IO, "%s: cannot read", p);
-    cJSON *o = cJSON_ParseWithLength(txt, len);
+    uint8_t *txt = NULL;
+    dt_status rs = dt_read_file_max(p, 0, MAX_CONFIG_BYTES, "a model config", &txt, &len);
+    if (rs != DT_OK) return rs;
+    cJSON *o = cJSON_ParseWithLength((const char *)txt, len);
     free(txt);
     if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);

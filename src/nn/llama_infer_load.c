@@ -2,9 +2,12 @@
  * no gradient buffers: memory is the weights). Sources: model.safetensors, or the shards that
  * model.safetensors.index.json names; f32, bf16 and f16 tensors convert to f32. */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include "data/util.h"
 #include "dtrain/generate.h"
 #include "dtrain/safetensors.h"
 
@@ -36,39 +39,35 @@ static dt_status add_file(sources *s, const char *path) {
     return DT_OK;
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = n >= 0 && n < (64L << 20) ? malloc((size_t)n + 1) : NULL;
-    size_t got = b ? fread(b, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (b) b[got] = '\0';
-    return b;
-}
-
 /* Every file of the folder: the index's shards, or model.safetensors. */
 static dt_status sources_open(sources *s, const char *dir) {
     char p[4096];
     s->n = 0;
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
-    char *txt = slurp(p);
-    if (!txt) {
+    struct stat sb;
+    if (stat(p, &sb) != 0 && errno == ENOENT) {
         snprintf(p, sizeof p, "%s/model.safetensors", dir);
         return add_file(s, p);
     }
-    cJSON *root = cJSON_Parse(txt);
+    /* the same bounds and name rule as the trainer's reader (src/nn/model_io.c) */
+    uint8_t *txt = NULL;
+    size_t len = 0;
+    dt_status st = dt_read_file_max(p, 0, DT_MAX_META_BYTES, "a safetensors index", &txt, &len);
+    if (st != DT_OK) return st;
+    cJSON *root = cJSON_ParseWithLength((const char *)txt, len);
     free(txt);
     cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map"), *it;
-    dt_status st =
-        cJSON_IsObject(wm) ? DT_OK : dt_error_set(DT_ERR_FORMAT, "%s: no \"weight_map\" object", p);
+    st = root ? cJSON_IsObject(wm) ? DT_OK
+                                   : dt_error_set(DT_ERR_FORMAT, "%s: no \"weight_map\" object", p)
+              : dt_error_set(DT_ERR_FORMAT, "%s: not valid JSON", p);
     cJSON *list = cJSON_IsObject(wm) ? wm : NULL;
     cJSON_ArrayForEach(it, list) {
         if (st != DT_OK) break;
-        if (!cJSON_IsString(it) || strchr(it->valuestring, '/')) {
-            st = dt_error_set(DT_ERR_FORMAT, "%s: bad file name for '%s'", p, it->string);
+        if (!cJSON_IsString(it) || !dt_plain_name(it->valuestring)) {
+            st = dt_error_set(DT_ERR_FORMAT,
+                              "%s: weight_map[\"%.200s\"]: \"%.200s\" is not a plain file name "
+                              "in the folder (no '/', '.' or '..')",
+                              p, it->string, cJSON_IsString(it) ? it->valuestring : "?");
             break;
         }
         char f[4096];

@@ -7,8 +7,12 @@
 #include <sys/stat.h>
 #include "dtrain/models.h"
 #include "dtrain/safetensors.h"
+#include "data/util.h"
 
 #define MAX_FILES 512
+/* model.safetensors.index.json is read whole: sized by the file, refused above this (a 405B
+ * model's index is ~100 KB; llama_infer_load.c reads the same file with the same limit). */
+#define MAX_INDEX_BYTES ((size_t)64 << 20)
 
 typedef struct src_set {
     int n;
@@ -27,17 +31,6 @@ static int is_dir(const char *p) {
     return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-static char *read_text(const char *path, size_t max) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = malloc(max + 1);
-    size_t n = buf ? fread(buf, 1, max, f) : 0;
-    fclose(f);
-    if (!buf) return NULL;
-    buf[n] = '\0';
-    return buf;
-}
-
 static dt_status add_file(src_set *s, const char *path) {
     for (int i = 0; i < s->n; i++)
         if (!strcmp(s->paths[i], path)) return DT_OK;
@@ -49,33 +42,42 @@ static dt_status add_file(src_set *s, const char *path) {
     return DT_OK;
 }
 
-/* Opens the file, or the folder's model.safetensors, or every shard its index names. */
+/* Opens the file, or the folder's model.safetensors, or every shard its index names. The index's
+ * file names must be plain names of files in the folder (no '/', "." or ".."): a downloaded
+ * index cannot make dtrain open a file elsewhere. A shard that is a symbolic link is followed
+ * wherever it leads, deliberately: the Hugging Face hub cache is built of them
+ * (snapshots/<rev>/model-00001-of-00004.safetensors -> ../../blobs/<sha256>), and whoever made
+ * the folder chose them; the index, which may come from anywhere, cannot add one. */
 static dt_status src_open(src_set *s, const char *path) {
     char p[4096];
     memset(s, 0, sizeof *s);
     if (!is_dir(path)) return add_file(s, path);
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", path);
-    char *txt = read_text(p, 64u << 20);
-    if (!txt) {
+    struct stat sb;
+    if (stat(p, &sb) != 0 && errno == ENOENT) {
         snprintf(p, sizeof p, "%s/model.safetensors", path);
         return add_file(s, p);
     }
-    cJSON *root = cJSON_Parse(txt);
+    uint8_t *txt = NULL;
+    size_t len = 0;
+    dt_status st = dt_read_file_max(p, 0, MAX_INDEX_BYTES, "a safetensors index", &txt, &len);
+    if (st != DT_OK) return st;
+    cJSON *root = cJSON_ParseWithLength((const char *)txt, len);
     free(txt);
-    cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
-    if (!cJSON_IsObject(wm)) {
-        cJSON_Delete(root);
-        return dt_error_set(DT_ERR_FORMAT, "%s: no \"weight_map\" object", p);
-    }
+    if (!root) return dt_error_set(DT_ERR_FORMAT, "%s: not valid JSON", p);
     s->index = root;
+    cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+    if (!cJSON_IsObject(wm)) return dt_error_set(DT_ERR_FORMAT, "%s: no \"weight_map\" object", p);
     cJSON *it;
     cJSON_ArrayForEach(it, wm) {
-        if (!cJSON_IsString(it) || strchr(it->valuestring, '/'))
-            return dt_error_set(DT_ERR_FORMAT, "%s: bad file name for '%s'", p, it->string);
+        if (!cJSON_IsString(it) || !dt_plain_name(it->valuestring))
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: weight_map[\"%.200s\"]: \"%.200s\" is not a plain file name "
+                                "in the folder (no '/', '.' or '..')",
+                                p, it->string, cJSON_IsString(it) ? it->valuestring : "?");
         char f[4096];
         snprintf(f, sizeof f, "%s/%s", path, it->valuestring);
-        dt_status st = add_file(s, f);
-        if (st != DT_OK) return st;
+        if ((st = add_file(s, f)) != DT_OK) return st;
     }
     return DT_OK;
 }

@@ -87,8 +87,39 @@ static dt_status walk(walker *w, const yaml_node_t *n, const char *prefix, int d
     return DT_OK;
 }
 
+/* walk() refuses more than 32 levels, but only after libyaml has built the document, and
+ * libyaml's scanner takes time quadratic in the flow nesting depth (every token re-checks the
+ * pending simple key of every open level: 100000 levels of "[" take 20 s). Its events come
+ * lazily, so a first pass over them stops a text nested deeper than that within the first
+ * levels, before yaml_parser_load reads the rest. A malformed text is left to the load's
+ * message. */
+#define MAX_YAML_DEPTH 40
+
+static dt_status check_depth(const char *yaml) {
+    yaml_parser_t p;
+    if (!yaml_parser_initialize(&p)) return dt_error_set(DT_ERR_NOMEM, "YAML: out of memory");
+    yaml_parser_set_input_string(&p, (const unsigned char *)yaml, strlen(yaml));
+    dt_status st = DT_OK;
+    int depth = 0, done = 0;
+    while (!done && st == DT_OK) {
+        yaml_event_t e;
+        if (!yaml_parser_parse(&p, &e)) break;
+        if (e.type == YAML_SEQUENCE_START_EVENT || e.type == YAML_MAPPING_START_EVENT) depth++;
+        if (e.type == YAML_SEQUENCE_END_EVENT || e.type == YAML_MAPPING_END_EVENT) depth--;
+        if (depth > MAX_YAML_DEPTH)
+            st = dt_error_set(DT_ERR_FORMAT, "config YAML: line %zu: nested too deeply",
+                              e.start_mark.line + 1);
+        done = e.type == YAML_STREAM_END_EVENT;
+        yaml_event_delete(&e);
+    }
+    yaml_parser_delete(&p);
+    return st;
+}
+
 dt_status dt_track_flatten_yaml(const char *yaml, dt_track_kv_cb cb, void *ud) {
     if (!yaml || !cb) return dt_error_set(DT_ERR_INVALID, "flatten YAML: NULL argument");
+    dt_status dst = check_depth(yaml);
+    if (dst != DT_OK) return dst;
     yaml_parser_t p;
     yaml_document_t doc;
     if (!yaml_parser_initialize(&p)) return dt_error_set(DT_ERR_NOMEM, "YAML: out of memory");

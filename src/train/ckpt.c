@@ -535,11 +535,13 @@ void dt_train_ckpt_free(dt_trainer *t) {
     t->ck = NULL;
 }
 
-/* A non-negative integer field of a JSON object, -1 if missing or not one (no NaN casts). */
+/* A non-negative integer field of a JSON object, -1 if missing or not one (the range is checked
+ * before the cast: (int64_t) of NaN, inf or 1e300 is undefined; 2.5 is not truncated to 2). */
 static int64_t jint(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < 9e15)) return -1;
-    return (int64_t)v->valuedouble;
+    int64_t i = (int64_t)v->valuedouble;
+    return (double)i == v->valuedouble ? i : -1;
 }
 
 /* ---- restore: one streaming pass per file -------------------------------------------------
@@ -574,7 +576,7 @@ struct restore_sink {
     const void *plan_arg;
     /* the header: 8 bytes, then hdr_need in all (0: not known yet), collected across chunks */
     char *hdr;
-    size_t hdr_need, hdr_have;
+    size_t hdr_need, hdr_have, hdr_cap;
     int parsed;
     dt_status err; /* the header or its tensors do not fit: no more copies; reported at the end */
     char msg[1024];
@@ -607,13 +609,26 @@ static void sink_defer(restore_sink *k, dt_status st) {
 }
 
 /* Takes header bytes from the chunk at c [n] (file offset off); parses the header once it is
- * all there. */
+ * all there. The buffer grows with the bytes that arrived, not to the size the header's first 8
+ * bytes claim (up to the listed file size and 100 MB), so a short file claiming a long header
+ * costs no more memory than its length. */
 static void sink_header(restore_sink *k, size_t off, const char *c, size_t n) {
     for (;;) {
         size_t need = k->hdr_need ? k->hdr_need : 8;
         if (k->hdr_have < need && off + n > k->hdr_have) {
             size_t take = need - k->hdr_have, from = k->hdr_have - off;
             if (take > n - from) take = n - from;
+            if (k->hdr_have + take > k->hdr_cap) {
+                size_t cap =
+                    k->hdr_cap * 2 > k->hdr_have + take ? k->hdr_cap * 2 : k->hdr_have + take;
+                if (cap > need) cap = need;
+                char *h = realloc(k->hdr, cap);
+                if (!h) {
+                    sink_defer(k, dt_error_set(DT_ERR_NOMEM, "%s: out of memory", k->name));
+                    return;
+                }
+                k->hdr = h, k->hdr_cap = cap;
+            }
             memcpy(k->hdr + k->hdr_have, c + from, take);
             k->hdr_have += take;
         }
@@ -621,13 +636,11 @@ static void sink_header(restore_sink *k, size_t off, const char *c, size_t n) {
         if (k->hdr_need) break;
         size_t hn;
         dt_status st = dt_st_header_size(k->name, k->hdr, k->want, &hn);
-        char *h = st == DT_OK ? realloc(k->hdr, hn) : NULL;
-        if (st == DT_OK && !h) st = dt_error_set(DT_ERR_NOMEM, "%s: out of memory", k->name);
         if (st != DT_OK) {
             sink_defer(k, st);
             return;
         }
-        k->hdr = h, k->hdr_need = hn;
+        k->hdr_need = hn;
     }
     dt_st_file *f;
     dt_status st = dt_st_open_header(k->name, k->hdr, k->hdr_need, k->want, &f);
@@ -674,13 +687,18 @@ static dt_status restore_file(dt_trainer *t, dt_store *s, const char *dir, cJSON
     if (!cJSON_IsNumber(jb) || !cJSON_IsString(jh))
         return dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s does not list %s", dir, DT_CKPT_STATE,
                             name);
+    /* the listed size bounds the read; it must be a size a double holds exactly */
+    if (!(jb->valuedouble >= 0 && jb->valuedouble <= 9007199254740992.0) ||
+        jb->valuedouble != (double)(int64_t)jb->valuedouble)
+        return dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s lists %s with %g bytes (not a size)",
+                            dir, DT_CKPT_STATE, name, jb->valuedouble);
     char key[1400], hex[17];
     snprintf(key, sizeof key, "%s/%s", dir, name);
-    size_t want = jb->valuedouble >= 0 && jb->valuedouble < 1e15 ? (size_t)jb->valuedouble : 0;
+    size_t want = (size_t)jb->valuedouble;
     restore_sink k = {
         .t = t, .name = key, .want = want, .plan = plan, .plan_arg = plan_arg, .touched = touched};
     k.h = XXH3_createState();
-    k.hdr = malloc(8);
+    k.hdr = malloc(8), k.hdr_cap = 8;
     if (!k.h || !k.hdr || XXH3_64bits_reset(k.h) != XXH_OK) {
         XXH3_freeState(k.h), free(k.hdr);
         return dt_error_set(DT_ERR_NOMEM, "checkpoint %s: out of memory", dir);
@@ -789,8 +807,14 @@ static dt_status load_optim(dt_trainer *t, dt_store *s, const char *dir, cJSON *
     dt_optim_state os;
     dt_status st = dt_optim_get_state(t->opt, &os);
     if (st != DT_OK) return st;
-    if (shards < 1 || ss < 1)
-        return dt_error_set(DT_ERR_FORMAT, "checkpoint %s: bad layout in %s", dir, DT_CKPT_STATE);
+    /* r x ss below must not wrap, and the shards must cover every parameter (a layout that
+     * does not would leave the rest of the optimizer state as it was, silently) */
+    size_t cover;
+    if (shards < 1 || ss < 1 || __builtin_mul_overflow((size_t)shards, ss, &cover) || cover < t->n)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "checkpoint %s: %s: layout of %d shards of %zu elements does not fit "
+                            "%zu parameters",
+                            dir, DT_CKPT_STATE, shards, ss, t->n);
     for (int r = 0; r < shards && st == DT_OK; r++) {
         size_t a = (size_t)r * ss, b = a + ss < t->n ? a + ss : t->n;
         size_t lo = a > os.lo ? a : os.lo, hi = b < os.hi ? b : os.hi;
@@ -803,8 +827,15 @@ static dt_status load_optim(dt_trainer *t, dt_store *s, const char *dir, cJSON *
         t->ck->loaded_bytes += (int64_t)n;
     }
     if (st != DT_OK) return st;
-    cJSON *jo = cJSON_GetObjectItemCaseSensitive(state, "optimizer_step");
-    int64_t step = cJSON_IsNumber(jo) ? (int64_t)jo->valuedouble : 0;
+    /* a missing one is 0 (older checkpoints); one that is there must be an integer in range:
+     * (int64_t) of 1e999 (inf), 1e300 or NaN would be undefined */
+    int64_t step = cJSON_GetObjectItemCaseSensitive(state, "optimizer_step")
+                       ? jint(state, "optimizer_step")
+                       : 0;
+    if (step < 0)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "checkpoint %s: %s: optimizer_step is not an integer in [0, 9e15)", dir,
+                            DT_CKPT_STATE);
     return dt_optim_set_step(t->opt, step);
 }
 
@@ -848,10 +879,11 @@ static dt_status load_checkpoint(dt_trainer *t, dt_store *s, const char *dir, in
     if ((st = dt_ckpt_read_state(s, dir, &txt)) == DT_OK && !(state = cJSON_Parse(txt)))
         st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s is not valid JSON", dir, DT_CKPT_STATE);
     free(txt);
-    double jw = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(state, "world_size"));
-    *old_world = jw >= 1 && jw < 1e7 ? (int)jw : 0;
+    int64_t jw = jint(state, "world_size");
+    *old_world = jw >= 1 && jw < 10000000 ? (int)jw : 0;
     if (st == DT_OK && !*old_world)
-        st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s has no valid world_size", dir,
+        st = dt_error_set(DT_ERR_FORMAT,
+                          "checkpoint %s: %s has no valid world_size (an integer in [1, 1e7))", dir,
                           DT_CKPT_STATE);
     if (st == DT_OK) st = check_layout(t, dir, state);
     if (st == DT_OK) {
@@ -860,16 +892,26 @@ static dt_status load_checkpoint(dt_trainer *t, dt_store *s, const char *dir, in
         *bad = st == DT_ERR_FORMAT || st == DT_ERR_NOTFOUND;
     }
     dt_data_cursor cur;
-    if (st == DT_OK &&
-        (st = dt_data_cursor_parse(
-             cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(state, "data_cursor")), &cur)) ==
-            DT_OK) {
+    const char *jc = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(state, "data_cursor"));
+    if (st == DT_OK && !jc)
+        st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s has no data_cursor string", dir,
+                          DT_CKPT_STATE);
+    if (st == DT_OK && (st = dt_data_cursor_parse(jc, &cur)) == DT_OK) {
         /* Ranks are interleaved: batch b of every rank holds the first (b+1)*B*W positions of
          * the epoch order. Another world size continues at the first position not yet seen,
-         * rounded down to its own batches (at most one global batch is seen twice). */
-        if (*old_world != t->world) cur.batch = cur.batch * *old_world / t->world;
+         * rounded down to its own batches (at most one global batch is seen twice). The batch
+         * is any int64 the file holds: the product is checked (dt_loader_seek checks the
+         * range of what it gets). */
+        int64_t pos;
+        if (*old_world != t->world && __builtin_mul_overflow(cur.batch, (int64_t)*old_world, &pos))
+            st = dt_error_set(DT_ERR_FORMAT,
+                              "checkpoint %s: %s: data_cursor batch %lld x world_size %d "
+                              "overflows",
+                              dir, DT_CKPT_STATE, (long long)cur.batch, *old_world);
+        else if (*old_world != t->world)
+            cur.batch = pos / t->world;
         cur.rank = t->rank, cur.world_size = t->world;
-        st = dt_loader_seek(t->train_ld, &cur);
+        if (st == DT_OK) st = dt_loader_seek(t->train_ld, &cur);
     }
     if (st == DT_OK) {
         t->prog.step = jint(state, "step");

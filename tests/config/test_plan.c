@@ -418,6 +418,30 @@ static void test_zero_and_errors(void) {
               "no image size: %s", dt_last_error());
         dt_config_free(c);
     }
+    /* Sizes whose byte counts would overflow int64: the 8B model at the largest batch and
+     * sequence the schema allows (2^42 tokens) is refused by name, not planned in wrapped
+     * arithmetic; so is a ResNet at the largest batch and image side. */
+    char yaml8b[1024], hf8b[1100];
+    snprintf(yaml8b, sizeof yaml8b, "%s/examples/llama3.1-8b-lora.yaml", src_dir);
+    snprintf(hf8b, sizeof hf8b, "model.hf_path=%s/examples/llama3.1-8b", src_dir);
+    char *huge[] = {hf8b, "data.batch=1048576", "data.seq_len=4194304"};
+    c = config(yaml8b, 3, huge);
+    if (c) {
+        dt_plan p;
+        CHECK(dt_plan_compute(c, 1, &p) == DT_ERR_RANGE &&
+                  strstr(dt_last_error(), "data.batch x data.seq_len") &&
+                  strstr(dt_last_error(), "2^60"),
+              "2^42 tokens of an 8B model: %s", dt_last_error());
+        dt_config_free(c);
+    }
+    char *huge_img[] = {"data.batch=1048576", "data.image_size=65536", "model.width=4096"};
+    c = config(NULL, 3, huge_img);
+    if (c) {
+        dt_plan p;
+        CHECK(dt_plan_compute(c, 1, &p) == DT_ERR_RANGE && strstr(dt_last_error(), "data.batch"),
+              "2^20 images of 65536^2 at width 4096: %s", dt_last_error());
+        dt_config_free(c);
+    }
     /* Llama whose config.json is missing. */
     char *miss[] = {"model.kind=llama", "model.hf_path=/nonexistent/llama"};
     c = config(NULL, 2, miss);
