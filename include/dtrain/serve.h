@@ -40,10 +40,21 @@ typedef struct dt_serve_opts {
     const char *db;    /* the experiment store's path */
     /* /metrics publishes only this run when set (the launcher's); else the newest runs */
     const char *experiment, *run;
+    /* the token's file when `token` is NULL or "": its first line, the file private to its
+     * owner (mode 600; refused otherwise, like ssh keys) */
+    const char *token_file;
+    /* Serving on an address other than loopback (127.0.0.0/8, ::1) without a token is refused
+     * (DT_ERR_INVALID, naming the address and how to give a token) unless this is set: it
+     * would show every run to anyone who can reach the host. */
+    int insecure;
 } dt_serve_opts;
 
 /* Binds, listens and starts the server thread. A port in use or an address that cannot be
- * bound is DT_ERR_IO naming "ADDR:PORT" and the reason. */
+ * bound is DT_ERR_IO naming "ADDR:PORT" and the reason; a non-loopback address without a token
+ * (and without `insecure`) or an unusable token file is DT_ERR_INVALID. Only GET and HEAD are
+ * answered (405 otherwise: no route changes anything), a request body is never read, request
+ * headers and URL together are limited to 16 KiB (431 or 414 beyond), and nothing but the
+ * routes below is served (no files: a path like /../etc/passwd is a 404). */
 dt_status dt_serve_start(const dt_serve_opts *o, dt_serve **out);
 /* The port listened on. */
 int dt_serve_port(const dt_serve *s);

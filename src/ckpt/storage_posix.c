@@ -1,7 +1,8 @@
 /* POSIX storage: a directory tree on local disk or a mounted distributed file system (NFS,
  * HopsFS/HDFS fuse mounts). A put writes "<key>.tmp-<pid>-<n>" in the key's directory, fsyncs
  * it, renames it over the key (atomic within a directory) and fsyncs the directory so the
- * rename itself survives a crash.
+ * rename itself survives a crash. Folders are made DT_DIR_MODE (0750) and files DT_FILE_MODE
+ * (0640), less the umask: checkpoints are readable by the owner's group, never by others.
  *
  * Large puts (checkpoint files) bypass the page cache: a buffered write() costs about one CPU
  * second per GB in the kernel (copying into page-cache folios), taken from the training threads
@@ -21,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "ckpt/storage_impl.h"
+#include "core/fsmode.h"
 
 typedef struct posix_store {
     char root[4096];
@@ -42,12 +44,12 @@ static dt_status mkdirs(const char *path, const char *url) {
     for (char *c = p + 1; *c; c++) {
         if (*c != '/') continue;
         *c = 0;
-        if (mkdir(p, 0777) != 0 && errno != EEXIST)
+        if (mkdir(p, DT_DIR_MODE) != 0 && errno != EEXIST)
             return dt_error_set(DT_ERR_IO, "storage: %s: cannot create directory %s: %s", url, p,
                                 strerror(errno));
         *c = '/';
     }
-    if (mkdir(p, 0777) != 0 && errno != EEXIST)
+    if (mkdir(p, DT_DIR_MODE) != 0 && errno != EEXIST)
         return dt_error_set(DT_ERR_IO, "storage: %s: cannot create directory %s: %s", url, p,
                             strerror(errno));
     return DT_OK;
@@ -114,7 +116,7 @@ static dt_status posix_put(dt_store *s, const char *key, const void *data, size_
     if (st != DT_OK) return st;
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld-%ld", path, (long)getpid(),
              atomic_fetch_add(&counter, 1));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, DT_FILE_MODE);
     if (fd < 0)
         return dt_error_set(DT_ERR_IO, "storage put: %s: cannot create %s: %s", s->url, tmp,
                             strerror(errno));

@@ -3,13 +3,16 @@
  * larger ones are a multipart upload (opts.parallel_parts parts in flight, on threads that each
  * hold a curl handle) that becomes visible only when completed, and is aborted on failure, so a
  * reader never sees part of an object. The store is safe to use from several threads: curl
- * handles (and their open connections) are kept in a small pool. */
+ * handles (and their open connections) are kept in a small pool. Credentials: the environment,
+ * else the AWS tools' shared credentials file, which must be mode 600 (credentials(), below). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include "ckpt/s3_http.h"
+#include "core/fsmode.h"
 #include "ckpt/storage_impl.h"
 
 enum { POOL = 32 };
@@ -407,11 +410,143 @@ static const char *env(const char *name) {
     return v && *v ? v : NULL;
 }
 
+static int copy_cred(char *dst, size_t cap, const char *v, size_t n) {
+    if (n >= cap) return -1;
+    memcpy(dst, v, n);
+    dst[n] = '\0';
+    return 0;
+}
+
+static char *trim(char *a, char *b) { /* [a, b) without surrounding blanks; *b = 0 */
+    while (a < b && (*a == ' ' || *a == '\t')) a++;
+    while (b > a && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\r')) b--;
+    *b = '\0';
+    return a;
+}
+
+/* The profile's keys from the text of a shared credentials file (the AWS tools' INI layout):
+ *   [default]                       # a section per profile
+ *   aws_access_key_id = AKID        # keys are case-insensitive, values trimmed
+ *   aws_secret_access_key = SECRET
+ *   aws_session_token = TOKEN       # optional
+ * Comments start with # or ;. Messages give line numbers, never a line's text (it may hold a
+ * secret). */
+static dt_status parse_credentials(char *txt, const char *url, const char *file,
+                                   const char *profile, s3_conf *c) {
+    int in = 0, found = 0, line = 0;
+    for (char *l = txt, *next; l; l = next) {
+        line++;
+        next = strchr(l, '\n');
+        char *e = next ? next : l + strlen(l);
+        if (next) next++;
+        l = trim(l, e);
+        if (!*l || *l == '#' || *l == ';') continue;
+        if (*l == '[') {
+            char *r = strchr(l, ']');
+            if (!r)
+                return dt_error_set(DT_ERR_FORMAT, "storage open: %s: %s line %d: no ']'", url,
+                                    file, line);
+            in = !strcmp(trim(l + 1, r), profile);
+            found |= in;
+            continue;
+        }
+        char *eq = strchr(l, '=');
+        if (!eq)
+            return dt_error_set(DT_ERR_FORMAT,
+                                "storage open: %s: %s line %d: expected 'key = value'", url, file,
+                                line);
+        if (!in) continue;
+        char *k = trim(l, eq), *v = eq + 1;
+        v = trim(v, v + strlen(v));
+        int bad = 0;
+        if (!strcasecmp(k, "aws_access_key_id"))
+            bad = copy_cred(c->access_key, sizeof c->access_key, v, strlen(v));
+        else if (!strcasecmp(k, "aws_secret_access_key"))
+            bad = copy_cred(c->secret_key, sizeof c->secret_key, v, strlen(v));
+        else if (!strcasecmp(k, "aws_session_token"))
+            bad = copy_cred(c->session_token, sizeof c->session_token, v, strlen(v));
+        if (bad)
+            return dt_error_set(DT_ERR_INVALID, "storage open: %s: %s line %d: %s is too long", url,
+                                file, line, k);
+    }
+    if (!found)
+        return dt_error_set(DT_ERR_INVALID,
+                            "storage open: %s: %s has no profile [%s] (AWS_PROFILE picks one; "
+                            "default: [default])",
+                            url, file, profile);
+    const char *missing = !c->access_key[0]   ? "aws_access_key_id"
+                          : !c->secret_key[0] ? "aws_secret_access_key"
+                                              : NULL;
+    if (missing)
+        return dt_error_set(DT_ERR_INVALID, "storage open: %s: %s, profile [%s]: no %s", url, file,
+                            profile, missing);
+    return DT_OK;
+}
+
+/* Credentials, as the AWS tools look for them: AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+
+ * AWS_SESSION_TOKEN) from the environment; when AWS_ACCESS_KEY_ID is not set, the shared
+ * credentials file (AWS_SHARED_CREDENTIALS_FILE, default ~/.aws/credentials), profile
+ * AWS_PROFILE or "default". The file must be private to its owner (mode 600, like ssh keys):
+ * credentials that others can read are refused rather than used. Nothing else (the config, the
+ * store URL) can hold a credential, so none reaches a run record. */
+static dt_status credentials(const char *url, s3_conf *c) {
+    const char *ak = env("AWS_ACCESS_KEY_ID"), *sk = env("AWS_SECRET_ACCESS_KEY"),
+               *token = env("AWS_SESSION_TOKEN");
+    if (ak) {
+        if (!sk)
+            return dt_error_set(DT_ERR_INVALID,
+                                "storage open: %s: AWS_SECRET_ACCESS_KEY is not set (S3 "
+                                "credentials come from the environment: AWS_ACCESS_KEY_ID, "
+                                "AWS_SECRET_ACCESS_KEY, or from ~/.aws/credentials)",
+                                url);
+        if (copy_cred(c->access_key, sizeof c->access_key, ak, strlen(ak)) ||
+            copy_cred(c->secret_key, sizeof c->secret_key, sk, strlen(sk)) ||
+            (token && copy_cred(c->session_token, sizeof c->session_token, token, strlen(token))))
+            return dt_error_set(DT_ERR_INVALID, "storage open: %s: a credential is too long", url);
+        return DT_OK;
+    }
+    char file[4200];
+    const char *f = env("AWS_SHARED_CREDENTIALS_FILE"), *home = env("HOME");
+    if (f)
+        snprintf(file, sizeof file, "%s", f);
+    else if (home)
+        snprintf(file, sizeof file, "%s/.aws/credentials", home);
+    else
+        return dt_error_set(DT_ERR_INVALID,
+                            "storage open: %s: no S3 credentials: AWS_ACCESS_KEY_ID is not set "
+                            "and HOME is not set (no ~/.aws/credentials)",
+                            url);
+    enum { MAX_FILE = 64 << 10 };
+    char *txt = malloc(MAX_FILE);
+    if (!txt) return dt_error_set(DT_ERR_NOMEM, "storage open: out of memory");
+    char what[4400];
+    snprintf(what, sizeof what, "storage open: %s: S3 credentials", url);
+    dt_status st = dt_secret_file_read(file, what, txt, MAX_FILE, NULL);
+    if (st == DT_ERR_NOTFOUND)
+        st = dt_error_set(DT_ERR_INVALID,
+                          "storage open: %s: no S3 credentials: AWS_ACCESS_KEY_ID is not set and "
+                          "%s does not exist (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+                          "or write the file, mode 600; AWS_SHARED_CREDENTIALS_FILE names another)",
+                          url, file);
+    if (st == DT_OK) {
+        const char *profile = env("AWS_PROFILE");
+        st = parse_credentials(txt, url, file, profile ? profile : "default", c);
+    }
+    explicit_bzero(txt, MAX_FILE);
+    free(txt);
+    return st; /* AWS_SESSION_TOKEN belongs with the environment's keys: not mixed in here */
+}
+
 dt_status dt_store_s3_open(dt_store *s, const char *bucket_prefix) {
     dt_status st = s3_global_init();
     if (st != DT_OK) return st;
     const char *slash = strchr(bucket_prefix, '/');
     size_t bl = slash ? (size_t)(slash - bucket_prefix) : strlen(bucket_prefix);
+    if (memchr(bucket_prefix, '@', bl)) /* s3://KEY:SECRET@bucket: not echoed into any log */
+        return dt_error_set(DT_ERR_INVALID,
+                            "storage open: an s3:// URL with user information ('...@' before the "
+                            "bucket) is refused and not shown: credentials come from "
+                            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws/credentials");
     if (bl == 0 || bl >= 64 ||
         strspn(bucket_prefix, "abcdefghijklmnopqrstuvwxyz0123456789.-_") < bl)
         return dt_error_set(DT_ERR_INVALID,
@@ -430,19 +565,10 @@ dt_status dt_store_s3_open(dt_store *s, const char *bucket_prefix) {
             return dt_error_set(DT_ERR_INVALID, "storage open: %s: invalid prefix", s->url);
         i = j + 1;
     }
-    const char *endpoint = env("AWS_ENDPOINT_URL"), *ak = env("AWS_ACCESS_KEY_ID"),
-               *sk = env("AWS_SECRET_ACCESS_KEY"), *token = env("AWS_SESSION_TOKEN"),
-               *region = env("AWS_REGION");
+    const char *endpoint = env("AWS_ENDPOINT_URL"), *region = env("AWS_REGION");
     if (!region) region = env("AWS_DEFAULT_REGION");
     if (!region) region = "us-east-1";
     if (!endpoint) endpoint = "https://s3.amazonaws.com";
-    const char *missing = !ak ? "AWS_ACCESS_KEY_ID" : !sk ? "AWS_SECRET_ACCESS_KEY" : NULL;
-    if (missing)
-        return dt_error_set(DT_ERR_INVALID,
-                            "storage open: %s: %s is not set (S3 credentials come "
-                            "from the environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, and "
-                            "AWS_ENDPOINT_URL, AWS_REGION)",
-                            s->url, missing);
     if (strncmp(endpoint, "http://", 7) && strncmp(endpoint, "https://", 8))
         return dt_error_set(DT_ERR_INVALID,
                             "storage open: %s: AWS_ENDPOINT_URL '%s' is not an "
@@ -457,21 +583,21 @@ dt_status dt_store_s3_open(dt_store *s, const char *bucket_prefix) {
     s3_conf *c = &p->c;
     size_t el = strlen(endpoint);
     while (el && endpoint[el - 1] == '/') el--;
-    if (el >= sizeof c->endpoint || strlen(ak) >= sizeof c->access_key ||
-        strlen(sk) >= sizeof c->secret_key || (token && strlen(token) >= sizeof c->session_token)) {
+    if (el >= sizeof c->endpoint) {
         free(p);
-        return dt_error_set(DT_ERR_INVALID,
-                            "storage open: %s: AWS_ENDPOINT_URL or a credential "
-                            "is too long",
+        return dt_error_set(DT_ERR_INVALID, "storage open: %s: AWS_ENDPOINT_URL is too long",
                             s->url);
+    }
+    st = credentials(s->url, c);
+    if (st != DT_OK) {
+        explicit_bzero(c, sizeof *c);
+        free(p);
+        return st;
     }
     memcpy(c->endpoint, endpoint, el);
     memcpy(c->bucket, bucket_prefix, bl);
     if (pl) snprintf(c->prefix, sizeof c->prefix, "%.*s/", (int)pl, pre);
     snprintf(c->sigv4, sizeof c->sigv4, "aws:amz:%s:s3", region);
-    snprintf(c->access_key, sizeof c->access_key, "%s", ak);
-    snprintf(c->secret_key, sizeof c->secret_key, "%s", sk);
-    if (token) snprintf(c->session_token, sizeof c->session_token, "%s", token);
     c->url = s->url;
     c->opts = s->opts;
     pthread_mutex_init(&p->mu, NULL);

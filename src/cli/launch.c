@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "cli/cli.h"
+#include "core/fsmode.h"
 #include "dtrain/checkpoint.h"
 #include "dtrain/dtrain.h"
 #include "dtrain/serve.h"
@@ -78,7 +79,9 @@ static int usage(FILE *f) {
             "checkpoint when it fails (up to K times, default 3; -1 = no limit), forwards SIGTERM\n"
             "so that workers checkpoint before exiting (exit status 75). --monitor-port serves\n"
             "the run's dashboard at / and Prometheus metrics at /metrics (default address\n"
-            "127.0.0.1; --monitor-token or DTRAIN_MONITOR_TOKEN: bearer token required).\n");
+            "127.0.0.1; --monitor-token, DTRAIN_MONITOR_TOKEN or DTRAIN_MONITOR_TOKEN_FILE (a\n"
+            "file private to its owner): bearer token required). Another address needs a token,\n"
+            "or DTRAIN_MONITOR_INSECURE=1 to serve it to anyone who can reach it.\n");
     return 2;
 }
 
@@ -205,10 +208,10 @@ static int mkdirs(const char *path) {
     for (char *c = p + 1; *c; c++) {
         if (*c != '/') continue;
         *c = 0;
-        if (mkdir(p, 0777) && errno != EEXIST) return -1;
+        if (mkdir(p, DT_DIR_MODE) && errno != EEXIST) return -1;
         *c = '/';
     }
-    return mkdir(p, 0777) && errno != EEXIST ? -1 : 0;
+    return mkdir(p, DT_DIR_MODE) && errno != EEXIST ? -1 : 0;
 }
 
 static void iso_now(char *buf, size_t n) {
@@ -348,7 +351,7 @@ static void record(const char *path, cJSON *rec) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     char *txt = cJSON_Print(rec);
-    FILE *f = txt ? fopen(tmp, "w") : NULL;
+    FILE *f = txt ? dt_fcreate(tmp, "w") : NULL;
     if (f) {
         fputs(txt, f);
         fputc('\n', f);
@@ -592,7 +595,11 @@ int dt_cli_launch(int argc, char **argv) {
                             .token = mon_token,
                             .db = mon_db,
                             .experiment = experiment,
-                            .run = run_name};
+                            .run = run_name,
+                            /* as for `dtrain serve` (src/cli/serve.c) */
+                            .token_file = getenv("DTRAIN_MONITOR_TOKEN_FILE"),
+                            .insecure = getenv("DTRAIN_MONITOR_INSECURE") &&
+                                        !strcmp(getenv("DTRAIN_MONITOR_INSECURE"), "1")};
         if (dt_serve_start(&mo, &monitor) != DT_OK)
             fprintf(stderr, "dtrain launch: warning: %s; monitoring is off (the job goes on)\n",
                     dt_last_error());

@@ -30,6 +30,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 #include "cli/cli_runs.h"
+#include "core/fsmode.h"
 #include "dtrain/dtrain.h"
 
 enum { KEY_MAX = 240, PARAM_MAX = 6000, TAG_MAX = 8000 }; /* MLflow's (250 less a suffix) */
@@ -70,7 +71,8 @@ static int mkdirs(ctx *c, const char *path) { /* mkdir -p */
         char was = *s;
         struct stat st;
         *s = 0;
-        if (mkdir(p, 0777) != 0 && (errno != EEXIST || stat(p, &st) != 0 || !S_ISDIR(st.st_mode))) {
+        if (mkdir(p, DT_DIR_MODE) != 0 &&
+            (errno != EEXIST || stat(p, &st) != 0 || !S_ISDIR(st.st_mode))) {
             if (errno == EEXIST) errno = ENOTDIR;
             return fail(c, p, "cannot create the folder");
         }
@@ -84,7 +86,7 @@ static FILE *create(ctx *c, char *path) {
     *slash = 0;
     int bad = mkdirs(c, path);
     *slash = '/';
-    FILE *f = bad ? NULL : fopen(path, "w");
+    FILE *f = bad ? NULL : dt_fcreate(path, "w");
     if (!f && !bad) fail(c, path, "cannot create the file");
     return f;
 }

@@ -1,9 +1,12 @@
 /* `dtrain serve`: the monitoring server (include/dtrain/serve.h) on its own, for any store:
  *
- *   dtrain serve [--db PATH | --output-dir DIR] [--addr A] [--port P] [--token T]
+ *   dtrain serve [--db PATH | --output-dir DIR] [--addr A] [--port P] [--token T |
+ *                --token-file F] [--insecure]
  *
  * Serves the dashboard at / and Prometheus metrics at /metrics until SIGINT/SIGTERM. The token
- * may also come from DTRAIN_MONITOR_TOKEN (kept out of `ps`). */
+ * may also come from DTRAIN_MONITOR_TOKEN or DTRAIN_MONITOR_TOKEN_FILE (both kept out of `ps`;
+ * the file must be mode 600). An address other than loopback needs a token, or --insecure
+ * (DTRAIN_MONITOR_INSECURE=1). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,20 +25,31 @@ static void on_signal(int sig) {
 static int usage(FILE *f) {
     fprintf(f,
             "usage: dtrain serve [--db PATH | --output-dir DIR] [--addr ADDR] [--port PORT]\n"
-            "                    [--token TOKEN]\n"
+            "                    [--token TOKEN | --token-file FILE] [--insecure]\n"
             "Serves the experiment store (default runs/dtrain.db): the dashboard at /, Prometheus\n"
             "metrics at /metrics, JSON at /api/runs. Binds 127.0.0.1:8765 by default; with a\n"
-            "token (or DTRAIN_MONITOR_TOKEN) every request needs \"Authorization: Bearer TOKEN\"\n"
-            "(a browser: ?access_token=TOKEN).\n");
+            "token (or DTRAIN_MONITOR_TOKEN, or the first line of a mode-600 file:\n"
+            "--token-file, DTRAIN_MONITOR_TOKEN_FILE) every request needs \"Authorization:\n"
+            "Bearer TOKEN\" (a browser: ?access_token=TOKEN). An address other than loopback is\n"
+            "refused without a token unless --insecure (DTRAIN_MONITOR_INSECURE=1).\n");
     return f == stdout ? 0 : 2;
 }
 
 int dt_cli_serve(int argc, char **argv) {
-    dt_serve_opts o = {.addr = "127.0.0.1", .port = 8765, .token = getenv("DTRAIN_MONITOR_TOKEN")};
+    const char *insecure = getenv("DTRAIN_MONITOR_INSECURE");
+    dt_serve_opts o = {.addr = "127.0.0.1",
+                       .port = 8765,
+                       .token = getenv("DTRAIN_MONITOR_TOKEN"),
+                       .token_file = getenv("DTRAIN_MONITOR_TOKEN_FILE"),
+                       .insecure = insecure && !strcmp(insecure, "1")};
     char db[4200] = "runs/dtrain.db";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout);
+        if (!strcmp(a, "--insecure")) {
+            o.insecure = 1;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "dtrain serve: %s needs a value\n", a);
             return usage(stderr);
@@ -56,7 +70,9 @@ int dt_cli_serve(int argc, char **argv) {
             }
             o.port = (int)p;
         } else if (!strcmp(a, "--token")) {
-            o.token = v;
+            o.token = v, o.token_file = NULL;
+        } else if (!strcmp(a, "--token-file")) {
+            o.token_file = v, o.token = NULL;
         } else {
             fprintf(stderr, "dtrain serve: unknown option %s\n", a);
             return usage(stderr);
@@ -77,7 +93,9 @@ int dt_cli_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     printf("dtrain serve: http://%s:%d/ (dashboard), /metrics (Prometheus); store %s%s\n",
            strchr(o.addr, ':') ? "[ipv6]" : o.addr, dt_serve_port(srv), db,
-           o.token && o.token[0] ? "; bearer token required" : "");
+           (o.token && o.token[0]) || (o.token_file && o.token_file[0]) ? "; bearer token required"
+           : o.insecure                                                 ? "; no token (--insecure)"
+                                                                        : "");
     fflush(stdout);
     while (!stop) pause();
     dt_serve_stop(srv);

@@ -146,10 +146,17 @@ static dt_status choice_error(dt_config *c, int k, int line, const char *what, c
 
 /* ---------------------------------------------------------------- storage URIs */
 
+/* A URL with user information ("s3://KEY:SECRET@bucket"): refused, and never echoed. */
+static const char uri_userinfo[] =
+    "credentials in the URL (user:secret@) are refused: S3 keys come from AWS_ACCESS_KEY_ID / "
+    "AWS_SECRET_ACCESS_KEY or a credentials file (AWS_SHARED_CREDENTIALS_FILE)";
+
 const char *dt_cfg_uri_problem(const char *s) {
     if (!s[0]) return NULL;
     const char *colon = strstr(s, "://");
     if (!colon) return NULL; /* a plain path */
+    size_t auth = strcspn(colon + 3, "/?#");
+    if (memchr(colon + 3, '@', auth)) return uri_userinfo;
     if (!strncmp(s, "file://", 7)) return s[7] ? NULL : "file:// needs a path";
     if (!strncmp(s, "s3://", 5)) {
         if (!s[5] || s[5] == '/') return "s3:// needs a bucket name";
@@ -188,6 +195,7 @@ static dt_status set_string(dt_config *c, int k, int line, const char *v, size_t
     tmp[len] = '\0';
     if (key->type == DT_CFG_URI) {
         const char *p = dt_cfg_uri_problem(tmp);
+        if (p == uri_userinfo) return bad_value(c, k, line, DT_ERR_INVALID, p);
         if (p) {
             char m[DT_CFG_STR_MAX + 64];
             snprintf(m, sizeof m, "'%s': %s", tmp, p);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "config/config_impl.h"
+#include "core/fsmode.h"
 
 /* Error "<where key was set>: <message>". */
 static dt_status cross(const dt_config *c, const char *key, const char *fmt, ...)
@@ -69,6 +70,8 @@ dt_status dt_config_validate(const dt_config *c) {
     const char *r = v->ckpt.resume;
     if (strcmp(r, "auto") && strcmp(r, "never")) {
         const char *p = r[0] ? dt_cfg_uri_problem(r) : "empty";
+        if (p && strchr(r, '@') && strstr(p, "credentials")) /* the value holds a secret */
+            return cross(c, "ckpt.resume", "ckpt.resume: %s", p);
         if (p)
             return cross(c, "ckpt.resume",
                          "ckpt.resume: '%s': %s (expected auto, never or a checkpoint URI)", r, p);
@@ -132,7 +135,7 @@ dt_status dt_config_dump_yaml(const dt_config *c, FILE *f) {
 
 dt_status dt_config_save_yaml(const dt_config *c, const char *path) {
     if (!path) return dt_error_set(DT_ERR_INVALID, "config save: NULL path");
-    FILE *f = fopen(path, "w");
+    FILE *f = dt_fcreate(path, "w"); /* 0640: core/fsmode.h */
     if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot create the file", path);
     dt_status st = dt_config_dump_yaml(c, f);
     if (fclose(f) != 0 && st == DT_OK) st = dt_error_set(DT_ERR_IO, "%s: write failed", path);

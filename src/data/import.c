@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include "data/sampler.h"
 #include "data/util.h"
+#include "core/fsmode.h"
 
 void dt_import_options_default(dt_import_options *o) {
     memset(o, 0, sizeof *o);
@@ -69,11 +70,11 @@ static dt_status make_parent(const char *path) {
     for (char *c = p + 1; *c; c++) {
         if (*c != '/') continue;
         *c = 0;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) break;
+        if (mkdir(p, DT_DIR_MODE) != 0 && errno != EEXIST) break;
         *c = '/';
     }
     dt_status st = DT_OK;
-    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+    if (mkdir(p, DT_DIR_MODE) != 0 && errno != EEXIST)
         st = dt_error_set(DT_ERR_IO, "%s: cannot create directory: %s", p, strerror(errno));
     free(p);
     return st;
@@ -134,6 +135,8 @@ dt_status dt_data_import(const char *kind, const char *const *srcs, int n_srcs, 
         else
             dt_dataset_writer_abort(im.w[i]);
     }
+    if (st == DT_OK && dt_chmod_umask(im.top, DT_DIR_MODE) != 0) /* mkdtemp made it 0700 */
+        st = dt_error_set(DT_ERR_IO, "%s: chmod: %s", im.top, strerror(errno));
     if (st == DT_OK && rename(im.top, im.out) != 0)
         st = dt_error_set(DT_ERR_IO, "%s: cannot rename %s into place: %s", im.out, im.top,
                           strerror(errno));

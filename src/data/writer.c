@@ -1,11 +1,13 @@
 /* Writing a dataset: shards buffered in memory up to shard_bytes, then the manifest; all in a
- * temporary directory renamed into place at the end. */
+ * temporary directory renamed into place at the end. The folder ends up DT_DIR_MODE (0750) and
+ * its files DT_FILE_MODE (0640), less the umask (src/core/fsmode.h). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/fsmode.h"
 #include "data/dataset.h"
 #include "data/util.h"
 
@@ -124,6 +126,8 @@ static dt_status flush_shard(dt_dataset_writer *w) {
         }
     }
     dt_status st = dt_shard_write(path, &h, data);
+    if (!st && dt_chmod_umask(path, DT_FILE_MODE) != 0)
+        st = dt_error_set(DT_ERR_IO, "%s: chmod: %s", path, strerror(errno));
     free(path);
     if (st) return fail(w, st);
     uint64_t bytes = DT_SHARD_HEADER_BYTES + h.payload_bytes;
@@ -291,6 +295,8 @@ static dt_status write_manifest(dt_dataset_writer *w, char fp[17]) {
     txt[n] = '\n'; /* cJSON_Print leaves room: replace the NUL, write n + 1 bytes */
     dt_status st =
         path ? dt_write_file(path, txt, n + 1) : dt_error_set(DT_ERR_NOMEM, "out of memory");
+    if (!st && dt_chmod_umask(path, DT_FILE_MODE) != 0)
+        st = dt_error_set(DT_ERR_IO, "%s: chmod: %s", path, strerror(errno));
     free(path);
     free(txt);
     return st;
@@ -301,6 +307,9 @@ dt_status dt_dataset_writer_finish(dt_dataset_writer *w) {
     if (!st) st = flush_shard(w);
     char fp[17];
     if (!st) st = write_manifest(w, fp);
+    /* mkdtemp made it 0700: the dataset is shared like every folder dtrain writes */
+    if (!st && dt_chmod_umask(w->tmp_dir, DT_DIR_MODE) != 0)
+        st = dt_error_set(DT_ERR_IO, "%s: chmod: %s", w->tmp_dir, strerror(errno));
     if (!st && rename(w->tmp_dir, w->final_dir) != 0)
         st = dt_error_set(DT_ERR_IO, "%s: cannot rename %s into place: %s", w->final_dir,
                           w->tmp_dir, strerror(errno));

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include "dtrain/generate.h"
 #include "dtrain/safetensors.h"
+#include "core/fsmode.h"
 
 #define PATH_LEN 4096
 
@@ -148,7 +149,7 @@ static void join(char *out, const char *a, const char *b) {
 }
 
 static dt_status write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
+    FILE *f = dt_fcreate(path, "wb"); /* 0640: core/fsmode.h */
     if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     size_t n = strlen(text);
     int bad = fwrite(text, 1, n, f) != n || fputc('\n', f) == EOF || fflush(f) != 0 ||
@@ -334,7 +335,7 @@ dt_status dt_llama_save_hf(dt_graph *g, const dt_llama_config *c, const char *di
         if (!mkdtemp(tmp))
             st =
                 dt_error_set(DT_ERR_IO, "save %s: cannot create %s: %s", dir, tmp, strerror(errno));
-        else if (chmod(tmp, 0777 & ~mask) != 0) /* mkdtemp makes it 0700; save like mkdir does */
+        else if (chmod(tmp, DT_DIR_MODE & ~mask) != 0) /* mkdtemp makes it 0700 */
             st = dt_error_set(DT_ERR_IO, "save %s: chmod %s: %s", dir, tmp, strerror(errno)),
             remove_tree(tmp);
         else if ((st = write_folder(tmp, c, e, n, assign_shards(e, n, max_shard_bytes))) != DT_OK)

@@ -21,6 +21,7 @@
 #include "dtrain/models.h"
 #include "dtrain/safetensors.h"
 #include "data/util.h"
+#include "core/fsmode.h"
 #include "nn/lora_impl.h"
 
 #define PEFT_PREFIX "base_model.model."
@@ -294,7 +295,8 @@ dt_status dt_lora_config_load(const char *dir, dt_llama_config *c) {
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
     uint8_t *raw = NULL;
     size_t len = 0;
-    dt_status rs = dt_read_file(path, 0, &raw, &len); /* NUL-terminated; names the file */
+    /* NUL-terminated; names the file; a real adapter_config.json is about 1 KB */
+    dt_status rs = dt_read_file_max(path, 0, (size_t)16 << 20, "an adapter config", &raw, &len);
     if (rs != DT_OK) return rs;
     char *txt = (char *)raw;
     cJSON *o = cJSON_Parse(txt);
@@ -312,8 +314,10 @@ dt_status dt_lora_config_load(const char *dir, dt_llama_config *c) {
     else if (!cJSON_IsNumber(r) || r->valuedouble < 1 || r->valuedouble > 65536 ||
              r->valuedouble != (int)r->valuedouble)
         st = dt_error_set(DT_ERR_FORMAT, "%s: key r: expected an integer rank >= 1", path);
-    else if (!cJSON_IsNumber(al) || !(al->valuedouble > 0))
+    else if (!cJSON_IsNumber(al) || !(al->valuedouble > 0 && al->valuedouble <= 1e30))
         st = dt_error_set(DT_ERR_FORMAT, "%s: key lora_alpha: expected a number > 0", path);
+    else if (cJSON_IsNumber(dr) && !(dr->valuedouble >= 0 && dr->valuedouble < 1))
+        st = dt_error_set(DT_ERR_FORMAT, "%s: key lora_dropout: expected a number in [0, 1)", path);
     else if (!cJSON_IsArray(tm) || !cJSON_GetArraySize(tm))
         st = dt_error_set(DT_ERR_FORMAT, "%s: key target_modules: expected a list of names", path);
     if (st == DT_OK) st = unsupported(o, path);
@@ -346,7 +350,7 @@ dt_status dt_lora_config_load(const char *dir, dt_llama_config *c) {
 dt_status dt_lora_save(dt_graph *g, const dt_llama_config *c, const char *dir,
                        const char *base_model) {
     if (c->lora.rank <= 0) return dt_error_set(DT_ERR_INVALID, "lora save: the model has no LoRA");
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    if (mkdir(dir, DT_DIR_MODE) != 0 && errno != EEXIST)
         return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", dir, strerror(errno));
     int np = dt_graph_param_count(g), n = 0;
     unsigned saved = dt_lora_saved(c);
@@ -422,7 +426,7 @@ dt_status dt_lora_save(dt_graph *g, const dt_llama_config *c, const char *dir,
     char *txt = cJSON_Print(o);
     cJSON_Delete(o);
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-    FILE *f = txt ? fopen(path, "w") : NULL;
+    FILE *f = txt ? dt_fcreate(path, "w") : NULL;
     int bad = !f || fputs(txt, f) < 0 || fputc('\n', f) < 0;
     if (f && fclose(f) != 0) bad = 1;
     free(txt);

@@ -19,6 +19,7 @@
 #include "dtrain/models.h"
 #include "dtrain/ops.h"
 #include "dtrain/safetensors.h"
+#include "core/fsmode.h"
 #include "nn/lora_impl.h"
 
 #define PEFT_PREFIX "base_model.model."
@@ -203,7 +204,7 @@ static dt_status copy_file(const char *src, const char *dst) {
     snprintf(tmp, sizeof tmp, "%s.tmp", dst);
     FILE *in = fopen(src, "rb");
     if (!in) return dt_error_set(DT_ERR_IO, "%s: cannot read: %s", src, strerror(errno));
-    FILE *out = fopen(tmp, "wb");
+    FILE *out = dt_fcreate(tmp, "wb");
     if (!out) {
         fclose(in);
         return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));

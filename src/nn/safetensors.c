@@ -423,7 +423,7 @@ dt_status dt_st_save(const char *path, const dt_st_entry *e, int n, const char *
     size_t jl = strlen(json), pad = (8 - jl % 8) % 8;
     uint64_t hlen = jl + pad;
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0640); /* DT_FILE_MODE */
     if (fd < 0) {
         st = dt_error_set(DT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
         goto done;

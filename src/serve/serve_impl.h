@@ -25,6 +25,7 @@ struct dt_serve {
     int port;
     char addr[256];
     char token[512];
+    int insecure; /* dt_serve_opts.insecure: no loopback or Host check without a token */
     char db_path[4096];
     char experiment[256], run[256];
     /* the store, opened on the first request that finds it (only the server thread uses it) */

@@ -5,7 +5,15 @@
  * answered 400 by libmicrohttpd itself; nothing a client sends can stop the server or the
  * process that hosts it (SIGPIPE is not raised: libmicrohttpd sends with MSG_NOSIGNAL). A request
  * line of a single word (no URI at all) is not even answered: libmicrohttpd closes the
- * connection. */
+ * connection.
+ *
+ * Endpoint safety (docs/security.md; tests/security/test_endpoint.c): an address other than
+ * loopback needs a token (or opts.insecure); the token may come from a file private to its owner;
+ * only GET and HEAD are answered and every answer is queued as soon as the headers are in, so a
+ * request body is never read (libmicrohttpd closes the connection after the answer); the request
+ * line and headers fit in CONN_MEMORY or are 414/431; nothing outside the built-in routes is
+ * served; without a token, only requests whose Host is loopback or an IP address (DNS
+ * rebinding). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
@@ -15,11 +23,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include "core/fsmode.h"
 #include "serve/serve_impl.h"
 
-enum { CONN_TIMEOUT_S = 15, MAX_CONNECTIONS = 64 };
+/* CONN_MEMORY: each connection's buffer for the request line and headers (and the reply's
+ * headers); a request whose line and headers do not fit is answered 414 (URL) or 431 (headers)
+ * by libmicrohttpd. 32 KiB (libmicrohttpd's default, stated here so that it stays the bound):
+ * room for a browser's cookies for 127.0.0.1, which every local web service shares. */
+enum { CONN_TIMEOUT_S = 15, MAX_CONNECTIONS = 64, CONN_MEMORY = 32 << 10 };
 
 void sv_printf(sv_buf *b, const char *fmt, ...) {
     if (b->failed) return;
@@ -103,12 +117,39 @@ static enum MHD_Result text(struct MHD_Connection *c, unsigned code, const char 
     return reply(c, code, "text/plain; charset=utf-8", &b);
 }
 
+/* DNS rebinding: a web page the user opens can point its own host name at 127.0.0.1 and then
+ * read a server without a token as if it were its own site. What the browser cannot fake is the
+ * Host header, which carries that name: a server without a token answers only Hosts that are an
+ * IP address or localhost (*.localhost never leaves the machine). No Host at all (HTTP/1.0) is
+ * not a browser's request. */
+static int host_is_local(const char *host) {
+    if (!host) return 1;
+    char h[256];
+    size_t n = strlen(host);
+    if (n >= sizeof h) return 0;
+    memcpy(h, host, n + 1);
+    char *name = h, *end;
+    if (h[0] == '[') { /* [v6]:port */
+        name = h + 1;
+        if (!(end = strchr(name, ']')) || (end[1] && end[1] != ':')) return 0;
+        *end = '\0';
+        struct in6_addr a6;
+        return inet_pton(AF_INET6, name, &a6) == 1;
+    }
+    if ((end = strchr(h, ':'))) *end = '\0';
+    struct in_addr a4;
+    if (inet_pton(AF_INET, name, &a4) == 1) return 1;
+    size_t l = strlen(name);
+    while (l && name[l - 1] == '.') name[--l] = '\0'; /* "localhost." */
+    return !strcasecmp(name, "localhost") || (l > 10 && !strcasecmp(name + l - 10, ".localhost"));
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_size, void **con_cls) {
     dt_serve *s = cls;
     (void)upload, (void)con_cls;
-    if (*upload_size) { /* a body is not wanted: drop it, answer once it is read */
+    if (*upload_size) { /* not reached (the first call answers); a body is dropped unread */
         *upload_size = 0;
         return MHD_YES;
     }
@@ -128,6 +169,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return text(c, MHD_HTTP_BAD_REQUEST, "400 bad request: HTTP/1.1 needs a Host header\n");
     if (strcmp(method, "GET") && strcmp(method, "HEAD"))
         return text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "405 method not allowed: only GET\n");
+    if (!s->token[0] && !s->insecure &&
+        !host_is_local(MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST)))
+        return text(c, MHD_HTTP_FORBIDDEN,
+                    "403 forbidden: this server answers only requests addressed to 127.0.0.1, "
+                    "[::1] or localhost (a web page's own host name pointed at this machine is "
+                    "not let in)\n");
     sv_buf b = {0};
     if (!strcmp(url, "/metrics")) {
         sv_prometheus(s, &b);
@@ -146,18 +193,58 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     return text(c, MHD_HTTP_NOT_FOUND, "404 not found: try /, /metrics or /api/runs\n");
 }
 
+/* %HH decoding of the path and query values, as libmicrohttpd's own, except that %00 stays as
+ * it is: a decoded NUL would end the path early ("/index.html%00.txt" read as "/index.html"),
+ * so such a path matches no route and is a 404. */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
+    (void)cls, (void)c;
+    char *w = s;
+    for (const char *r = s; *r; r++) {
+        unsigned v;
+        char hex[3] = {r[0] == '%' ? r[1] : 0, r[0] == '%' && r[1] ? r[2] : 0, 0};
+        if (hex[0] && hex[1] && strspn(hex, "0123456789abcdefABCDEF") == 2 &&
+            sscanf(hex, "%2x", &v) == 1 && v) {
+            *w++ = (char)v;
+            r += 2;
+        } else {
+            *w++ = *r;
+        }
+    }
+    *w = '\0';
+    return (size_t)(w - s);
+}
+
 /* libmicrohttpd's own errors (a malformed request line, a dropped connection) are the client's
  * problem, not the host's: kept off the training output. */
 static void quiet_log(void *cls, const char *fmt, va_list ap) {
     (void)cls, (void)fmt, (void)ap;
 }
 
-static dt_status listen_on(dt_serve *s) {
+/* 127.0.0.0/8, ::1, and ::ffff:127.x.y.z: reachable from this host only. */
+static int is_loopback(const struct sockaddr *sa) {
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family != AF_INET6) return 0;
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+static dt_status listen_on(dt_serve *s, int insecure) {
     char port[16];
     snprintf(port, sizeof port, "%d", s->port);
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res = NULL;
     int e = getaddrinfo(s->addr, port, &hints, &res);
     if (e) return dt_error_set(DT_ERR_INVALID, "monitor: address %s: %s", s->addr, gai_strerror(e));
+    /* the address actually bound (a host name resolves to it) decides, not how it was spelt */
+    if (!s->token[0] && !insecure && !is_loopback(res->ai_addr)) {
+        freeaddrinfo(res);
+        return dt_error_set(DT_ERR_INVALID,
+                            "monitor: refusing to serve on %s without a token: other hosts could "
+                            "read every run (give a token: DTRAIN_MONITOR_TOKEN or "
+                            "DTRAIN_MONITOR_TOKEN_FILE; or serve on 127.0.0.1; "
+                            "DTRAIN_MONITOR_INSECURE=1 serves it to anyone)",
+                            s->addr);
+    }
     int err = 0;
     s->fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1;
@@ -182,6 +269,39 @@ static dt_status listen_on(dt_serve *s) {
     return DT_OK;
 }
 
+/* The token: o->token, else the first line of o->token_file (a secret file: src/core/fsmode.h).
+ * Spaces and control characters are refused (they cannot be sent in the header intact); the
+ * messages never hold the token. */
+static dt_status set_token(dt_serve *s, const dt_serve_opts *o) {
+    if (o->token && o->token[0]) {
+        if (strlen(o->token) >= sizeof s->token)
+            return dt_error_set(DT_ERR_INVALID, "monitor: token longer than %zu characters",
+                                sizeof s->token - 1);
+        snprintf(s->token, sizeof s->token, "%s", o->token);
+    } else if (o->token_file && o->token_file[0]) {
+        dt_status st = dt_secret_file_read(o->token_file, "monitor: token file", s->token,
+                                           sizeof s->token, NULL);
+        if (st != DT_OK) return st;
+        size_t n = strcspn(s->token, "\r\n"); /* the first line, without trailing blanks */
+        while (n && (s->token[n - 1] == ' ' || s->token[n - 1] == '\t')) n--;
+        s->token[n] = '\0';
+        if (!s->token[0])
+            return dt_error_set(DT_ERR_INVALID, "monitor: token file %s: the first line is empty",
+                                o->token_file);
+    } else {
+        return DT_OK;
+    }
+    for (const char *c = s->token; *c; c++)
+        if ((unsigned char)*c <= ' ' || *c == 0x7f) {
+            explicit_bzero(s->token, sizeof s->token);
+            return dt_error_set(DT_ERR_INVALID,
+                                "monitor: the token%s%s has a space or a control character",
+                                o->token && o->token[0] ? "" : " in ",
+                                o->token && o->token[0] ? "" : o->token_file);
+        }
+    return DT_OK;
+}
+
 dt_status dt_serve_start(const dt_serve_opts *o, dt_serve **out) {
     *out = NULL;
     if (!o || !o->db || !o->db[0])
@@ -193,28 +313,26 @@ dt_status dt_serve_start(const dt_serve_opts *o, dt_serve **out) {
     s->fd = -1;
     s->port = o->port;
     snprintf(s->addr, sizeof s->addr, "%s", o->addr && o->addr[0] ? o->addr : "127.0.0.1");
-    snprintf(s->token, sizeof s->token, "%s", o->token ? o->token : "");
+
+    s->insecure = o->insecure;
     const char *db = o->db;
     if (!strncmp(db, "file://", 7)) db += 7;
     snprintf(s->db_path, sizeof s->db_path, "%s", db);
     snprintf(s->experiment, sizeof s->experiment, "%s", o->experiment ? o->experiment : "");
     snprintf(s->run, sizeof s->run, "%s", o->run ? o->run : "");
     pthread_mutex_init(&s->mu, NULL);
-    if (o->token && strlen(o->token) >= sizeof s->token) {
-        dt_serve_stop(s);
-        return dt_error_set(DT_ERR_INVALID, "monitor: token longer than %zu characters",
-                            sizeof s->token - 1);
-    }
-    dt_status st = listen_on(s);
+    dt_status st = set_token(s, o);
+    if (st == DT_OK) st = listen_on(s, o->insecure);
     if (st != DT_OK) {
         dt_serve_stop(s);
         return st;
     }
-    s->mhd =
-        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, handle,
-                         s, MHD_OPTION_EXTERNAL_LOGGER, quiet_log, NULL, MHD_OPTION_LISTEN_SOCKET,
-                         s->fd, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_TIMEOUT_S,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS, MHD_OPTION_END);
+    s->mhd = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, handle, s,
+        MHD_OPTION_EXTERNAL_LOGGER, quiet_log, NULL, MHD_OPTION_LISTEN_SOCKET, s->fd,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)MAX_CONNECTIONS, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
     if (!s->mhd) {
         dt_serve_stop(s);
         return dt_error_set(DT_ERR_IO, "monitor: cannot start the HTTP server on %s:%d",
@@ -242,5 +360,6 @@ void dt_serve_stop(dt_serve *s) {
     if (s->fd >= 0) close(s->fd);
     dt_track_close(s->store);
     pthread_mutex_destroy(&s->mu);
+    explicit_bzero(s->token, sizeof s->token);
     free(s);
 }

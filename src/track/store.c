@@ -9,12 +9,14 @@
  * earlier ones' status was overwritten and is not known). Runs are deleted with explicit
  * DELETEs (no reliance on the per-connection foreign_keys pragma). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "core/fsmode.h"
 #include "track/track_impl.h"
 
 /* A writer may wait this long for another writer's transaction (two launches, a reader's
@@ -116,7 +118,7 @@ static int make_parent(const char *path) {
         if (*c != '/' && *c) continue;
         char keep = *c;
         *c = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+        if (mkdir(p, DT_DIR_MODE) != 0 && errno != EEXIST) return -1;
         *c = keep;
         if (!keep) break;
     }
@@ -202,6 +204,11 @@ static dt_status open_store(const char *uri, int create, dt_track **out) {
         st = dt_error_set(DT_ERR_IO, "%s: cannot create the folder of the experiment store: %s",
                           s->path, strerror(errno));
     } else {
+        /* SQLite creates a new database 0644 (less the umask), readable by everyone: created
+         * here first with DT_FILE_MODE (an empty file is an empty database). SQLite gives its
+         * -wal and -shm files the database file's mode. */
+        int fd = create ? open(s->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, DT_FILE_MODE) : -1;
+        if (fd >= 0) close(fd);
         int flags =
             SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
         if (sqlite3_open_v2(s->path, &s->db, flags, NULL) != SQLITE_OK) {

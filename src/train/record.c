@@ -1,10 +1,11 @@
 /* run.json in the run directory: what was trained on what, by which code, with what result
  * (data lineage until the experiment store exists). Written at start and rewritten at the end,
- * atomically (temporary file + rename). */
+ * atomically (temporary file + rename), mode DT_FILE_MODE (0640) less the umask. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include "core/fsmode.h"
 #include "dtrain/runtime.h"
 #include "train/train_impl.h"
 
@@ -34,9 +35,10 @@ dt_status dt_train_record(dt_trainer *t, const char *status) {
     cJSON_AddStringToObject(o, "updated", ts);
     cJSON_AddStringToObject(o, "dtrain_version", dt_version());
     cJSON_AddStringToObject(o, "code_revision", DT_GIT_REV);
-    cJSON_AddStringToObject(o, "model", t->model == DT_MODEL_RESNET  ? "resnet"
-                                        : t->model == DT_MODEL_LLAMA ? "llama"
-                                                                     : t->custom.name);
+    cJSON_AddStringToObject(o, "model",
+                            t->model == DT_MODEL_RESNET  ? "resnet"
+                            : t->model == DT_MODEL_LLAMA ? "llama"
+                                                         : t->custom.name);
     cJSON_AddNumberToObject(o, "parameters", (double)t->n);
     cJSON_AddStringToObject(o, "config", "config.yaml");
     add_dataset(o, "train_data", t->train_ds, t->v.data.train);
@@ -56,7 +58,7 @@ dt_status dt_train_record(dt_trainer *t, const char *status) {
     if (!txt) return dt_error_set(DT_ERR_NOMEM, "run.json: out of memory");
     snprintf(path, sizeof path, "%s/run.json", t->run_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    FILE *f = dt_fcreate(tmp, "w");
     int bad = !f || fputs(txt, f) < 0 || fputc('\n', f) < 0;
     if (f && fclose(f) != 0) bad = 1;
     free(txt);

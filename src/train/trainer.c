@@ -9,6 +9,7 @@
 #include <time.h>
 #include "dtrain/dtrain.h"
 #include "dtrain/runtime.h"
+#include "core/fsmode.h"
 #include "train/train_impl.h"
 
 static dt_status mkdirs(const char *path) {
@@ -17,11 +18,11 @@ static dt_status mkdirs(const char *path) {
     for (char *s = p + 1; *s; s++) {
         if (*s != '/') continue;
         *s = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+        if (mkdir(p, DT_DIR_MODE) != 0 && errno != EEXIST)
             return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", p, strerror(errno));
         *s = '/';
     }
-    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+    if (mkdir(p, DT_DIR_MODE) != 0 && errno != EEXIST)
         return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", p, strerror(errno));
     return DT_OK;
 }

@@ -232,6 +232,14 @@ static void test_errors(void) {
                  NEEDLES("err.yaml", "lora.targets", "'q_porj'", "did you mean 'q_proj'"));
     expect_error("bad storage URI", "ckpt:\n  dir: ftp://host/x\n", 0, NULL,
                  NEEDLES("err.yaml:2", "ckpt.dir", "ftp://host/x", "unsupported"));
+    /* a secret in a URL is refused without being repeated (the message goes to logs) */
+    expect_error("credentials in a storage URI", "ckpt:\n  dir: s3://AKID:SECRETXYZ@bucket/x\n", 0,
+                 NULL, NEEDLES("err.yaml:2", "ckpt.dir", "credentials in the URL"));
+    CHECK(!strstr(dt_last_error(), "SECRETXYZ"), "the secret is echoed: %s", dt_last_error());
+    char *res_over[] = {"ckpt.resume=s3://AKID:SECRETXYZ@bucket/x/step-1"};
+    expect_error("credentials in ckpt.resume", "", 1, res_over,
+                 NEEDLES("ckpt.resume", "credentials in the URL"));
+    CHECK(!strstr(dt_last_error(), "SECRETXYZ"), "the secret is echoed: %s", dt_last_error());
     expect_error("duplicate key", "optim:\n  lr: 0.1\n  lr: 0.2\n", 0, NULL,
                  NEEDLES("err.yaml:3", "optim.lr", "twice", "line 2"));
     expect_error("malformed YAML", "optim:\n  lr: 0.1\n  name: 'sgd\n", 0, NULL,

@@ -170,15 +170,15 @@ put("s3_xml", "get-404", b"\x02\x02" + b"<Error><Code>NoSuchKey</Code><Message>T
 put("s3_xml", "get-503", b"\x02\x05" + b"<Error><Code>SlowDown</Code><Message>Reduce your rate</Message></Error>")
 
 # ---- HTTP requests (fuzz_http.c): byte 0 bit 0 = the server with a token
-reqs = [b"\x00GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+reqs = [b"\x00GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
         b"\x00GET / HTTP/1.0\r\n\r\n",
-        b"\x00GET /api/runs HTTP/1.1\r\nHost: x\r\n\r\n",
-        b"\x00GET /api/runs/exp/run-a HTTP/1.1\r\nHost: x\r\n\r\n",
-        b"\x00GET /api/runs/1/metrics?key=loss&since=5 HTTP/1.1\r\nHost: x\r\n\r\n",
-        b"\x01GET /api/runs/run-a HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer fuzz-token\r\n\r\n",
-        b"\x01GET /metrics?access_token=fuzz-token HTTP/1.1\r\nHost: x\r\n\r\n",
-        b"\x00POST /api/runs HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nabcd",
-        b"\x00GET /../../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n"]
+        b"\x00GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        b"\x00GET /api/runs/exp/run-a HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        b"\x00GET /api/runs/1/metrics?key=loss&since=5 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        b"\x01GET /api/runs/run-a HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer fuzz-token\r\n\r\n",
+        b"\x01GET /metrics?access_token=fuzz-token HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        b"\x00POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 4\r\n\r\nabcd",
+        b"\x00GET /../../etc/passwd HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"]
 for i, r in enumerate(reqs):
     put("http", "req-%d" % i, r)
 EOF

@@ -1,0 +1,33 @@
+# Issue 12, input surfaces: the monitoring endpoint, secrets and file permissions
+# (docs/security.md, "Endpoint safety" and "Secrets and files").
+#
+# test_endpoint: the real server in this process over sockets: where it may listen, token files,
+# methods (nothing changes state), oversized requests, path traversal, DNS rebinding.
+dt_test(NAME test_endpoint SOURCES security/test_endpoint.c LABELS "unit;security" TIMEOUT 120)
+# secrets_creds: the S3 credentials file (profiles, precedence, mode 600 required, malformed and
+# hostile files), checked by the key id a request is signed with (a one-shot server).
+dt_test(NAME secrets_creds SOURCES security/secrets_creds.c LABELS "unit;security" TIMEOUT 120)
+
+set(DT_SURFACE_MPIRUN "")
+if(MPI_FOUND)
+  set(DT_SURFACE_MPIRUN ${MPIEXEC_EXECUTABLE})
+endif()
+# The same rules through `dtrain serve` and `dtrain launch` (curl): refusals are one line, token
+# files must be mode 600, the token is never on the command line or printed.
+add_test(NAME surface_cli COMMAND bash ${PROJECT_SOURCE_DIR}/tests/security/surface_cli.sh
+         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_SURFACE_MPIRUN})
+# Every folder 0750 and file 0640 (umask 000) after real import, train (checkpoints, store,
+# export), launch and MLflow export runs; 0700/0600 under umask 077.
+add_test(NAME test_perms COMMAND bash ${PROJECT_SOURCE_DIR}/tests/security/test_perms.sh
+         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_SURFACE_MPIRUN})
+set_tests_properties(surface_cli test_perms PROPERTIES LABELS "e2e;security" TIMEOUT 300
+                     ENVIRONMENT "OMP_NUM_THREADS=1")
+# S3 credentials from ~/.aws/credentials or AWS_SHARED_CREDENTIALS_FILE (profiles, mode 600
+# required), and no secret in any output, run directory or the store; a real SeaweedFS
+# (tests/storage/seaweed.sh; SKIP without its weed binary).
+add_test(NAME secrets_s3
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/storage/seaweed.sh run --
+                 bash ${PROJECT_SOURCE_DIR}/tests/security/secrets_s3.sh $<TARGET_FILE:dtrain>
+                 ${PROJECT_SOURCE_DIR} $<TARGET_FILE:s3_get>)
+set_tests_properties(secrets_s3 PROPERTIES LABELS "storage;e2e;security" TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=1")
