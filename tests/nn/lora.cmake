@@ -21,6 +21,5 @@ if(MPI_FOUND)
   set_tests_properties(lora_mts_dist_np2 PROPERTIES LABELS "dist;e2e" TIMEOUT 300
                        WORKING_DIRECTORY ${CMAKE_BINARY_DIR} FIXTURES_REQUIRED fortunes_data
                        RUN_SERIAL TRUE
-                       # Open MPI's allocations outlive MPI_Finalize (as in tests/dist/dist.cmake)
-                       ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000;ASAN_OPTIONS=detect_leaks=0")
+                       ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000")
 endif()
