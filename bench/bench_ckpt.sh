@@ -111,9 +111,19 @@ echo "[5/6] restore: the resume read path, and a resumed training against a fres
 # minus one that starts fresh and trains one step (same start-up, init, step); best of 5 each,
 # alternating. Only the checkpoint's files are evicted from the page cache (dd iflag=nocache),
 # so both runs find the program and its libraries cached alike.
+#
+# This VM's disk reads at two speeds (about 3 GB/s, and about 0.57 GB/s once some budget of recent
+# I/O is spent: a throttle outside the guest; a 2 MiB read then takes a steady 3.7 ms), and which
+# one a read gets depends on what ran before it. So each round also reads the checkpoint's own
+# files raw (dd, 16 MiB reads, evicted first) right before the resumed run: the trainer's restore
+# is compared with the raw read of the same bytes under the same conditions, per round.
 evict() { for f in "$ck_dir"/*; do dd if="$f" iflag=nocache count=0 status=none; done; }
 wall() { local t0 t1; evict; t0=$(date +%s.%N); train "$@"; t1=$(date +%s.%N); echo "$t1 - $t0" | bc; }
+raw_ck() { local t0 t1; evict; t0=$(date +%s.%N)
+  for f in "$ck_dir"/*; do dd if="$f" of=/dev/null bs=16M status=none; done
+  t1=$(date +%s.%N); echo "$t1 - $t0" | bc; }
 for _ in 1 2 3 4 5; do
+  raw_ck >>"$tmp/t_rawck"
   wall fresh "$tmp/fresh.log" train.steps=1 ckpt.resume=never >>"$tmp/t_fresh"
   wall async "$tmp/resume.log" train.steps=$((steps + 1)) ckpt.resume=auto >>"$tmp/t_resume"
   grep -q "^resumed from .*step $steps" "$tmp/resume.log" || { cat "$tmp/resume.log" >&2; exit 1; }
@@ -121,7 +131,9 @@ for _ in 1 2 3 4 5; do
   sed -nE 's/^checkpoint .* loaded: [0-9.]+ MB read and verified in ([0-9.]+) s.*/\1/p' \
     "$tmp/resume.log" >>"$tmp/t_load"
 done
-t_load=$(sort -g "$tmp/t_load" | head -n 1)
+t_load=$(sort -g "$tmp/t_load" | head -n 1) t_rawck=$(sort -g "$tmp/t_rawck" | head -n 1)
+# per round: raw read of the checkpoint / the trainer's logged restore (the round's own pair)
+pairs=$(paste "$tmp/t_rawck" "$tmp/t_load" | awk '{ printf "%s%.0f%%", (NR > 1 ? " " : ""), 100 * $1 / $2 }')
 t_fresh=$(sort -g "$tmp/t_fresh" | head -n 1) t_resume=$(sort -g "$tmp/t_resume" | head -n 1)
 restore_s=$(echo "$t_resume - $t_fresh" | bc -l)
 
@@ -179,6 +191,9 @@ printf "%-58s %8.0f %8s\n" "dtrain restore, trainer (resumed run - fresh run, wa
 if [[ -n $t_load ]]; then
   printf "%-58s %8.0f %8s\n" "dtrain restore, trainer (its log: choose + read + copy)" "$(mbps "$ck_bytes" "$t_load")" "$(pct "$(mbps "$ck_bytes" "$t_load")" "$raw_r")"
 fi
+printf "%-58s %8.0f\n" "raw read of the checkpoint's own files (dd, best of 5)" "$(mbps "$ck_bytes" "$t_rawck")"
+printf "%-58s %8.0f %8s\n" "dtrain restore, trainer (its log) vs that raw read" "$(mbps "$ck_bytes" "$t_load")" "$(pct "$(mbps "$ck_bytes" "$t_load")" "$(mbps "$ck_bytes" "$t_rawck")")"
+printf "  per round (raw read of the checkpoint / trainer's restore, same round): %s\n" "$pairs"
 printf "%-58s %8.0f %8s\n" "  its read path: stat all + stream (xxh3 + copy per chunk)" "$(val restore_mbps "$r")" "$(pct "$(val restore_mbps "$r")" "$raw_r")"
 printf "%-58s %8.0f %8s\n" "  the former read path: get whole file, xxh3, copy" "$(val restore_whole_mbps "$r")" "$(pct "$(val restore_whole_mbps "$r")" "$raw_r")"
 if [[ $s3 == ok ]]; then
