@@ -33,9 +33,11 @@ lora-demo: build
 
 # DT_GRAPH_POISON=1: every op's output is filled with NaN before it runs, so a kernel reading
 # memory it should only write fails its test instead of passing on whatever the memory held.
+# ... then the sanitizer passes, then every fuzz target for a few seconds (clang's libFuzzer).
 test: build venv
 	cd $(BUILD) && DT_GRAPH_POISON=1 ctest --output-on-failure -j $(JOBS) -LE slow
 	$(MAKE) test-asan
+	$(MAKE) fuzz-smoke
 
 # Tests too long for CI (label slow), e.g. the full ResNet-18 Fashion-MNIST example to >= 92%.
 test-slow: build venv
@@ -78,7 +80,8 @@ clean:
 
 # Fuzzing (tests/fuzz/, docs/security.md): libFuzzer targets for every parser of outside input,
 # built with clang in their own build directory (library under ASan + UBSan + coverage).
-#   make fuzz-smoke   every target for a few seconds after replaying the regression inputs (CI)
+#   make fuzz-smoke   every target for a few seconds after replaying the regression inputs
+#                     (part of `make test`: about 2 minutes with the build)
 #   make fuzz         FUZZ_SECONDS per target (default 600), one target at a time
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 600
