@@ -18,6 +18,7 @@ pkgs=(
   libcairo2-dev # build: `dtrain runs plot` charts (src/cli/plot_axes.c)
   clang libomp-dev # make fuzz / fuzz-smoke only: libFuzzer, OpenMP for clang (tests/fuzz/)
   prometheus chromium # tests only: tests/serve/ scrapes with Prometheus, loads the dashboard headless
+  slurmd slurmctld slurm-client munge # tests only: a one-node Slurm for `srun` (tests/launch/srun.sh)
 )
 
 missing=()
