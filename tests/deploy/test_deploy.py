@@ -43,7 +43,8 @@ CHECKS = []
 # Dockerfile's build stage.
 TEST_ONLY_PACKAGES = {"python3", "python3-venv", "python3-numpy", "python3-torch",
                       "python3-torchvision", "dataset-fashion-mnist", "fortunes", "git",
-                      "prometheus", "chromium", "clang", "libomp-dev"}
+                      "prometheus", "chromium", "clang", "libomp-dev",
+                      "slurmd", "slurmctld", "slurm-client", "munge"}
 # In every Debian image (dpkg itself depends on it), so the runtime stage need not list it.
 BASE_IMAGE_PACKAGES = {"libc6"}
 
