@@ -10,7 +10,7 @@
 # Targets: efficiency >= 90% and above PyTorch DDP's; dt_comm within 10% of raw MPI.
 #
 #   bash bench/bench_scaling.sh [BUILD_DIR=build] [quick]
-# Environment: RESNET_BATCH (64), LLAMA_BATCH (8), DT_VENV (~/.cache/dtrain/venv; falls back to
+# Environment: RESNET_BATCH (64), LLAMA_BATCH (8), PIN (0; 1 pins rank r to core r on both sides), DT_VENV (~/.cache/dtrain/venv; falls back to
 # /usr/bin/python3 when it has no torch). Raw lines: /tmp/bench_scaling.log. About 4-6 minutes
 # on a quiet 2-core machine; "quick" halves the steps.
 set -uo pipefail
@@ -28,6 +28,10 @@ root=()
 tuned=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE MALLOC_MMAP_MAX_=0
        MALLOC_TRIM_THRESHOLD_=100000000000 GLIBC_TUNABLES=glibc.malloc.hugetlb=1 OMP_NUM_THREADS=1)
 rb=${RESNET_BATCH:-64} lb=${LLAMA_BATCH:-8}
+# PIN=1: rank r runs on core r on both sides (mpirun --bind-to core; the peer's workers set their
+# affinity), so a lone 1-rank process cannot wander between cores; default: the scheduler places
+bind=(--bind-to none)
+if [[ ${PIN:-0} == 1 ]]; then bind=(--bind-to core --map-by core); export DT_BENCH_PIN=1; fi
 # warm-up 2: torch DDP rebuilds its buckets after the first iteration
 r_steps=6 l_steps=3 warm=2
 [[ -n "$quick" ]] && r_steps=3 l_steps=2 warm=1
@@ -37,7 +41,7 @@ field() { grep -oE "(^| )$1=[^ ]+" | head -1 | cut -d= -f2; }
 
 ours() { # ranks, bench_ddp args...
   local np=$1; shift
-  "${tuned[@]}" mpirun "${root[@]}" --oversubscribe --bind-to none -np "$np" "$bin" "$@" 2>&1 | tee -a "$log" | grep '^dtrain DDP'
+  "${tuned[@]}" mpirun "${root[@]}" --oversubscribe "${bind[@]}" -np "$np" "$bin" "$@" 2>&1 | tee -a "$log" | grep '^dtrain DDP'
 }
 
 peer() { # world, bench_ddp.py args...
