@@ -1,4 +1,5 @@
 /* Test helpers (see harness.h). */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -289,4 +290,22 @@ char *dt_test_read_file(const char *path, size_t *n) {
     fclose(f);
     if (buf) buf[len] = 0, *n = (size_t)len;
     return buf;
+}
+
+cJSON *dt_test_read_json(const char *path) {
+    size_t n;
+    char *t = dt_test_read_file(path, &n);
+    cJSON *o = t ? cJSON_ParseWithLength(t, n) : NULL;
+    free(t);
+    return o;
+}
+
+int dt_test_write_json(const char *path, const cJSON *o) {
+    char *js = o ? cJSON_Print(o) : NULL;
+    FILE *f = js ? fopen(path, "wb") : NULL;
+    int ok = f && fputs(js, f) >= 0;
+    if (f && fclose(f) != 0) ok = 0;
+    free(js);
+    CHECK(ok, "cannot write JSON to %s", path);
+    return ok ? 0 : -1;
 }

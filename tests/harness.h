@@ -89,5 +89,11 @@ dt_test_lm dt_test_llama_lm(const struct dt_llama_config *c, int64_t B, int64_t 
 
 /* A whole file into a malloc'ed, NUL-terminated buffer (free() it); NULL if it cannot be read. */
 char *dt_test_read_file(const char *path, size_t *n);
+/* A JSON file parsed (cJSON_Delete() it); NULL if it cannot be read or parsed. */
+struct cJSON;
+struct cJSON *dt_test_read_json(const char *path);
+/* Writes o to path as formatted JSON (created or truncated); 0 on success, -1 (and a CHECK
+ * failure naming the file) otherwise. */
+int dt_test_write_json(const char *path, const struct cJSON *o);
 
 #endif

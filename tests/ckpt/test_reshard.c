@@ -160,10 +160,7 @@ int main(int argc, char **argv) {
     /* the checkpoint's step and world size, from its trainer_state.json */
     char path[4200];
     snprintf(path, sizeof path, "%s/trainer_state.json", dir);
-    size_t len;
-    char *txt = dt_test_read_file(path, &len);
-    cJSON *state = txt ? cJSON_Parse(txt) : NULL;
-    free(txt);
+    cJSON *state = dt_test_read_json(path);
     if (!CHECK(state, "cannot read %s", path)) return dt_test_finish(name);
     int64_t ck_step =
         (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(state, "step"));

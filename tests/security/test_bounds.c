@@ -477,17 +477,12 @@ static char g_ds[512];
 static void edit_manifest(const char *dir, void (*fn)(cJSON *)) {
     char p[600];
     snprintf(p, sizeof p, "%s/manifest.json", dir);
-    size_t n;
-    char *t = dt_test_read_file(p, &n);
-    cJSON *o = t ? cJSON_Parse(t) : NULL;
+    cJSON *o = dt_test_read_json(p);
     if (CHECK(o != NULL, "cannot read %s", p)) {
         fn(o);
-        char *s = cJSON_Print(o);
-        put_str(p, s);
-        free(s);
+        dt_test_write_json(p, o);
     }
     cJSON_Delete(o);
-    free(t);
 }
 
 static void set_records_1e300(cJSON *o) {

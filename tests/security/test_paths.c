@@ -63,18 +63,13 @@ static dt_status open_ds(const char *dir) {
 static void set_shard_name(const char *dir, const char *name) {
     char p[600];
     snprintf(p, sizeof p, "%s/manifest.json", dir);
-    size_t n;
-    char *t = dt_test_read_file(p, &n);
-    cJSON *o = t ? cJSON_Parse(t) : NULL;
+    cJSON *o = dt_test_read_json(p);
     cJSON *s = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "shards"), 0);
     if (CHECK(s != NULL, "%s: no shards[0]", p)) {
         cJSON_ReplaceItemInObjectCaseSensitive(s, "file", cJSON_CreateString(name));
-        char *js = cJSON_Print(o);
-        put_str(p, js);
-        free(js);
+        dt_test_write_json(p, o);
     }
     cJSON_Delete(o);
-    free(t);
 }
 
 /* shards[0].file of dir's manifest (static buffer). */
@@ -82,16 +77,11 @@ static const char *shard_name(const char *dir) {
     static char name[256];
     char p[600];
     snprintf(p, sizeof p, "%s/manifest.json", dir);
-    size_t n;
-    char *t = dt_test_read_file(p, &n);
-    cJSON *o = t ? cJSON_Parse(t) : NULL;
+    cJSON *o = dt_test_read_json(p);
     cJSON *s = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "shards"), 0);
-    snprintf(name, sizeof name, "%s",
-             cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "file"))
-                 ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "file"))
-                 : "");
+    const char *f = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "file"));
+    snprintf(name, sizeof name, "%s", f ? f : "");
     cJSON_Delete(o);
-    free(t);
     return name;
 }
 

@@ -97,10 +97,7 @@ static const char *tampered(const char *tag, const char *key, const char *value)
     }
     char p[800];
     snprintf(p, sizeof p, "%s/trainer_state.json", dst);
-    size_t n;
-    char *txt = dt_test_read_file(p, &n);
-    cJSON *o = txt ? cJSON_Parse(txt) : NULL;
-    free(txt);
+    cJSON *o = dt_test_read_json(p);
     if (!CHECK(o != NULL, "cannot parse %s", p)) return dst;
     cJSON *parent = o;
     const char *k = key;
@@ -181,9 +178,7 @@ int main(void) {
         /* both edits on one copy: world_size 3 and a batch of 2^62 */
         char txtp[800];
         snprintf(txtp, sizeof txtp, "%s/trainer_state.json", d);
-        size_t n;
-        char *txt = dt_test_read_file(txtp, &n);
-        cJSON *o = txt ? cJSON_Parse(txt) : NULL;
+        cJSON *o = dt_test_read_json(txtp);
         const char *c = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "data_cursor"));
         const char *b = c ? strstr(c, " batch=") : NULL;
         const char *e = b ? strchr(b + 7, ' ') : NULL;
@@ -191,12 +186,9 @@ int main(void) {
             char cur[512];
             snprintf(cur, sizeof cur, "%.*s batch=4611686018427387904%s", (int)(b - c), c, e);
             cJSON_ReplaceItemInObjectCaseSensitive(o, "data_cursor", cJSON_CreateString(cur));
-            char *js = cJSON_Print(o);
-            put_str(txtp, js);
-            free(js);
+            dt_test_write_json(txtp, o);
         }
         cJSON_Delete(o);
-        free(txt);
     }
     REFUSED("data_cursor batch 2^62 saved by 3 ranks (batch x world overflows)", d, "bad-cursor",
             "data_cursor batch 4611686018427387904 x world_size 3 overflows");
