@@ -2,7 +2,9 @@
  * HopsFS/HDFS fuse mounts). A put writes "<key>.tmp-<pid>-<n>" in the key's directory, fsyncs
  * it, renames it over the key (atomic within a directory) and fsyncs the directory so the
  * rename itself survives a crash. Folders are made DT_DIR_MODE (0750) and files DT_FILE_MODE
- * (0640), less the umask: checkpoints are readable by the owner's group, never by others.
+ * (0640), less the umask: checkpoints are readable by the owner's group, never by others. Keys
+ * are resolved from the root's descriptor one folder at a time, following no symbolic link
+ * (open_parent).
  *
  * Large puts (checkpoint files) bypass the page cache: a buffered write() costs about one CPU
  * second per GB in the kernel (copying into page-cache folios), taken from the training threads
@@ -55,12 +57,51 @@ static dt_status mkdirs(const char *path, const char *url) {
     return DT_OK;
 }
 
-static int fsync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return -1;
-    int r = fsync(fd);
-    close(fd);
-    return r;
+/* Symbolic links below the root are never followed: a key is resolved one component at a time
+ * from the root's descriptor with O_NOFOLLOW (fd-relative, so nothing can be swapped between a
+ * check and a use), and a link anywhere on the way fails with ELOOP. Someone who can write into
+ * a checkpoint folder can then not make a restore read, a save write or retention delete a file
+ * elsewhere. The root itself may be a link (a mount point reached through one is common). */
+
+/* name in the folder fd is a symbolic link (openat with O_DIRECTORY | O_NOFOLLOW says ENOTDIR). */
+static int is_link(int fd, const char *name) {
+    struct stat sb;
+    return fstatat(fd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(sb.st_mode);
+}
+
+/* Opens the folder that holds key (read-only: enough for openat, fsync and unlinkat), making
+ * missing folders when create; *base is key's last component. Returns a descriptor, or -1 with
+ * errno: ELOOP for a link on the way, EINVAL for an empty, "." or ".." component. */
+static int open_parent(dt_store *s, const char *key, int create, const char **base) {
+    int fd = open(root(s), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const char *c = key;
+    for (const char *slash; fd >= 0 && (slash = strchr(c, '/')); c = slash + 1) {
+        char name[256];
+        size_t l = (size_t)(slash - c);
+        int nfd = -1, e = EINVAL;
+        if (l > 0 && l < sizeof name) {
+            memcpy(name, c, l), name[l] = 0;
+            if (strcmp(name, ".") && strcmp(name, "..")) {
+                if (create && mkdirat(fd, name, DT_DIR_MODE) != 0 && errno != EEXIST)
+                    e = errno;
+                else if ((nfd = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) <
+                         0)
+                    e = errno == ENOTDIR && is_link(fd, name) ? ELOOP : errno;
+            }
+        }
+        close(fd);
+        fd = nfd, errno = nfd < 0 ? e : errno;
+    }
+    if (fd >= 0 && (!*c || !strcmp(c, ".") || !strcmp(c, ".."))) close(fd), fd = -1, errno = EINVAL;
+    *base = c;
+    return fd;
+}
+
+/* The message for a failed open_parent or an open below it. */
+static const char *why(int e) {
+    return e == ELOOP    ? "a symbolic link below the store's root (links are not followed)"
+           : e == EINVAL ? "not a valid key (empty, \".\" or \"..\" component)"
+                         : strerror(e);
 }
 
 /* Puts of at least DIRECT_MIN bytes from a DIRECT_ALIGN-aligned buffer, with fsync on, write
@@ -90,8 +131,8 @@ static int write_at(int fd, const char *p, size_t n, off_t off) {
  * the file tmp (already created). Returns how many bytes it wrote, stopping at the first
  * refusal or error (the caller writes the rest through the page cache: a real I/O error shows
  * there again, and is reported; a refusal costs nothing but the fallback). */
-static size_t write_direct(const char *tmp, const char *p, size_t bulk) {
-    int fd = open(tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);
+static size_t write_direct(int dfd, const char *tmp, const char *p, size_t bulk) {
+    int fd = openat(dfd, tmp, O_WRONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return 0; /* EINVAL: no O_DIRECT on this file system */
     size_t done = 0;
     while (done < bulk) {
@@ -108,55 +149,61 @@ static size_t write_direct(const char *tmp, const char *p, size_t bulk) {
 
 static dt_status posix_put(dt_store *s, const char *key, const void *data, size_t n) {
     static atomic_long counter;
-    char path[4400], tmp[4500], dir[4400];
-    snprintf(path, sizeof path, "%s/%s", root(s), key);
-    snprintf(dir, sizeof dir, "%s", path);
-    *strrchr(dir, '/') = 0;
-    dt_status st = mkdirs(dir, s->url);
-    if (st != DT_OK) return st;
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld-%ld", path, (long)getpid(),
+    const char *base;
+    int dfd = open_parent(s, key, 1, &base);
+    if (dfd < 0) return dt_error_set(DT_ERR_IO, "storage put: %s: %s: %s", s->url, key, why(errno));
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%.255s.tmp-%ld-%ld", base, (long)getpid(),
              atomic_fetch_add(&counter, 1));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, DT_FILE_MODE);
-    if (fd < 0)
-        return dt_error_set(DT_ERR_IO, "storage put: %s: cannot create %s: %s", s->url, tmp,
-                            strerror(errno));
+    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, DT_FILE_MODE);
+    if (fd < 0) {
+        int e = errno;
+        close(dfd);
+        return dt_error_set(DT_ERR_IO, "storage put: %s: cannot create %s in the folder of %s: %s",
+                            s->url, tmp, key, why(e));
+    }
     const char *p = data;
     size_t done = 0;
     if (s->opts.fsync && n >= DIRECT_MIN && (uintptr_t)p % DIRECT_ALIGN == 0)
-        done = write_direct(tmp, p, n / DIRECT_ALIGN * DIRECT_ALIGN);
+        done = write_direct(dfd, tmp, p, n / DIRECT_ALIGN * DIRECT_ALIGN);
     /* the rest (the unaligned tail, or everything) through the page cache */
     int e = write_at(fd, p + done, n - done, (off_t)done);
-    if (e) {
-        close(fd), unlink(tmp);
-        return dt_error_set(DT_ERR_IO, "storage put: %s: writing %s: %s", s->url, key, strerror(e));
+    const char *what = "writing";
+    if (!e) {
+        what = "flushing";
+        e = s->opts.fsync && fsync(fd) != 0 ? errno : 0;
     }
-    e = s->opts.fsync && fsync(fd) != 0 ? errno : 0;
     if (close(fd) != 0 && !e) e = errno;
+    /* rename replaces a link at the key itself, never the file it points to */
+    if (!e && renameat(dfd, tmp, dfd, base) != 0) e = errno, what = "renaming into";
     if (e) {
-        unlink(tmp);
-        return dt_error_set(DT_ERR_IO, "storage put: %s: flushing %s: %s", s->url, key,
+        unlinkat(dfd, tmp, 0);
+        close(dfd);
+        return dt_error_set(DT_ERR_IO, "storage put: %s: %s %s: %s", s->url, what, key,
                             strerror(e));
     }
-    if (rename(tmp, path) != 0) {
-        e = errno;
-        unlink(tmp);
-        return dt_error_set(DT_ERR_IO, "storage put: %s: renaming into %s: %s", s->url, key,
-                            strerror(e));
-    }
-    if (s->opts.fsync && fsync_dir(dir) != 0)
+    /* the folder synced too, so the rename itself survives a crash */
+    e = s->opts.fsync && fsync(dfd) != 0 ? errno : 0;
+    close(dfd);
+    if (e)
         return dt_error_set(DT_ERR_IO, "storage put: %s: syncing the directory of %s: %s", s->url,
-                            key, strerror(errno));
+                            key, strerror(e));
     return DT_OK;
 }
 
 /* Opens key for reading: fd and size; errors as posix_get's. */
 static dt_status open_read(dt_store *s, const char *key, int *fd_out, size_t *size) {
-    char path[4400];
-    snprintf(path, sizeof path, "%s/%s", root(s), key);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    const char *base;
+    int dfd = open_parent(s, key, 0, &base), fd = -1;
+    if (dfd >= 0) {
+        fd = openat(dfd, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        int e = errno;
+        close(dfd);
+        errno = e;
+    }
     if (fd < 0)
         return dt_error_set(errno == ENOENT ? DT_ERR_NOTFOUND : DT_ERR_IO,
-                            "storage get: %s: %s: %s", s->url, key, strerror(errno));
+                            "storage get: %s: %s: %s", s->url, key, why(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         int dir = fstat(fd, &sb) == 0;
@@ -372,27 +419,34 @@ static dt_status posix_get_stream(dt_store *s, const char *key, size_t max_bytes
 }
 
 static dt_status posix_stat(dt_store *s, const char *key, size_t *n) {
-    char path[4400];
-    snprintf(path, sizeof path, "%s/%s", root(s), key);
+    const char *base;
     struct stat sb;
-    if (stat(path, &sb) != 0)
+    int dfd = open_parent(s, key, 0, &base), r = -1;
+    if (dfd >= 0) {
+        r = fstatat(dfd, base, &sb, AT_SYMLINK_NOFOLLOW);
+        int e = r != 0 ? errno : S_ISLNK(sb.st_mode) ? ELOOP : 0;
+        close(dfd);
+        errno = e, r = e ? -1 : 0;
+    }
+    if (r != 0)
         return dt_error_set(errno == ENOENT ? DT_ERR_NOTFOUND : DT_ERR_IO,
-                            "storage stat: %s: %s: %s", s->url, key, strerror(errno));
+                            "storage stat: %s: %s: %s", s->url, key, why(errno));
     if (!S_ISREG(sb.st_mode))
         return dt_error_set(DT_ERR_NOTFOUND, "storage stat: %s: %s: not a file", s->url, key);
     *n = (size_t)sb.st_size;
     return DT_OK;
 }
 
-/* Recursive walk of root/rel; keys are rel paths. Skips temporaries of in-flight puts. */
-static dt_status walk(dt_store *s, const char *rel, const char *prefix, char ***keys, int *n,
-                      int *cap) {
-    char dir[4400];
-    snprintf(dir, sizeof dir, "%s%s%s", root(s), *rel ? "/" : "", rel);
-    DIR *d = opendir(dir);
+/* Recursive walk of the folder dfd (root/rel; the walk owns dfd); keys are rel paths. Skips
+ * temporaries of in-flight puts, and links: only real folders and files below the root count. */
+static dt_status walk(dt_store *s, int dfd, const char *rel, const char *prefix, char ***keys,
+                      int *n, int *cap) {
+    DIR *d = fdopendir(dfd);
     if (!d) {
-        if (errno == ENOENT || errno == ENOTDIR) return DT_OK;
-        return dt_error_set(DT_ERR_IO, "storage list: %s: %s: %s", s->url, dir, strerror(errno));
+        int e = errno;
+        close(dfd);
+        return dt_error_set(DT_ERR_IO, "storage list: %s: %s: %s", s->url, *rel ? rel : "/",
+                            strerror(e));
     }
     dt_status st = DT_OK;
     struct dirent *e;
@@ -405,38 +459,54 @@ static dt_status walk(dt_store *s, const char *rel, const char *prefix, char ***
             long pid = atol(tm + 5);
             if (pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
         }
-        char k[4400], full[8600];
+        char k[4400];
         snprintf(k, sizeof k, "%s%s%s", rel, *rel ? "/" : "", e->d_name);
         size_t pl = strlen(prefix), kl = strlen(k);
         /* descend only where the prefix can still match */
         if (strncmp(k, prefix, kl < pl ? kl : pl) != 0) continue;
-        snprintf(full, sizeof full, "%s/%s", root(s), k);
         struct stat sb;
-        if (stat(full, &sb) != 0) continue; /* removed meanwhile */
-        if (S_ISDIR(sb.st_mode))
-            st = walk(s, k, prefix, keys, n, cap);
-        else if (S_ISREG(sb.st_mode) && kl >= pl)
+        if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) continue; /* removed */
+        if (S_ISDIR(sb.st_mode)) {
+            int cfd = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (cfd >= 0) st = walk(s, cfd, k, prefix, keys, n, cap);
+        } else if (S_ISREG(sb.st_mode) && kl >= pl) {
             st = dt_store_list_add(keys, n, cap, k);
+        }
     }
     closedir(d);
     return st;
 }
 
 static dt_status posix_list(dt_store *s, const char *prefix, char ***keys, int *n, int *cap) {
-    return walk(s, "", prefix, keys, n, cap);
+    int fd = open(root(s), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT || errno == ENOTDIR) return DT_OK;
+        return dt_error_set(DT_ERR_IO, "storage list: %s: %s", s->url, strerror(errno));
+    }
+    return walk(s, fd, "", prefix, keys, n, cap);
 }
 
 static dt_status posix_del(dt_store *s, const char *key) {
-    char path[4400];
-    snprintf(path, sizeof path, "%s/%s", root(s), key);
-    if (unlink(path) != 0 && errno != ENOENT)
-        return dt_error_set(DT_ERR_IO, "storage delete: %s: %s: %s", s->url, key, strerror(errno));
-    /* remove directories left empty, up to the root */
-    char *slash;
-    size_t rl = strlen(root(s));
-    while ((slash = strrchr(path, '/')) && (size_t)(slash - path) > rl) {
+    const char *base;
+    int dfd = open_parent(s, key, 0, &base);
+    if (dfd < 0) {
+        if (errno == ENOENT) return DT_OK; /* its folder is gone: so is the key */
+        return dt_error_set(DT_ERR_IO, "storage delete: %s: %s: %s", s->url, key, why(errno));
+    }
+    /* a link at the key is removed itself; the file it points to is not touched */
+    int r = unlinkat(dfd, base, 0), e = errno;
+    close(dfd);
+    if (r != 0 && e != ENOENT)
+        return dt_error_set(DT_ERR_IO, "storage delete: %s: %s: %s", s->url, key, strerror(e));
+    /* remove folders left empty, up to the root: "a/b/c" -> rmdir a/b, then a */
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s", key);
+    for (char *slash; (slash = strrchr(dir, '/'));) {
         *slash = 0;
-        if (rmdir(path) != 0) break; /* not empty (or gone): stop */
+        if ((dfd = open_parent(s, dir, 0, &base)) < 0) break;
+        r = unlinkat(dfd, base, AT_REMOVEDIR);
+        close(dfd);
+        if (r != 0) break; /* not empty (or gone): stop */
     }
     return DT_OK;
 }

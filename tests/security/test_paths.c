@@ -6,7 +6,10 @@
  *   - a dataset directory that is itself a symbolic link, and a shard linked to a file inside;
  *   - a model folder's shard linked elsewhere (the Hugging Face hub cache is made of links
  *     snapshots/<rev>/<file> -> ../../blobs/<sha>); the index may only name files of the folder,
- *     the links in it are the folder owner's. */
+ *     the links in it are the folder owner's;
+ *   - a checkpoint store whose root is a link. Below the root a POSIX store follows no link:
+ *     a checkpoint file or folder that is one is refused on get/stat/put/delete and skipped by
+ *     list; a put or delete at a key that is a link replaces/removes the link, not its target. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,6 +214,105 @@ static void ckpt_cases(void) {
     dt_store_close(s);
 }
 
+/* ---- symbolic links inside a POSIX store ---------------------------------------------------- */
+
+static dt_status chunk_ok(void *ud, size_t off, const void *p, size_t n) {
+    (void)ud, (void)off, (void)p, (void)n;
+    return DT_OK;
+}
+
+/* The file at path holds exactly `want` (a link was not written through, nor deleted). */
+static void unchanged(const char *what, const char *path, const char *want) {
+    char got[64] = {0};
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(got, 1, sizeof got - 1, f) : 0;
+    if (f) fclose(f);
+    int ok = CHECK(f && n == strlen(want) && !memcmp(got, want, n), "%s: %s now holds \"%s\"", what,
+                   path, got);
+    printf("%-4s %s: %s unchanged\n", ok ? "ok" : "FAIL", what, path);
+}
+
+static void store_link_cases(void) {
+    char out[512], secret[600], odir[600], ofile[700], real[512], root[512], lnk[700];
+    snprintf(out, sizeof out, "%s/outside", g_tmp);
+    snprintf(secret, sizeof secret, "%s/secret", out);
+    snprintf(odir, sizeof odir, "%s/dir", out);
+    snprintf(ofile, sizeof ofile, "%s/x", odir);
+    CHECK(mkdir(out, 0700) == 0 && mkdir(odir, 0700) == 0, "mkdir %s", odir);
+    put_str(secret, "outside");
+    put_str(ofile, "outside");
+    snprintf(real, sizeof real, "%s/lstore", g_tmp);
+    snprintf(root, sizeof root, "%s/lroot", g_tmp);
+    CHECK(mkdir(real, 0700) == 0 && symlink("lstore", root) == 0, "cannot link %s", root);
+    dt_store_opts so = dt_store_opts_default();
+    so.fsync = 0;
+    dt_store *s = NULL;
+    /* the root itself may be a link (a mount reached through one) */
+    accepted("store whose root is a symbolic link", dt_store_open(root, &so, &s));
+    if (!s) return;
+    accepted("put ck/step-1/model.bin", dt_store_put(s, "ck/step-1/model.bin", "model", 5));
+
+    /* a checkpoint file that is a link to a file outside the store */
+    snprintf(lnk, sizeof lnk, "%s/ck/step-1/evil.bin", real);
+    CHECK(symlink(secret, lnk) == 0, "cannot link %s", lnk);
+    void *data = NULL;
+    size_t n = 0;
+    char buf[64];
+    REFUSED("get of a key that is a link out of the store",
+            dt_store_get(s, "ck/step-1/evil.bin", &data, &n), DT_ERR_IO, "ck/step-1/evil.bin",
+            "symbolic link");
+    free(data), data = NULL;
+    REFUSED("get_into of a key that is a link",
+            dt_store_get_into(s, "ck/step-1/evil.bin", buf, sizeof buf, &n), DT_ERR_IO,
+            "ck/step-1/evil.bin", "symbolic link");
+    REFUSED("streamed get of a key that is a link",
+            dt_store_get_stream(s, "ck/step-1/evil.bin", 1 << 20, chunk_ok, NULL, &n), DT_ERR_IO,
+            "ck/step-1/evil.bin", "symbolic link");
+    REFUSED("stat of a key that is a link", dt_store_stat(s, "ck/step-1/evil.bin", &n), DT_ERR_IO,
+            "ck/step-1/evil.bin", "symbolic link");
+
+    /* a folder inside the store that is a link to a folder outside */
+    snprintf(lnk, sizeof lnk, "%s/ck/linked", real);
+    CHECK(symlink(odir, lnk) == 0, "cannot link %s", lnk);
+    REFUSED("get through a linked folder", dt_store_get(s, "ck/linked/x", &data, &n), DT_ERR_IO,
+            "ck/linked/x", "symbolic link");
+    free(data), data = NULL;
+    REFUSED("put through a linked folder", dt_store_put(s, "ck/linked/x", "inside", 6), DT_ERR_IO,
+            "ck/linked/x", "symbolic link");
+    REFUSED("put of a new key through a linked folder", dt_store_put(s, "ck/linked/y", "inside", 6),
+            DT_ERR_IO, "ck/linked/y", "symbolic link");
+    REFUSED("delete through a linked folder", dt_store_delete(s, "ck/linked/x"), DT_ERR_IO,
+            "ck/linked/x", "symbolic link");
+    unchanged("put and delete through a linked folder", ofile, "outside");
+    snprintf(lnk, sizeof lnk, "%s/y", odir);
+    CHECK(access(lnk, F_OK) != 0, "put through a linked folder created %s", lnk);
+
+    /* listing (and so retention and resume) sees neither the linked file nor the linked folder */
+    char **keys = NULL;
+    int nk = 0;
+    CHECK_OK(dt_store_list(s, "ck/", &keys, &nk));
+    int only_model = CHECK(nk == 1 && !strcmp(keys[0], "ck/step-1/model.bin"),
+                           "list ck/: %d keys, first %s", nk, nk ? keys[0] : "-");
+    printf("%-4s list skips links (%d key)\n", only_model ? "ok" : "FAIL", nk);
+    dt_store_list_free(keys, nk);
+
+    /* deleting a key that is a link removes the link, never its target */
+    accepted("delete of a key that is a link", dt_store_delete(s, "ck/step-1/evil.bin"));
+    unchanged("delete of a key that is a link", secret, "outside");
+    snprintf(lnk, sizeof lnk, "%s/ck/step-1/evil.bin", real);
+    struct stat sb;
+    CHECK(lstat(lnk, &sb) != 0, "the link %s is still there", lnk);
+    /* a put over a key that is a link replaces the link, never writes into its target */
+    CHECK(symlink(secret, lnk) == 0, "cannot link %s", lnk);
+    accepted("put over a key that is a link", dt_store_put(s, "ck/step-1/evil.bin", "inside", 6));
+    unchanged("put over a key that is a link", secret, "outside");
+    CHECK(lstat(lnk, &sb) == 0 && S_ISREG(sb.st_mode), "%s is not a plain file now", lnk);
+    accepted("get of the key put over the link", dt_store_get(s, "ck/step-1/evil.bin", &data, &n));
+    CHECK(data && n == 6 && !memcmp(data, "inside", 6), "got %zu bytes", n);
+    free(data);
+    dt_store_close(s);
+}
+
 int main(void) {
     const char *name = "test_paths";
     const char *t = getenv("TMPDIR");
@@ -219,6 +321,7 @@ int main(void) {
     manifest_cases();
     index_cases();
     ckpt_cases();
+    store_link_cases();
     dt_remove_tree(g_tmp);
     return dt_test_finish(name);
 }
