@@ -12,7 +12,8 @@
  *   llama56m  dim 512, 8 layers, 8 heads, 4 KV heads, ffn 1408, vocab 32000, ids [B, 256],
  *             AdamW wd 0.1; default B 8
  * Each rank trains on its own synthetic batch (seeded by rank), made once. One step = forward,
- * backward (buckets all-reduce while backward runs when overlap is on), dt_ddp_wait, optimizer.
+ * backward (buckets all-reduce while backward runs when overlap is on), dt_ddp_wait, optimizer;
+ * rank 0 also prints the median time of each phase and of the wait at the closing barrier.
  * Batchnorm buffers are broadcast from rank 0 before each forward, as torch DDP does by default
  * (broadcast_buffers=True); --broadcast-buffers 0 turns that off. Threads per rank: 1 unless
  * --threads says otherwise. */
@@ -158,11 +159,22 @@ static int build(const args *a, int rank, run *r) {
     return dt_optim_init(&oc, r->n, 0, r->n, NULL, 0, &r->opt) == DT_OK ? 0 : -1;
 }
 
-static int step(run *r, dt_ddp *d, int bcast) {
+/* Phase times of one step (seconds): where a 2-rank step spends what a 1-rank one does not. */
+enum { PH_FWD, PH_BWD, PH_WAIT, PH_OPT, PH_BAR, PH_N };
+
+static int step(run *r, dt_ddp *d, int bcast, double ph[PH_N]) {
+    double t0 = bench_now();
     if (bcast && dt_ddp_broadcast_state(d) != DT_OK) return -1;
-    if (dt_graph_forward(r->g, 1) != DT_OK || dt_graph_backward(r->g) != DT_OK) return -1;
+    if (dt_graph_forward(r->g, 1) != DT_OK) return -1;
+    double t1 = bench_now();
+    if (dt_graph_backward(r->g) != DT_OK) return -1;
+    double t2 = bench_now();
     if (dt_ddp_wait(d) != DT_OK) return -1;
-    return dt_optim_step(r->opt, r->p, r->gr, 1e-3f) == DT_OK ? 0 : -1;
+    double t3 = bench_now();
+    if (dt_optim_step(r->opt, r->p, r->gr, 1e-3f) != DT_OK) return -1;
+    ph[PH_FWD] = t1 - t0, ph[PH_BWD] = t2 - t1, ph[PH_WAIT] = t3 - t2;
+    ph[PH_OPT] = bench_now() - t3;
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -181,8 +193,10 @@ int main(int argc, char **argv) {
     int rank = dt_comm_rank(c), world = dt_comm_size(c);
     run r = {0};
     dt_ddp *d = NULL;
-    double *ts = calloc((size_t)a.steps * 3, sizeof *ts), *wait = ts + a.steps,
-           *comm = ts + 2 * a.steps;
+    /* per step: total, ddp wait, comm-thread time, then PH_N phase times */
+    double *ts = calloc((size_t)a.steps * (3 + PH_N), sizeof *ts), *wait = ts + a.steps,
+           *comm = ts + 2 * a.steps, *phase = ts + 3 * a.steps;
+    double ph[PH_N];
     const char *what = "build";
     if (!ts || build(&a, rank, &r)) goto fail;
     dt_ddp_opts o = dt_ddp_opts_default();
@@ -194,14 +208,18 @@ int main(int argc, char **argv) {
     what = "warm-up step";
     double t0 = bench_now();
     for (int i = 0; i < a.warmup; i++)
-        if (step(&r, d, bcast)) goto fail;
+        if (step(&r, d, bcast, ph)) goto fail;
     double tw = bench_now() - t0;
     what = "step";
     for (int i = 0; i < a.steps; i++) {
         if (dt_comm_barrier(c) != DT_OK) goto fail;
         double t = bench_now();
-        if (step(&r, d, bcast) || dt_comm_barrier(c) != DT_OK) goto fail;
+        if (step(&r, d, bcast, ph)) goto fail;
+        double tb = bench_now();
+        if (dt_comm_barrier(c) != DT_OK) goto fail;
         ts[i] = bench_now() - t;
+        ph[PH_BAR] = ts[i] - (tb - t); /* waiting for the slower rank at the end of the step */
+        for (int k = 0; k < PH_N; k++) phase[k * a.steps + i] = ph[k];
         dt_ddp_stats st;
         dt_ddp_get_stats(d, &st);
         wait[i] = st.wait_s, comm[i] = st.comm_s;
@@ -211,11 +229,15 @@ int main(int argc, char **argv) {
         printf("dtrain DDP %s world=%d threads/rank=%d batch/rank=%d overlap=%d bucket_mb=%g "
                "buckets=%d grad_MiB=%.1f steps=%d warmup_s=%.2f median_step_s=%.4f "
                "min_step_s=%.4f total_%s_per_s=%.1f per_rank_%s_per_s=%.1f ddp_wait_ms=%.1f "
-               "ddp_comm_ms=%.1f mpi_thread=%s\n",
+               "ddp_comm_ms=%.1f mpi_thread=%s fwd_ms=%.1f bwd_ms=%.1f wait_ms=%.1f opt_ms=%.1f "
+               "barrier_ms=%.1f\n",
                r.desc, world, a.threads, a.batch, a.overlap, a.bucket_mb, dt_ddp_bucket_count(d),
                (double)r.n * 4 / 1048576.0, a.steps, tw, med, mn, r.unit, world * r.items / med,
                r.unit, r.items / med, 1e3 * median(wait, a.steps), 1e3 * median(comm, a.steps),
-               dt_comm_thread_level(c));
+               dt_comm_thread_level(c), 1e3 * median(phase, a.steps),
+               1e3 * median(phase + a.steps, a.steps), 1e3 * median(phase + 2 * a.steps, a.steps),
+               1e3 * median(phase + 3 * a.steps, a.steps),
+               1e3 * median(phase + 4 * a.steps, a.steps));
         fflush(stdout);
     }
     dt_ddp_free(d);
