@@ -22,6 +22,7 @@
  * The scratch for these sums is the node's ws; the global count is saved in aux for backward.
  * Without a reducer, and in eval mode, the code below is the unsynchronised one, unchanged. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -58,26 +59,43 @@ static inline float row_sqdev(const float *p, int64_t n, float m) {
     return s;
 }
 
-/* Channel c of x [N, C, P] in two passes, like PyTorch: *s = sum x, *m = float(sum / M),
- * *v = sum (x - m)^2, M = N * P. */
-static void bn_channel_moments(const float *x, int64_t N, int64_t C, int64_t P, int64_t c,
-                               double *s, float *m, double *v) {
-    double M = (double)N * (double)P, sum = 0.0, sq = 0.0;
-    for (int64_t n = 0; n < N; n++) sum += row_sum(x + (n * C + c) * P, P);
-    float mean = (float)(sum / M);
-    for (int64_t n = 0; n < N; n++) sq += row_sqdev(x + (n * C + c) * P, P, mean);
-    *s = sum, *m = mean, *v = sq;
+/* Channels are processed in blocks of at most BN_BLOCK, sweeping n outermost: for each sample
+ * the block's rows are adjacent in memory, so a pass streams through x instead of visiting C
+ * strided rows of P floats one channel at a time (P is 16 at ResNet's last stage, a row 64
+ * bytes). Every channel still sums its rows in n order on one thread, so the results do not
+ * depend on the block size or the thread count. */
+enum { BN_BLOCK = 64 };
+
+/* Block size for C channels: at most BN_BLOCK, small enough to give every thread a block. */
+static int64_t bn_block(int64_t C) {
+    int64_t t = omp_get_max_threads(), b = (C + t - 1) / t;
+    return b < 1 ? 1 : b > BN_BLOCK ? BN_BLOCK : b;
+}
+
+/* Channels [c0, c1) of x [N, C, P] in two passes, like PyTorch: s = sum x, m = float(sum / M),
+ * v = sum (x - m)^2, M = N * P (arrays indexed from c0). */
+static void bn_block_moments(const float *x, int64_t N, int64_t C, int64_t P, int64_t c0,
+                             int64_t c1, double *s, float *m, double *v) {
+    double M = (double)N * (double)P;
+    for (int64_t c = c0; c < c1; c++) s[c - c0] = 0.0, v[c - c0] = 0.0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = c0; c < c1; c++) s[c - c0] += row_sum(x + (n * C + c) * P, P);
+    for (int64_t c = c0; c < c1; c++) m[c - c0] = (float)(s[c - c0] / M);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = c0; c < c1; c++) v[c - c0] += row_sqdev(x + (n * C + c) * P, P, m[c - c0]);
 }
 
 /* Training statistics of x [N, C, P]: mean[C], biased var[C]. */
 static void bn_batch_stats(float *mean, float *var, const float *x, int64_t N, int64_t C,
                            int64_t P) {
     double M = (double)N * (double)P;
+    int64_t B = bn_block(C);
 #pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < C; c++) {
-        double s, v;
-        bn_channel_moments(x, N, C, P, c, &s, &mean[c], &v);
-        var[c] = (float)(v / M);
+    for (int64_t c0 = 0; c0 < C; c0 += B) {
+        int64_t c1 = c0 + B < C ? c0 + B : C;
+        double s[BN_BLOCK], v[BN_BLOCK];
+        bn_block_moments(x, N, C, P, c0, c1, s, mean + c0, v);
+        for (int64_t c = c0; c < c1; c++) var[c] = (float)(v[c - c0] / M);
     }
 }
 
@@ -118,13 +136,17 @@ static dt_status bn_sync_error(dt_status s, const char *what) {
 static void bn_local_sums(double *sum, double *sq, const float *x, int64_t N, int64_t C,
                           int64_t P) {
     double M = (double)N * (double)P;
+    int64_t B = bn_block(C);
 #pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < C; c++) {
-        double s, v;
-        float m;
-        bn_channel_moments(x, N, C, P, c, &s, &m, &v);
-        sum[c] = s;
-        sq[c] = v + 2.0 * m * (s - M * m) + M * m * m;
+    for (int64_t c0 = 0; c0 < C; c0 += B) {
+        int64_t c1 = c0 + B < C ? c0 + B : C;
+        double v[BN_BLOCK];
+        float m[BN_BLOCK];
+        bn_block_moments(x, N, C, P, c0, c1, sum + c0, m, v);
+        for (int64_t c = c0; c < c1; c++) {
+            double sc = sum[c], mc = m[c - c0];
+            sq[c] = v[c - c0] + 2.0 * mc * (sc - M * mc) + M * mc * mc;
+        }
     }
 }
 
@@ -204,22 +226,35 @@ static dt_status bn_forward(const dt_op_ctx *c) {
     return DT_OK;
 }
 
-/* Channel c of gy, x [N, C, P]: *sg = sum gy, *sgx = sum gy * (x - m) (float partials per
- * row, summed in double). */
-static void bn_grad_sums(const float *gy, const float *x, float m, int64_t N, int64_t C, int64_t P,
-                         int64_t c, double *sg, double *sgx) {
-    double s = 0.0, sx = 0.0;
-    for (int64_t n = 0; n < N; n++) {
-        const float *g = gy + (n * C + c) * P, *xp = x + (n * C + c) * P;
-        float a = 0.0f, d = 0.0f;
+/* Channels [c0, c1) of gy, x [N, C, P]: sg = sum gy, sgx = sum gy * (x - mean) (float partials
+ * per row, summed in double; arrays indexed from c0). */
+static void bn_block_grad_sums(const float *gy, const float *x, const float *mean, int64_t N,
+                               int64_t C, int64_t P, int64_t c0, int64_t c1, double *sg,
+                               double *sgx) {
+    for (int64_t c = c0; c < c1; c++) sg[c - c0] = 0.0, sgx[c - c0] = 0.0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = c0; c < c1; c++) {
+            const float *g = gy + (n * C + c) * P, *xp = x + (n * C + c) * P;
+            float a = 0.0f, d = 0.0f, m = mean[c];
 #pragma omp simd reduction(+ : a, d)
-        for (int64_t i = 0; i < P; i++) {
-            a += g[i];
-            d += g[i] * (xp[i] - m);
+            for (int64_t i = 0; i < P; i++) {
+                a += g[i];
+                d += g[i] * (xp[i] - m);
+            }
+            sg[c - c0] += a, sgx[c - c0] += d;
         }
-        s += a, sx += d;
+}
+
+/* o [P] (+)= k * g + u * (x - m) + v: one row of an input gradient. */
+static inline void bn_gx_row(float *o, const float *g, const float *xp, float k, float u, float m,
+                             float v, float bx, int64_t P) {
+    if (bx != 0.0f) {
+#pragma omp simd
+        for (int64_t i = 0; i < P; i++) o[i] += k * g[i] + u * (xp[i] - m) + v;
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < P; i++) o[i] = k * g[i] + u * (xp[i] - m) + v;
     }
-    *sg = s, *sgx = sx;
 }
 
 /* Backward over x, gy [N, C, P] with the mean/rstd used forward. With xhat = (x - mean) * rstd:
@@ -231,30 +266,32 @@ static void bn_backward_kernel(float *gx, float bx, float *gw, float bw, float *
                                const float *rstd, const float *w, int training, int64_t N,
                                int64_t C, int64_t P) {
     double M = (double)N * (double)P;
+    int64_t B = bn_block(C);
 #pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < C; c++) {
-        float m = mean[c], r = rstd[c];
-        double sg, sgx; /* sum gy, sum gy * (x - mean) */
-        bn_grad_sums(gy, x, m, N, C, P, c, &sg, &sgx);
-        float gbc = (float)sg, gwc = (float)(sgx * r);
-        if (gb) gb[c] = (bb != 0.0f ? gb[c] : 0.0f) + gbc;
-        if (gw) gw[c] = (bw != 0.0f ? gw[c] : 0.0f) + gwc;
-        if (!gx) continue;
-        float k = w[c] * r;
-        /* training: gx = k * (gy - gb/M - (x - mean) * r^2 * sgx / M) = k*gy + u*(x - mean) + v */
-        float u = training ? (float)(-(double)k * r * r * sgx / M) : 0.0f;
-        float v = training ? (float)(-(double)k * sg / M) : 0.0f;
-        for (int64_t n = 0; n < N; n++) {
-            const float *g = gy + (n * C + c) * P, *xp = x + (n * C + c) * P;
-            float *o = gx + (n * C + c) * P;
-            if (bx != 0.0f) {
-#pragma omp simd
-                for (int64_t i = 0; i < P; i++) o[i] += k * g[i] + u * (xp[i] - m) + v;
-            } else {
-#pragma omp simd
-                for (int64_t i = 0; i < P; i++) o[i] = k * g[i] + u * (xp[i] - m) + v;
-            }
+    for (int64_t c0 = 0; c0 < C; c0 += B) {
+        int64_t c1 = c0 + B < C ? c0 + B : C;
+        double sg[BN_BLOCK], sgx[BN_BLOCK]; /* sum gy, sum gy * (x - mean) */
+        float k[BN_BLOCK], u[BN_BLOCK], v[BN_BLOCK];
+        bn_block_grad_sums(gy, x, mean, N, C, P, c0, c1, sg, sgx);
+        for (int64_t c = c0; c < c1; c++) {
+            double s = sg[c - c0], sx = sgx[c - c0];
+            float r = rstd[c], gbc = (float)s, gwc = (float)(sx * r);
+            if (gb) gb[c] = (bb != 0.0f ? gb[c] : 0.0f) + gbc;
+            if (gw) gw[c] = (bw != 0.0f ? gw[c] : 0.0f) + gwc;
+            /* training: gx = k * (gy - gb/M - (x - mean) * r^2 * sgx / M) = k*gy + u*(x - mean)
+             * + v */
+            float kc = w[c] * r;
+            k[c - c0] = kc;
+            u[c - c0] = training ? (float)(-(double)kc * r * r * sx / M) : 0.0f;
+            v[c - c0] = training ? (float)(-(double)kc * s / M) : 0.0f;
         }
+        if (!gx) continue;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t c = c0; c < c1; c++) {
+                int64_t off = (n * C + c) * P;
+                bn_gx_row(gx + off, gy + off, x + off, k[c - c0], u[c - c0], mean[c], v[c - c0], bx,
+                          P);
+            }
     }
 }
 
@@ -277,15 +314,16 @@ static dt_status bn_backward_sync(const dt_op_ctx *c) {
     double M;
     memcpy(&M, (const char *)c->aux + bn_count_off(C), sizeof M);
     double *buf = c->ws; /* sum gy [C], sum gy * xhat [C] */
+    int64_t B = bn_block(C);
 #pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < C; k++) {
-        float m = mean[k];
-        double sg, sgx; /* sum gy, sum gy * (x - mean) */
-        bn_grad_sums(gy, x, m, N, C, P, k, &sg, &sgx);
-        buf[k] = sg;
-        buf[C + k] = sgx * rstd[k];
-        if (gb) gb[k] = (bb != 0.0f ? gb[k] : 0.0f) + (float)sg;
-        if (gw) gw[k] = (bw != 0.0f ? gw[k] : 0.0f) + (float)buf[C + k];
+    for (int64_t c0 = 0; c0 < C; c0 += B) {
+        int64_t c1 = c0 + B < C ? c0 + B : C;
+        bn_block_grad_sums(gy, x, mean, N, C, P, c0, c1, buf + c0, buf + C + c0);
+        for (int64_t k = c0; k < c1; k++) {
+            buf[C + k] *= rstd[k]; /* sum gy * xhat */
+            if (gb) gb[k] = (bb != 0.0f ? gb[k] : 0.0f) + (float)buf[k];
+            if (gw) gw[k] = (bw != 0.0f ? gw[k] : 0.0f) + (float)buf[C + k];
+        }
     }
     /* No input gradient wanted (the same on every worker: same graph): nothing to exchange. */
     if (!gx) return DT_OK;
@@ -298,15 +336,8 @@ static dt_status bn_backward_sync(const dt_op_ctx *c) {
             /* kk * (gy - Gb/M - (x - mean) * r * Gw / M) = kk*gy + u*(x - mean) + v */
             float u = (float)(-(double)kk * r * buf[C + k] / M);
             float v = (float)(-(double)kk * buf[k] / M);
-            const float *g = gy + (n * C + k) * P, *xp = x + (n * C + k) * P;
-            float *o = gx + (n * C + k) * P;
-            if (bx != 0.0f) {
-#pragma omp simd
-                for (int64_t i = 0; i < P; i++) o[i] += kk * g[i] + u * (xp[i] - m) + v;
-            } else {
-#pragma omp simd
-                for (int64_t i = 0; i < P; i++) o[i] = kk * g[i] + u * (xp[i] - m) + v;
-            }
+            int64_t off = (n * C + k) * P;
+            bn_gx_row(gx + off, gy + off, x + off, kk, u, m, v, bx, P);
         }
     return DT_OK;
 }
