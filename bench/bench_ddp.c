@@ -6,6 +6,7 @@
  *
  *   mpirun -np N bench_ddp [--model resnet18|llama56m] [--batch B] [--steps K] [--warmup W]
  *                          [--overlap 0|1] [--bucket-mb MB] [--threads T] [--broadcast-buffers 0|1]
+ *                          [--sparse 0|1] [--plain 1]
  *
  * Models (the configurations of bench/bench_models.sh):
  *   resnet18  small stem, x [B, 3, 32, 32], 10 classes, SGD momentum 0.9 wd 5e-4; default B 64
@@ -16,7 +17,9 @@
  * rank 0 also prints the median time of each phase and of the wait at the closing barrier.
  * Batchnorm buffers are broadcast from rank 0 before each forward, as torch DDP does by default
  * (broadcast_buffers=True); --broadcast-buffers 0 turns that off. Threads per rank: 1 unless
- * --threads says otherwise. */
+ * --threads says otherwise. --sparse 0 sends the embedding's gradient dense (dt_ddp_opts.sparse).
+ * --plain 1 (one process only): no dt_ddp at all -- the step dtrain's trainer runs on a single
+ * worker, the baseline of weak scaling (bench_ddp.py --plain is the peer's). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,14 +34,14 @@ static double median(double *v, int n) {
 
 typedef struct args {
     const char *model;
-    int batch, steps, warmup, overlap, threads, bcast_buffers;
+    int batch, steps, warmup, overlap, threads, bcast_buffers, sparse, plain;
     double bucket_mb;
 } args;
 
 static int usage(void) {
     fprintf(stderr, "usage: bench_ddp [--model resnet18|llama56m] [--batch B] [--steps K] "
                     "[--warmup W] [--overlap 0|1] [--bucket-mb MB] [--threads T] "
-                    "[--broadcast-buffers 0|1]\n");
+                    "[--broadcast-buffers 0|1] [--sparse 0|1] [--plain 1]\n");
     return 2;
 }
 
@@ -51,6 +54,7 @@ static int parse(int argc, char **argv, args *a) {
                 .overlap = 1,
                 .threads = 1,
                 .bcast_buffers = 1,
+                .sparse = 1,
                 .bucket_mb = 25.0};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -69,6 +73,10 @@ static int parse(int argc, char **argv, args *a) {
             a->threads = atoi(v);
         else if (!strcmp(k, "--broadcast-buffers"))
             a->bcast_buffers = atoi(v);
+        else if (!strcmp(k, "--sparse"))
+            a->sparse = atoi(v);
+        else if (!strcmp(k, "--plain"))
+            a->plain = atoi(v);
         else if (!strcmp(k, "--bucket-mb"))
             a->bucket_mb = atof(v);
         else
@@ -164,12 +172,12 @@ enum { PH_FWD, PH_BWD, PH_WAIT, PH_OPT, PH_BAR, PH_N };
 
 static int step(run *r, dt_ddp *d, int bcast, double ph[PH_N]) {
     double t0 = bench_now();
-    if (bcast && dt_ddp_broadcast_state(d) != DT_OK) return -1;
+    if (d && bcast && dt_ddp_broadcast_state(d) != DT_OK) return -1;
     if (dt_graph_forward(r->g, 1) != DT_OK) return -1;
     double t1 = bench_now();
     if (dt_graph_backward(r->g) != DT_OK) return -1;
     double t2 = bench_now();
-    if (dt_ddp_wait(d) != DT_OK) return -1;
+    if (d && dt_ddp_wait(d) != DT_OK) return -1;
     double t3 = bench_now();
     if (dt_optim_step(r->opt, r->p, r->gr, 1e-3f) != DT_OK) return -1;
     ph[PH_FWD] = t1 - t0, ph[PH_BWD] = t2 - t1, ph[PH_WAIT] = t3 - t2;
@@ -196,13 +204,18 @@ int main(int argc, char **argv) {
     /* per step: total, ddp wait, comm-thread time, then PH_N phase times */
     double *ts = calloc((size_t)a.steps * (3 + PH_N), sizeof *ts), *wait = ts + a.steps,
            *comm = ts + 2 * a.steps, *phase = ts + 3 * a.steps;
-    double ph[PH_N];
+    double ph[PH_N], sent_mib = 0;
     const char *what = "build";
     if (!ts || build(&a, rank, &r)) goto fail;
     dt_ddp_opts o = dt_ddp_opts_default();
-    o.bucket_mb = a.bucket_mb, o.overlap = a.overlap;
+    o.bucket_mb = a.bucket_mb, o.overlap = a.overlap, o.sparse = a.sparse;
     what = "ddp init";
-    if (dt_ddp_init(r.g, c, &o, &d) != DT_OK || dt_ddp_broadcast_params(d) != DT_OK) goto fail;
+    if (a.plain && world > 1) {
+        dt_error_set(DT_ERR_INVALID, "--plain 1 needs one process, not %d", world);
+        goto fail;
+    }
+    if (!a.plain && (dt_ddp_init(r.g, c, &o, &d) != DT_OK || dt_ddp_broadcast_params(d) != DT_OK))
+        goto fail;
     int bcast = a.bcast_buffers && dt_graph_flat_state(r.g, NULL) != NULL;
 
     what = "warm-up step";
@@ -221,23 +234,23 @@ int main(int argc, char **argv) {
         ph[PH_BAR] = ts[i] - (tb - t); /* waiting for the slower rank at the end of the step */
         for (int k = 0; k < PH_N; k++) phase[k * a.steps + i] = ph[k];
         dt_ddp_stats st;
-        dt_ddp_get_stats(d, &st);
-        wait[i] = st.wait_s, comm[i] = st.comm_s;
+        dt_ddp_get_stats(d, &st); /* zeros without d */
+        wait[i] = st.wait_s, comm[i] = st.comm_s, sent_mib = (double)st.sent_bytes / 1048576.0;
     }
     if (rank == 0) {
         double med = median(ts, a.steps), mn = ts[0];
-        printf("dtrain DDP %s world=%d threads/rank=%d batch/rank=%d overlap=%d bucket_mb=%g "
+        printf("dtrain %s %s world=%d threads/rank=%d batch/rank=%d overlap=%d bucket_mb=%g "
                "buckets=%d grad_MiB=%.1f steps=%d warmup_s=%.2f median_step_s=%.4f "
                "min_step_s=%.4f total_%s_per_s=%.1f per_rank_%s_per_s=%.1f ddp_wait_ms=%.1f "
                "ddp_comm_ms=%.1f mpi_thread=%s fwd_ms=%.1f bwd_ms=%.1f wait_ms=%.1f opt_ms=%.1f "
-               "barrier_ms=%.1f\n",
-               r.desc, world, a.threads, a.batch, a.overlap, a.bucket_mb, dt_ddp_bucket_count(d),
-               (double)r.n * 4 / 1048576.0, a.steps, tw, med, mn, r.unit, world * r.items / med,
-               r.unit, r.items / med, 1e3 * median(wait, a.steps), 1e3 * median(comm, a.steps),
-               dt_comm_thread_level(c), 1e3 * median(phase, a.steps),
+               "barrier_ms=%.1f sparse=%d sent_MiB=%.1f\n",
+               a.plain ? "plain" : "DDP", r.desc, world, a.threads, a.batch, a.overlap, a.bucket_mb,
+               dt_ddp_bucket_count(d), (double)r.n * 4 / 1048576.0, a.steps, tw, med, mn, r.unit,
+               world * r.items / med, r.unit, r.items / med, 1e3 * median(wait, a.steps),
+               1e3 * median(comm, a.steps), dt_comm_thread_level(c), 1e3 * median(phase, a.steps),
                1e3 * median(phase + a.steps, a.steps), 1e3 * median(phase + 2 * a.steps, a.steps),
                1e3 * median(phase + 3 * a.steps, a.steps),
-               1e3 * median(phase + 4 * a.steps, a.steps));
+               1e3 * median(phase + 4 * a.steps, a.steps), a.sparse, sent_mib);
         fflush(stdout);
     }
     dt_ddp_free(d);

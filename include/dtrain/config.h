@@ -102,6 +102,7 @@ typedef struct dt_config_values {
         int backend; /* DT_CFG_BACKEND_* */
         int overlap;
         int sync_batchnorm;
+        int sparse_embedding;
     } dist;
     struct {
         int enabled;

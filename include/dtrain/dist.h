@@ -96,6 +96,8 @@ dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t bytes, int root);
 dt_status dt_comm_allreduce(dt_comm *c, float *buf, size_t n, unsigned flags);
 /* buf [n] f64 <- sum over ranks (in place): loss sums, squared gradient norms. */
 dt_status dt_comm_allreduce_f64(dt_comm *c, double *buf, size_t n);
+/* buf [n] u64 <- bitwise OR over ranks (in place): sets of rows, as bitmaps. */
+dt_status dt_comm_allreduce_or(dt_comm *c, uint64_t *buf, size_t n);
 /* send [size * shard] f32 (a padded flat buffer: shard r is send[r*shard, (r+1)*shard))
  * -> recv [shard] = sum over ranks of this rank's shard (DT_COMM_AVG: times 1/size).
  * recv must not overlap send. */
@@ -140,6 +142,11 @@ typedef struct dt_ddp_opts {
                          parameters: only the own shard stays resident, each bucket's parameters
                          are all-gathered just before the schedule first reads them and given
                          back after their last use in forward and again in backward. */
+    int sparse;       /* 1 (default): a row-sparse gradient (an embedding table alone in its
+                         bucket, dt_param_info.sparse_row) sends only the rows some rank
+                         touched: a bitmap OR, then the packed rows' all-reduce; bit-identical
+                         to the dense all-reduce on 2 ranks (dist.sparse_embedding). ZeRO
+                         stages 2-3 always send dense buckets. */
 } dt_ddp_opts;
 dt_ddp_opts dt_ddp_opts_default(void);
 
@@ -227,7 +234,9 @@ typedef struct dt_ddp_stats {
     double wait_total_s; /* sums over all communicating steps */
     double comm_total_s;
     int64_t steps;         /* communicating steps (dt_ddp_wait calls with communication on) */
-    size_t bytes_per_step; /* gradient bytes all-reduced per step */
+    size_t bytes_per_step; /* gradient bytes per step (the flat gradient buffer) */
+    size_t sent_bytes;     /* last communicating step: gradient bytes reduced; less than
+                              bytes_per_step when row-sparse buckets sent only touched rows */
     double gather_wait_total_s; /* ZeRO-3: time forward/backward waited for parameters */
 } dt_ddp_stats;
 void dt_ddp_get_stats(const dt_ddp *d, dt_ddp_stats *s);

@@ -153,6 +153,12 @@ typedef struct dt_param_info {
     unsigned flags;
     size_t offset; /* in elements into its flat buffer (bytes for the frozen buffer) */
     size_t numel;
+    /* Set by dt_graph_compile. > 0: only row lookups (dt_embedding) read this trainable
+     * parameter, so after backward its gradient is exactly +0.0 outside the rows the lookups
+     * read, in rows of sparse_row elements (a table [R, D] has sparse_row = D); data parallelism
+     * then sends only the rows some rank touched. 0: a dense gradient (any other use, e.g. a
+     * tied lm_head's matrix product). */
+    size_t sparse_row;
 } dt_param_info;
 int dt_graph_param_count(const dt_graph *g);
 const dt_param_info *dt_graph_param_info(const dt_graph *g, int i);

@@ -123,6 +123,9 @@ static const dt_config_key keys[] = {
     {"dist.sync_batchnorm", DT_CFG_BOOL, "false", 0, 0, 0, NULL,
      "batchnorm statistics over the global batch of all workers (SyncBatchNorm)",
      OFF(dist.sync_batchnorm)},
+    {"dist.sparse_embedding", DT_CFG_BOOL, "true", 0, 0, 0, NULL,
+     "all-reduce only the embedding rows some worker looked up (false: the whole table)",
+     OFF(dist.sparse_embedding)},
     /* lora */
     {"lora.enabled", DT_CFG_BOOL, "false", 0, 0, 0, NULL,
      "train LoRA adapters on a frozen base model (Llama)", OFF(lora.enabled)},

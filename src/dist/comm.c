@@ -179,6 +179,13 @@ dt_status dt_comm_allreduce_f64(dt_comm *c, double *buf, size_t n) {
     return done(c, c->ops->allreduce_f64(c, buf, n));
 }
 
+dt_status dt_comm_allreduce_or(dt_comm *c, uint64_t *buf, size_t n) {
+    dt_status st = check(c, "allreduce_or", buf, n);
+    if (st != DT_OK) return st;
+    if (!n) return DT_OK;
+    return done(c, c->ops->allreduce_or(c, buf, n));
+}
+
 dt_status dt_comm_reduce_scatter(dt_comm *c, const float *send, float *recv, size_t shard,
                                  unsigned flags) {
     dt_status st = check(c, "reduce_scatter", send, shard);

@@ -5,6 +5,7 @@
 #define DT_DIST_COMM_IMPL_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "dtrain/dist.h"
 
 typedef struct dt_comm_ops {
@@ -14,6 +15,8 @@ typedef struct dt_comm_ops {
     /* buf [n] <- sum over ranks, in place, with the algorithm c->algo */
     dt_status (*allreduce_f32)(dt_comm *c, float *buf, size_t n);
     dt_status (*allreduce_f64)(dt_comm *c, double *buf, size_t n);
+    /* buf [n] <- bitwise OR over ranks, in place */
+    dt_status (*allreduce_or)(dt_comm *c, uint64_t *buf, size_t n);
     /* send [size * shard] -> recv [shard] (sum of this rank's shard) */
     dt_status (*reduce_scatter)(dt_comm *c, const float *send, float *recv, size_t shard);
     /* send [shard] -> recv [size * shard]; send may be recv + rank * shard */

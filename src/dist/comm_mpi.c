@@ -84,6 +84,18 @@ static dt_status mpi_allreduce_f64(dt_comm *c, double *buf, size_t n) {
     return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "allreduce_f64", err);
 }
 
+static dt_status mpi_allreduce_or(dt_comm *c, uint64_t *buf, size_t n) {
+    dt_mpi *m = state(c);
+    int err = MPI_SUCCESS;
+    lock(m);
+    for (size_t off = 0; off < n && err == MPI_SUCCESS; off += MPI_PIECE) {
+        size_t k = n - off < MPI_PIECE ? n - off : MPI_PIECE;
+        err = MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)k, MPI_UINT64_T, MPI_BOR, m->comm);
+    }
+    unlock(m);
+    return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "allreduce_or", err);
+}
+
 /* send [size * shard] -> recv [shard]. The shard is one MPI count, so it must fit an int. */
 static dt_status mpi_reduce_scatter(dt_comm *c, const float *send, float *recv, size_t shard) {
     if (shard > INT_MAX)
@@ -163,6 +175,7 @@ static const dt_comm_ops mpi_ops = {
     .broadcast = mpi_broadcast,
     .allreduce_f32 = mpi_allreduce_f32,
     .allreduce_f64 = mpi_allreduce_f64,
+    .allreduce_or = mpi_allreduce_or,
     .reduce_scatter = mpi_reduce_scatter,
     .allgather = mpi_allgather,
     .reduce_scatterv = mpi_reduce_scatterv,

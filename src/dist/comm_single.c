@@ -15,6 +15,10 @@ static dt_status single_allreduce_f64(dt_comm *c, double *buf, size_t n) {
     return DT_OK;
 }
 
+static dt_status single_allreduce_or(dt_comm *c, uint64_t *buf, size_t n) {
+    return DT_OK;
+}
+
 /* send [1 * shard] -> recv [shard] */
 static dt_status single_reduce_scatter(dt_comm *c, const float *send, float *recv, size_t shard) {
     memcpy(recv, send, shard * sizeof(float));
@@ -48,6 +52,7 @@ static const dt_comm_ops single_ops = {
     .broadcast = single_broadcast,
     .allreduce_f32 = single_allreduce_f32,
     .allreduce_f64 = single_allreduce_f64,
+    .allreduce_or = single_allreduce_or,
     .reduce_scatter = single_reduce_scatter,
     .allgather = single_allgather,
     .reduce_scatterv = single_reduce_scatterv,

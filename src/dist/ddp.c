@@ -26,6 +26,8 @@ dt_status dt_ddp_run_job(dt_ddp *d, const ddp_job *j) {
     const ddp_bucket *bk = &d->b[j->bucket];
     if (j->kind == JOB_GATHER)
         return dt_comm_allgather_range(d->c, d->param + bk->lo, bk->lo, bk->hi, d->shard);
+    if (bk->mask) return dt_ddp_sparse_reduce(d, j->bucket);
+    d->sent += bk->hi - bk->lo;
     if (d->stage >= 2) return dt_zero_reduce_bucket(d, j->bucket);
     return dt_comm_allreduce(d->c, d->grad + bk->lo, bk->hi - bk->lo, d->average ? DT_COMM_AVG : 0);
 }
@@ -116,7 +118,7 @@ static void on_ready(void *ud, const int *params, int n) {
 }
 
 dt_ddp_opts dt_ddp_opts_default(void) {
-    dt_ddp_opts o = {.bucket_mb = 25.0, .overlap = 1, .average = 1, .zero_stage = 0};
+    dt_ddp_opts o = {.bucket_mb = 25.0, .overlap = 1, .average = 1, .zero_stage = 0, .sparse = 1};
     return o;
 }
 
@@ -168,6 +170,7 @@ void dt_ddp_free(dt_ddp *d) {
     }
     if (d->g) dt_graph_on_grad_ready(d->g, NULL, NULL);
     dt_zero_free(d);
+    dt_ddp_sparse_free(d);
     free(d->bucket_of), free(d->b), free(d->queue);
     free(d);
 }
@@ -195,9 +198,11 @@ dt_status dt_ddp_init(dt_graph *g, dt_comm *c, const dt_ddp_opts *opts, dt_ddp *
     d->stage = o.zero_stage;
     d->n_params = dt_graph_param_count(g);
     d->enabled = 1, d->overlap = o.overlap != 0, d->average = o.average != 0;
+    d->sparse = o.sparse != 0;
     size_t cap = (size_t)(o.bucket_mb * 1048576.0 / sizeof(float));
     dt_status st = make_buckets(d, cap ? cap : 1);
     if (st == DT_OK) st = dt_zero_init(d);
+    if (st == DT_OK) st = dt_ddp_sparse_init(d);
     if (st != DT_OK) {
         dt_ddp_free(d);
         return st;
@@ -241,14 +246,16 @@ dt_status dt_ddp_wait(dt_ddp *d) {
     char msg[sizeof d->err_msg];
     memcpy(msg, d->err_msg, sizeof msg);
     double comm = d->comm_s;
+    size_t sent = d->sent;
     d->err = DT_OK;
-    d->comm_s = 0;
+    d->comm_s = 0, d->sent = 0;
     pthread_mutex_unlock(&d->mu);
     for (int k = 0; k < d->nb; k++) d->b[k].pending = d->b[k].n_params, d->b[k].queued = 0;
     d->n_complete = 0, d->twice = 0;
 
     double w = dt_ddp_now() - t0;
     d->stats.wait_s = w, d->stats.comm_s = comm;
+    d->stats.sent_bytes = sent * sizeof(float);
     d->stats.wait_total_s += w, d->stats.comm_total_s += comm;
     d->stats.steps++;
     if (st != DT_OK) return dt_error_set(st, "%s", msg);

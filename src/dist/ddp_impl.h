@@ -4,6 +4,7 @@
 #define DT_DIST_DDP_IMPL_H
 
 #include <pthread.h>
+#include <stdint.h>
 #include "dist/comm_impl.h"
 
 typedef struct ddp_bucket {
@@ -11,6 +12,10 @@ typedef struct ddp_bucket {
     int n_params;  /* parameters in it */
     int pending;   /* parameters not yet reported in this backward */
     int queued;    /* handed to the comm thread in this step */
+    /* Row-sparse gradient (an embedding table alone in the bucket; ddp_sparse.c): rows of
+     * `row` elements, and mask [ceil(rows / 64)], the rows some rank touched. row 0: dense. */
+    size_t row, rows;
+    uint64_t *mask;
 } ddp_bucket;
 
 /* A job of the communication thread. Jobs run strictly in queue order, and every rank queues
@@ -44,7 +49,7 @@ struct dt_ddp {
     int *bucket_of; /* [n_params] bucket of each trainable parameter, -1 for others */
     ddp_bucket *b;
     int nb;
-    int enabled, overlap, average;
+    int enabled, overlap, average, sparse;
     /* ZeRO: stage, this rank's shard [own_lo, own_hi) of the flat buffers (clamped to n),
      * shard size (padded layout: rank r owns [r*shard, (r+1)*shard)). */
     int stage;
@@ -67,6 +72,7 @@ struct dt_ddp {
     dt_status err;
     char err_msg[1024];
     double comm_s; /* time in collectives since the last dt_ddp_wait */
+    size_t sent;   /* comm thread: gradient elements reduced since the last dt_ddp_wait */
     double gather_wait_s;
     dt_ddp_stats stats;
 };
@@ -78,6 +84,15 @@ void dt_ddp_enqueue(dt_ddp *d, int kind, int bucket);
 long dt_ddp_enqueue_job(dt_ddp *d, ddp_job j);
 /* Runs one job on the communication thread (no lock held). */
 dt_status dt_ddp_run_job(dt_ddp *d, const ddp_job *j);
+
+/* ddp_sparse.c */
+/* Marks the buckets that hold one row-sparse parameter and nothing else (opts.sparse, stage
+ * < 2, world > 1) and allocates their row masks. */
+dt_status dt_ddp_sparse_init(dt_ddp *d);
+void dt_ddp_sparse_free(dt_ddp *d);
+/* Comm thread: all-reduces the rows of sparse bucket k that some rank touched; adds the
+ * elements sent to d->sent. */
+dt_status dt_ddp_sparse_reduce(dt_ddp *d, int k);
 
 /* zero.c */
 dt_status dt_zero_init(dt_ddp *d);

@@ -402,6 +402,33 @@ static void bind(plan *p) {
     free(last);
 }
 
+/* dt_param_info.sparse_row: a trainable parameter whose every use is as the table (in[1]) of a
+ * row lookup (DT_OPF_ROWS_IN1) gets the row length of its [R, ...] shape; any other use, even
+ * through a view, makes it dense. (size_t)-1 marks "dense" while scanning. */
+static void mark_sparse_rows(dt_graph *g) {
+    for (int k = 0; k < g->n_params; k++) g->params[k].sparse_row = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const dt_node *nd = &g->nodes[i];
+        if (nd->kind != DT_NODE_OP) continue;
+        for (int j = 0; j < nd->n_in; j++) {
+            const dt_node *in = &g->nodes[nd->in[j]];
+            if (in->kind != DT_NODE_PARAM) continue;
+            dt_param_info *pi = &g->params[in->param];
+            int lookup = j == 1 && (nd->op->flags & DT_OPF_ROWS_IN1) && in->t.ndim >= 1 &&
+                         in->t.shape[0] > 0;
+            if (!lookup)
+                pi->sparse_row = (size_t)-1;
+            else if (pi->sparse_row != (size_t)-1)
+                pi->sparse_row = pi->numel / (size_t)in->t.shape[0];
+        }
+    }
+    for (int k = 0; k < g->n_params; k++) {
+        dt_param_info *pi = &g->params[k];
+        if (pi->sparse_row == (size_t)-1 || (pi->flags & (DT_PARAM_FROZEN | DT_PARAM_STATE)))
+            pi->sparse_row = 0;
+    }
+}
+
 dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
     if (!g) return dt_error_set(DT_ERR_INVALID, "compile: graph is NULL");
     if (g->compiled) return dt_error_set(DT_ERR_STATE, "compile: graph is already compiled");
@@ -469,6 +496,7 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
         goto fail;
     dt_error_clear();
     bind(&p);
+    mark_sparse_rows(g);
     g->compiled = 1;
     plan_free(&p);
     return DT_OK;

@@ -74,6 +74,10 @@ enum {
     DT_OPF_BWD_OUT = 1 << 4, /* backward reads out */
     DT_OPF_ACCUM_ONLY = 1 << 5,
     DT_OPF_ALIAS = 1 << 6,   /* output is a view of in[0]'s memory (reshape); no kernels */
+    /* in[1] is a table [R, ...] of which forward reads only some rows (a lookup), and backward
+     * adds nothing -- not even -0.0 -- to the gradient of the rows it did not read: a table
+     * only such ops read has a row-sparse gradient (dt_param_info.sparse_row). */
+    DT_OPF_ROWS_IN1 = 1 << 7,
 };
 #define DT_OPF_BWD_IN(i) (DT_OPF_BWD_IN0 << (i))
 

@@ -79,7 +79,7 @@ static dt_status embedding_backward(const dt_op_ctx *c) {
 
 static const dt_op_def embedding_op = {
     .name = "embedding",
-    .flags = DT_OPF_BWD_IN(0),
+    .flags = DT_OPF_BWD_IN(0) | DT_OPF_ROWS_IN1,
     .forward = embedding_forward,
     .backward = embedding_backward,
 };

@@ -314,7 +314,8 @@ static dt_status make_ddp(dt_trainer *t) {
     dt_ddp_opts o = {.bucket_mb = t->v.dist.bucket_mb,
                      .overlap = t->v.dist.overlap,
                      .average = 1,
-                     .zero_stage = (int)t->v.dist.zero_stage};
+                     .zero_stage = (int)t->v.dist.zero_stage,
+                     .sparse = t->v.dist.sparse_embedding};
     dt_status st = dt_ddp_init(t->g, t->comm, &o, &t->ddp);
     if (st == DT_OK && t->v.dist.sync_batchnorm)
         dt_graph_set_sync_batchnorm(t->g, sync_sum, t->ddp);

@@ -103,6 +103,16 @@ static void test_f64(dt_comm *c) {
     CHECK(v[2] == (double)(1 << 20) * N * (N - 1) / 2, "f64 big %.17g", v[2]);
 }
 
+/* Bitwise OR of row bitmaps (row-sparse gradients): rank r sets bit r of word 0, bit 63 - r of
+ * word 2, and word 1 only on the last rank. */
+static void test_or(dt_comm *c) {
+    uint64_t w[3] = {(uint64_t)1 << R, R == N - 1 ? 0xf0f0ull : 0, (uint64_t)1 << (63 - R)};
+    CHECK_OK(dt_comm_allreduce_or(c, w, 3));
+    uint64_t all = N >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << N) - 1);
+    CHECK(w[0] == all && w[1] == 0xf0f0ull && w[2] == all << (64 - N), "or: %llx %llx %llx",
+          (unsigned long long)w[0], (unsigned long long)w[1], (unsigned long long)w[2]);
+}
+
 static void test_broadcast(dt_comm *c) {
     unsigned char bytes[13];
     for (int root = 0; root < N; root++) {
@@ -206,6 +216,7 @@ int main(int argc, char **argv) {
     }
     CHECK_OK(dt_comm_set_algo(c, DT_COMM_ALGO_NATIVE));
     test_f64(c);
+    test_or(c);
     test_broadcast(c);
     test_shards(c);
     test_errors(c);

@@ -12,6 +12,8 @@
  *       run_twice.sh compares the "params-hash" lines rank 0 prints);
  *   (e) 2 accumulation micro-steps of b rows with communication on the last only equal one step
  *       of 2 b rows (within tolerance: the same sums in another order);
+ *   (g) the Llama's embedding gradient sends only the rows some rank looked up (dt_ddp_opts.sparse,
+ *       on in every run above): fewer bytes, and the same parameters as sending it dense;
  *   the bucket table tiles the flat buffer in reverse parameter order; wait statistics count;
  *   dt_ddp_broadcast_state / _params give every rank rank 0's state buffers / parameters.
  * --die-at S: the last rank kills itself (SIGKILL) at step S; the others must not hang (the
@@ -130,7 +132,7 @@ static void model_set_batch(model *m, int s, int row0) {
 }
 
 typedef struct run_cfg {
-    int kind, adamw, batch, accum, overlap;
+    int kind, adamw, batch, accum, overlap, dense; /* dense: dt_ddp_opts.sparse = 0 */
     dt_comm_algo algo;
     double bucket_mb;
     float clip;
@@ -152,7 +154,8 @@ static run_out train(dt_comm *c, const run_cfg *rc) {
     if (model_build(&m, rc->kind, rc->batch)) return o;
     CHECK_OK(model_init(&m, 42 + (uint64_t)r)); /* rank 0's weights must win */
     CHECK_OK(dt_comm_set_algo(c, rc->algo));
-    dt_ddp_opts dopt = {.bucket_mb = rc->bucket_mb, .overlap = rc->overlap, .average = 1};
+    dt_ddp_opts dopt = {
+        .bucket_mb = rc->bucket_mb, .overlap = rc->overlap, .average = 1, .sparse = !rc->dense};
     dt_ddp *d = NULL;
     CHECK_OK(dt_ddp_init(m.g, c, &dopt, &d));
     if (!d) return o;
@@ -293,6 +296,37 @@ static void equivalence(dt_comm *c, dt_comm *single, run_cfg rc, const char *nam
     free_out(&dist), free_out(&ref), free_out(&o2), free_out(&o3), free_out(&o4);
 }
 
+/* The Llama's embedding table (64 rows, alone in its bucket) sends only the rows some rank
+ * looked up (at most 8 per rank and step): fewer bytes than the gradient, the same parameters
+ * as the dense all-reduce -- bit for bit on 2 ranks, where each element is a + b either way;
+ * within fp32 rounding on more, where MPI may group a longer message's sums differently. */
+static void sparse_rows(dt_comm *c, run_cfg rc, const char *name) {
+    char what[128];
+    run_out sp = train(c, &rc);
+    run_cfg dn = rc;
+    dn.dense = 1;
+    run_out de = train(c, &dn);
+    CHECK(de.stats.sent_bytes == de.stats.bytes_per_step, "%s dense: sent %zu of %zu B", name,
+          de.stats.sent_bytes, de.stats.bytes_per_step);
+    size_t table = (size_t)VOCAB * llama_cfg().hidden_size * sizeof(float);
+    if (N > 1)
+        CHECK(sp.stats.sent_bytes + table / 2 <= sp.stats.bytes_per_step,
+              "%s sparse: sent %zu of %zu B (table %zu B)", name, sp.stats.sent_bytes,
+              sp.stats.bytes_per_step, table);
+    else
+        CHECK(sp.stats.sent_bytes == sp.stats.bytes_per_step, "%s: 1 rank sent %zu of %zu B", name,
+              sp.stats.sent_bytes, sp.stats.bytes_per_step);
+    snprintf(what, sizeof what, "%s: sparse vs dense embedding rows", name);
+    if (N <= 2)
+        same_bits(what, &sp, &de);
+    else
+        compare(what, &sp, &de, rc.adamw);
+    if (R == 0)
+        printf("  %s: embedding rows sent %zu of %zu gradient bytes in the last step\n", name,
+               sp.stats.sent_bytes, sp.stats.bytes_per_step);
+    free_out(&sp), free_out(&de);
+}
+
 /* 2 micro-steps of b rows (communicating on the last) vs 1 step of 2 b rows, both on N ranks. */
 static void accumulation(dt_comm *c, run_cfg rc) {
     rc.accum = 2;
@@ -373,11 +407,15 @@ int main(int argc, char **argv) {
     equivalence(c, single, mlp, "mlp adamw+clip");
     accumulation(c, mlp);
 
+    /* 0.005 MiB = 1310 floats: the embedding table (64 x 32) sits alone in the last bucket. */
     run_cfg llama = {
-        .kind = LLAMA, .batch = 1, .accum = 1, .overlap = 1, .bucket_mb = 0.01, .die_at = -1};
+        .kind = LLAMA, .batch = 1, .accum = 1, .overlap = 1, .bucket_mb = 0.005, .die_at = -1};
     equivalence(c, single, llama, "llama sgd");
+    sparse_rows(c, llama, "llama sgd");
     llama.adamw = 1, llama.clip = 1.0f;
     equivalence(c, single, llama, "llama adamw+clip");
+    sparse_rows(c, llama, "llama adamw+clip");
+    accumulation(c, llama);
 
     dt_comm_free(single);
     dt_comm_free(c);

@@ -226,6 +226,49 @@ static void test_grad_ready(void) {
     dt_graph_free(g);
 }
 
+/* dt_param_info.sparse_row: a table only embedding lookups read (twice, here) is row-sparse with
+ * rows of D elements, and its gradient is +0.0 bits in every row no id named; the same table
+ * also used in a matrix product (a tied lm_head) is dense, and so is everything else. */
+static void test_sparse_rows(void) {
+    for (int tied = 0; tied < 2; tied++) {
+        enum { V = 10, D = 6, T = 4 };
+        dt_graph *g = dt_graph_init();
+        int ids = dt_graph_input(g, "ids", DT_I32, 1, (int64_t[]){T}, 0);
+        int ids2 = dt_graph_input(g, "ids2", DT_I32, 1, (int64_t[]){T}, 0);
+        int emb = dt_graph_param(g, "emb", DT_F32, 2, (int64_t[]){V, D}, 0);
+        int w = dt_graph_param(g, "w", DT_F32, 2, (int64_t[]){3, D}, 0);
+        int h = dt_add(g, dt_embedding(g, ids, emb), dt_embedding(g, ids2, emb));
+        int out = dt_linear(g, h, tied ? emb : w, -1);
+        int r, loss = dt_test_dotloss(g, out, &r);
+        CHECK_OK(dt_graph_compile(g, loss, NULL));
+        const dt_param_info *pe = dt_graph_param_info(g, 0), *pw = dt_graph_param_info(g, 1);
+        CHECK(pe->sparse_row == (tied ? 0 : D) && pw->sparse_row == 0,
+              "tied %d: sparse_row emb %zu w %zu", tied, pe->sparse_row, pw->sparse_row);
+        int32_t *a = dt_graph_value(g, ids)->data, *b = dt_graph_value(g, ids2)->data;
+        for (int i = 0; i < T; i++) a[i] = 2 * i, b[i] = (2 * i + 2) % 8; /* rows 0..6 even */
+        dt_test_randn(g, emb, 1, 1.0f), dt_test_randn(g, w, 2, 1.0f), dt_test_randn(g, r, 3, 1.0f);
+        CHECK_OK(dt_graph_forward(g, 1));
+        CHECK_OK(dt_graph_backward(g));
+        const float *ge = dt_graph_flat_grad(g, NULL) + pe->offset;
+        int nonzero_odd = 0, zero_even = 0;
+        for (int v = 0; v < V; v++) {
+            uint32_t acc = 0;
+            for (int j = 0; j < D; j++) {
+                uint32_t u;
+                memcpy(&u, ge + v * D + j, 4);
+                acc |= u;
+            }
+            if (v % 2 == 1 || v == 8) nonzero_odd += acc != 0;
+            else zero_even += acc == 0;
+        }
+        if (!tied)
+            CHECK(nonzero_odd == 0 && zero_even == 0,
+                  "untouched rows not +0.0 (%d) or touched rows zero (%d)", nonzero_odd,
+                  zero_even);
+        dt_graph_free(g);
+    }
+}
+
 static void test_errors(void) {
     dt_graph *g = dt_graph_init();
     int a = dt_graph_input(g, "a", DT_F32, 2, (int64_t[]){2, 3}, 0);
@@ -257,6 +300,7 @@ int main(void) {
     test_basic_parity();
     test_recompute_and_planner();
     test_grad_ready();
+    test_sparse_rows();
     test_errors();
     return dt_test_finish("test_graph");
 }
