@@ -4,15 +4,19 @@
 #
 # For each model the per-rank batch is fixed and 1 and 2 ranks (1 thread each) are measured the
 # same way on both sides: a barrier before and after every step, median step time (bench/bench_ddp.c,
-# bench/peers/bench_ddp.py). Weak-scaling efficiency = step_time(1 rank) / step_time(2 ranks);
-# throughput = ranks * per-rank batch / step time. Both sides run in the "tuned" environment of
+# bench/peers/bench_ddp.py). Weak-scaling efficiency = step_time(1 worker) / step_time(2 ranks),
+# against two 1-worker baselines measured the same way on both sides: the plain model without any
+# data-parallel wrapper (`--plain`: what one worker runs when it does not go distributed, and
+# dtrain's trainer on one worker), and the data-parallel wrapper at world size 1 (torch DDP over
+# gloo still copies every gradient into its buckets and all-reduces them; dt_ddp at 1 rank does
+# little). throughput = ranks * per-rank batch / step time. Both sides run in the "tuned" environment of
 # bench/bench_models.sh (both OPENBLAS variables unset, glibc malloc kept from returning memory).
 # Targets: efficiency >= 90% and above PyTorch DDP's; dt_comm within 10% of raw MPI.
 #
 #   bash bench/bench_scaling.sh [BUILD_DIR=build] [quick]
 # Environment: RESNET_BATCH (64), LLAMA_BATCH (8), ROUNDS (5), PIN (0; 1 pins rank r to core r on
 # both sides), DT_VENV (~/.cache/dtrain/venv; falls back to /usr/bin/python3 when it has no
-# torch). Raw lines: /tmp/bench_scaling.log. About 3 minutes a round on a quiet 2-core machine;
+# torch). Raw lines: /tmp/bench_scaling.log. About 4 minutes a round on a quiet 2-core machine;
 # "quick": one round, half the steps.
 set -uo pipefail
 build=${1:-build}
@@ -42,22 +46,22 @@ field() { grep -oE "(^| )$1=[^ ]+" | head -1 | cut -d= -f2; }
 
 ours() { # ranks, bench_ddp args...
   local np=$1; shift
-  "${tuned[@]}" mpirun "${root[@]}" --oversubscribe "${bind[@]}" -np "$np" "$bin" "$@" 2>&1 | tee -a "$log" | grep '^dtrain DDP'
+  "${tuned[@]}" mpirun "${root[@]}" --oversubscribe "${bind[@]}" -np "$np" "$bin" "$@" 2>&1 | tee -a "$log" | grep -E '^dtrain (DDP|plain)'
 }
 
 peer() { # world, bench_ddp.py args...
   local w=$1; shift
   port=$((port + 1))
-  "${tuned[@]}" "$py" "$here/peers/bench_ddp.py" --world "$w" --port $port --ar_reps 0 "$@" 2>&1 | tee -a "$log" | grep '^DDP gloo'
+  "${tuned[@]}" "$py" "$here/peers/bench_ddp.py" --world "$w" --port $port --ar_reps 0 "$@" 2>&1 | tee -a "$log" | grep -E '^(DDP gloo|plain)'
 }
 
 ratio() { awk -v a="$1" -v b="$2" -v s="${3:-1}" 'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "n/a"; else printf (s == 100 ? "%.1f" : "%.2f"), s * a / b }'; }
 
-# Rounds: every round runs all eight configurations (2 models x 2 sides x 1|2 ranks) one after the
+# Rounds: every round runs all twelve configurations (2 models x 2 sides x plain|1|2 ranks) one after the
 # other, so slow phases of this shared VM (another tenant, the host) fall on both sides and both
 # rank counts alike; the table takes each configuration's best round (lowest median step: noise
 # only ever slows a step), and the per-round efficiencies are printed below it.
-declare -A med wait comm mib ph phases
+declare -A med wait comm mib sent ph phases
 run_round() { # round
   local r=$1 o
   for m in resnet18 llama56m; do
@@ -69,12 +73,15 @@ run_round() { # round
       o=$(ours $np "${oa[@]}")
       med[$m,dt,$np,$r]=$(field median_step_s <<<"$o"); wait[$m,$np,$r]=$(field ddp_wait_ms <<<"$o")
       comm[$m,$np,$r]=$(field ddp_comm_ms <<<"$o"); mib[$m]=$(field grad_MiB <<<"$o")
+      [[ $np == 2 ]] && sent[$m]=$(field sent_MiB <<<"$o")
       ph[$m,$np,$r]="fwd $(field fwd_ms <<<"$o") bwd $(field bwd_ms <<<"$o") wait $(field wait_ms <<<"$o") opt $(field opt_ms <<<"$o") barrier $(field barrier_ms <<<"$o")"
     done
+    o=$(ours 1 "${oa[@]}" --plain 1); med[$m,dt,p,$r]=$(field median_step_s <<<"$o")
     for np in 1 2; do
       o=$(peer $np "${pa[@]}")
       med[$m,pt,$np,$r]=$(field median_step_s <<<"$o")
     done
+    o=$(peer 1 "${pa[@]}" --plain); med[$m,pt,p,$r]=$(field median_step_s <<<"$o")
   done
 }
 
@@ -94,21 +101,24 @@ best() { # model side np -> "step round" of the round with the lowest median ste
 
 row() { # model, label, items per rank, unit
   local m=$1 name=$2 items=$3 unit=$4
-  local o1 o2 t1 t2 r2
-  local r1
-  read -r o1 r1 <<<"$(best "$m" dt 1)"; read -r o2 r2 <<<"$(best "$m" dt 2)"
+  local o0 o1 o2 t0 t1 t2 r1 r2
+  read -r o0 _ <<<"$(best "$m" dt p)"; read -r o1 r1 <<<"$(best "$m" dt 1)"; read -r o2 r2 <<<"$(best "$m" dt 2)"
   phases[$m,1]=${ph[$m,1,$r1]:-}; phases[$m,2]=${ph[$m,2,$r2]:-}
-  read -r t1 _ <<<"$(best "$m" pt 1)"; read -r t2 _ <<<"$(best "$m" pt 2)"
+  read -r t0 _ <<<"$(best "$m" pt p)"; read -r t1 _ <<<"$(best "$m" pt 1)"; read -r t2 _ <<<"$(best "$m" pt 2)"
   thr() { [[ -z $1 ]] && { echo fail; return; }; awk -v n="$2" -v i="$items" -v t="$1" 'BEGIN { printf "%.1f", n * i / t }'; }
-  printf "| %-34s | %8s | %8s | %6s%% | %8s | %8s | %6s%% | %6s |\n" "$name ($unit/s)" "$(thr "$o1" 1)" \
-    "$(thr "$o2" 2)" "$(ratio "$o1" "$o2" 100)" "$(thr "$t1" 1)" "$(thr "$t2" 2)" \
-    "$(ratio "$t1" "$t2" 100)" "$(ratio "$t2" "$o2")"
-  local per_o="" per_t=""
+  local per_op="" per_o="" per_tp="" per_t=""
   for ((r = 1; r <= rounds; r++)); do
+    per_op+=" $(ratio "${med[$m,dt,p,$r]:-}" "${med[$m,dt,2,$r]:-}" 100)%"
     per_o+=" $(ratio "${med[$m,dt,1,$r]:-}" "${med[$m,dt,2,$r]:-}" 100)%"
+    per_tp+=" $(ratio "${med[$m,pt,p,$r]:-}" "${med[$m,pt,2,$r]:-}" 100)%"
     per_t+=" $(ratio "${med[$m,pt,1,$r]:-}" "${med[$m,pt,2,$r]:-}" 100)%"
   done
-  summary+=("$name: best-round median step dtrain ${o1:-?} -> ${o2:-?} s, torch ${t1:-?} -> ${t2:-?} s; per-round efficiency dtrain$per_o (median $(med_of $per_o)), torch$per_t (median $(med_of $per_t)); dtrain at 2 ranks (round $r2) waits ${wait[$m,2,$r2]:-?} ms for the all-reduce after backward, comm thread in all-reduce ${comm[$m,2,$r2]:-?} ms of ${mib[$m]:-?} MiB; phases (ms, 1 -> 2 ranks, best rounds) ${phases[$m,1]:-?} -> ${phases[$m,2]:-?}")
+  printf "| %-30s | %7s | %7s | %7s | %5s%% (%s) | %5s%% (%s) | %7s | %7s | %7s | %5s%% (%s) | %5s%% (%s) | %5s |\n" \
+    "$name ($unit/s)" "$(thr "$o0" 1)" "$(thr "$o1" 1)" "$(thr "$o2" 2)" \
+    "$(ratio "$o0" "$o2" 100)" "$(med_of $per_op)" "$(ratio "$o1" "$o2" 100)" "$(med_of $per_o)" \
+    "$(thr "$t0" 1)" "$(thr "$t1" 1)" "$(thr "$t2" 2)" \
+    "$(ratio "$t0" "$t2" 100)" "$(med_of $per_tp)" "$(ratio "$t1" "$t2" 100)" "$(med_of $per_t)" "$(ratio "$t2" "$o2")"
+  summary+=("$name: best-round median step dtrain plain ${o0:-?}, DDP ${o1:-?} -> ${o2:-?} s; torch plain ${t0:-?}, DDP ${t1:-?} -> ${t2:-?} s; per-round efficiency vs plain: dtrain$per_op, torch$per_tp; vs DDP at 1 rank: dtrain$per_o, torch$per_t; dtrain at 2 ranks (round $r2) waits ${wait[$m,2,$r2]:-?} ms for the all-reduce after backward, comm thread in all-reduce ${comm[$m,2,$r2]:-?} ms, sent ${sent[$m]:-?} of ${mib[$m]:-?} MiB; phases (ms, 1 -> 2 ranks, best rounds) ${phases[$m,1]:-?} -> ${phases[$m,2]:-?}")
 }
 
 : >"$log"
@@ -120,8 +130,8 @@ for ((r = 1; r <= rounds; r++)); do
   run_round $r
 done
 echo
-echo "| model (per-rank batch) | dtrain 1 rank | 2 ranks | efficiency | torch 1 rank | 2 ranks | efficiency | dtrain / torch at 2 |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| model (per-rank batch) | dtrain plain | DDP 1 rank | 2 ranks | efficiency vs plain (median of rounds) | vs DDP at 1 (median) | torch plain | DDP 1 rank | 2 ranks | efficiency vs plain (median) | vs DDP at 1 (median) | dtrain / torch at 2 |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 summary=()
 row resnet18 "ResNet-18 b$rb SGD" "$rb" img
 row llama56m "Llama 56M seq256 b$lb AdamW" "$((lb * 256))" tok
