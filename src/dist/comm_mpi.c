@@ -54,6 +54,17 @@ static dt_status mpi_broadcast(dt_comm *c, void *buf, size_t bytes, int root) {
     return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "broadcast", err);
 }
 
+/* MPI_Allreduce in place on buf [n] elements of esz bytes, in pieces of MPI_PIECE (counts are
+ * ints). The caller holds the lock. */
+static int allreduce_pieces(dt_mpi *m, void *buf, size_t n, size_t esz, MPI_Datatype t, MPI_Op op) {
+    int err = MPI_SUCCESS;
+    for (size_t off = 0; off < n && err == MPI_SUCCESS; off += MPI_PIECE) {
+        size_t k = n - off < MPI_PIECE ? n - off : MPI_PIECE;
+        err = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * esz, (int)k, t, op, m->comm);
+    }
+    return err;
+}
+
 static dt_status mpi_allreduce_f32(dt_comm *c, float *buf, size_t n) {
     dt_mpi *m = state(c);
     lock(m);
@@ -61,39 +72,29 @@ static dt_status mpi_allreduce_f32(dt_comm *c, float *buf, size_t n) {
     if (c->algo == DT_COMM_ALGO_RING) {
         st = dt_mpi_ring_allreduce(c, m, buf, n);
     } else {
-        int err = MPI_SUCCESS;
-        for (size_t off = 0; off < n && err == MPI_SUCCESS; off += MPI_PIECE) {
-            size_t k = n - off < MPI_PIECE ? n - off : MPI_PIECE;
-            err = MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)k, MPI_FLOAT, MPI_SUM, m->comm);
-        }
+        int err = allreduce_pieces(m, buf, n, sizeof *buf, MPI_FLOAT, MPI_SUM);
         if (err != MPI_SUCCESS) st = dt_mpi_fail(c, "allreduce", err);
     }
     unlock(m);
     return st;
 }
 
-static dt_status mpi_allreduce_f64(dt_comm *c, double *buf, size_t n) {
+/* The same under the lock, as a dt_status naming op. */
+static dt_status allreduce_locked(dt_comm *c, void *buf, size_t n, size_t esz, MPI_Datatype t,
+                                  MPI_Op op, const char *name) {
     dt_mpi *m = state(c);
-    int err = MPI_SUCCESS;
     lock(m);
-    for (size_t off = 0; off < n && err == MPI_SUCCESS; off += MPI_PIECE) {
-        size_t k = n - off < MPI_PIECE ? n - off : MPI_PIECE;
-        err = MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)k, MPI_DOUBLE, MPI_SUM, m->comm);
-    }
+    int err = allreduce_pieces(m, buf, n, esz, t, op);
     unlock(m);
-    return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "allreduce_f64", err);
+    return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, name, err);
+}
+
+static dt_status mpi_allreduce_f64(dt_comm *c, double *buf, size_t n) {
+    return allreduce_locked(c, buf, n, sizeof *buf, MPI_DOUBLE, MPI_SUM, "allreduce_f64");
 }
 
 static dt_status mpi_allreduce_or(dt_comm *c, uint64_t *buf, size_t n) {
-    dt_mpi *m = state(c);
-    int err = MPI_SUCCESS;
-    lock(m);
-    for (size_t off = 0; off < n && err == MPI_SUCCESS; off += MPI_PIECE) {
-        size_t k = n - off < MPI_PIECE ? n - off : MPI_PIECE;
-        err = MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)k, MPI_UINT64_T, MPI_BOR, m->comm);
-    }
-    unlock(m);
-    return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "allreduce_or", err);
+    return allreduce_locked(c, buf, n, sizeof *buf, MPI_UINT64_T, MPI_BOR, "allreduce_or");
 }
 
 /* send [size * shard] -> recv [shard]. The shard is one MPI count, so it must fit an int. */
