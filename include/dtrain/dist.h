@@ -142,9 +142,9 @@ typedef struct dt_ddp_opts {
                          parameters: only the own shard stays resident, each bucket's parameters
                          are all-gathered just before the schedule first reads them and given
                          back after their last use in forward and again in backward. */
-    int sparse;       /* 1 (default): a row-sparse gradient (an embedding table alone in its
-                         bucket, dt_param_info.sparse_row) sends only the rows some rank
-                         touched: a bitmap OR, then the packed rows' all-reduce; bit-identical
+    int sparse;       /* 1 (default): a row-sparse gradient (an embedding table of 64 rows or
+                         more, dt_param_info.sparse_row; it gets a bucket of its own) sends only
+                         the rows some rank touched: a bitmap OR, then the packed rows' all-reduce; bit-identical
                          to the dense all-reduce on 2 ranks (dist.sparse_embedding). ZeRO
                          stages 2-3 always send dense buckets. */
 } dt_ddp_opts;
@@ -152,7 +152,8 @@ dt_ddp_opts dt_ddp_opts_default(void);
 
 /* Splits the flat gradient buffer of a compiled graph into buckets: contiguous slices that
  * follow the parameters in reverse order (the order in which backward completes them), each a
- * whole number of parameters of about bucket_mb, a parameter larger than that alone in its own;
+ * whole number of parameters of about bucket_mb, a parameter larger than that alone in its own
+ * (and so is a table sent row-sparse, opts.sparse);
  * registers dt_graph_on_grad_ready on the graph (replacing any other callback) and starts the
  * communication thread. opts NULL: defaults. Every rank must build the same graph. */
 dt_status dt_ddp_init(dt_graph *g, dt_comm *c, const dt_ddp_opts *opts, dt_ddp **out);

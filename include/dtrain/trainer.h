@@ -49,6 +49,8 @@ typedef struct dt_train_progress {
     double data_wait;     /* share of step time spent waiting for data, last interval */
     double comm_wait;     /* share of step time waiting for the all-reduce, last interval */
     double data_wait_total_s, comm_wait_total_s; /* this attempt so far (seconds) */
+    double comm_bytes; /* gradient bytes this worker reduced in the last step (several workers;
+                          less than the gradients when embedding rows were sent sparse) */
     double elapsed_s;
     int preempted; /* dt_trainer_request_stop: a checkpoint was saved and the run stopped */
 } dt_train_progress;

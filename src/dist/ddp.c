@@ -127,8 +127,9 @@ static int trainable(const dt_param_info *p) {
 }
 
 /* Buckets over the trainable parameters, last parameter first. A bucket is closed when the
- * next parameter would take it past `cap` elements, so a parameter larger than cap sits alone.
- * The buckets tile [0, n) exactly: bucket k is [lo, previous bucket's lo). */
+ * next parameter would take it past `cap` elements, so a parameter larger than cap sits alone;
+ * so does a row-sparse table (dt_ddp_sparse_alone), whatever its size, so that it can be sent
+ * sparse. The buckets tile [0, n) exactly: bucket k is [lo, previous bucket's lo). */
 static dt_status make_buckets(dt_ddp *d, size_t cap) {
     int np = d->n_params;
     d->bucket_of = malloc((size_t)(np ? np : 1) * sizeof(int));
@@ -141,12 +142,17 @@ static dt_status make_buckets(dt_ddp *d, size_t cap) {
         const dt_param_info *p = dt_graph_param_info(d->g, i);
         d->bucket_of[i] = -1;
         if (!trainable(p)) continue;
-        if (cnt > 0 && size + p->numel > cap) {
+        int alone = dt_ddp_sparse_alone(d, p);
+        if (cnt > 0 && (size + p->numel > cap || alone)) {
             d->b[d->nb++] = (ddp_bucket){.lo = lo, .hi = hi, .n_params = cnt};
             hi = lo, size = 0, cnt = 0;
         }
         d->bucket_of[i] = d->nb;
         cnt++, size += p->numel, lo = p->offset;
+        if (alone && i > 0) { /* close it: the next parameter starts a new bucket */
+            d->b[d->nb++] = (ddp_bucket){.lo = lo, .hi = hi, .n_params = cnt};
+            hi = lo, size = 0, cnt = 0;
+        }
     }
     if (cnt > 0) d->b[d->nb++] = (ddp_bucket){.lo = 0, .hi = hi, .n_params = cnt};
     for (int k = 0; k < d->nb; k++) d->b[k].pending = d->b[k].n_params;

@@ -86,8 +86,10 @@ long dt_ddp_enqueue_job(dt_ddp *d, ddp_job j);
 dt_status dt_ddp_run_job(dt_ddp *d, const ddp_job *j);
 
 /* ddp_sparse.c */
-/* Marks the buckets that hold one row-sparse parameter and nothing else (opts.sparse, stage
- * < 2, world > 1) and allocates their row masks. */
+/* 1 when parameter p is sent row-sparse: opts.sparse, stage < 2, world > 1, a row-sparse
+ * table (dt_param_info.sparse_row) of at least 64 rows. make_buckets gives it its own bucket. */
+int dt_ddp_sparse_alone(const dt_ddp *d, const dt_param_info *p);
+/* Allocates the row masks of the buckets that hold such a table. */
 dt_status dt_ddp_sparse_init(dt_ddp *d);
 void dt_ddp_sparse_free(dt_ddp *d);
 /* Comm thread: all-reduces the rows of sparse bucket k that some rank touched; adds the

@@ -3,7 +3,8 @@
  * mostly zeros. For the Llama of the scaling benchmark (vocabulary 32000 x 512, 62.5 MiB, a
  * quarter of all gradients) a batch of 8 x 256 tokens touches at most 2048 rows per rank.
  *
- * A sparse bucket (the table alone in its bucket) is reduced in four moves, all in place:
+ * A sparse table gets a bucket of its own (make_buckets), which is reduced in four moves, all in
+ * place:
  *   1. mask [ceil(R / 64)] u64 <- the rows whose gradient has any nonzero bit (scan R x D);
  *   2. mask <- OR over ranks (one small all-reduce): the union U of touched rows, the same on
  *      every rank, so every rank takes the same path with the same sizes;
@@ -23,17 +24,20 @@
 
 #define MIN_ROWS 64 /* smaller tables are not worth the extra collective */
 
+int dt_ddp_sparse_alone(const dt_ddp *d, const dt_param_info *p) {
+    return d->sparse && d->stage < 2 && dt_comm_size(d->c) > 1 && p->sparse_row &&
+           p->numel % p->sparse_row == 0 && p->numel / p->sparse_row >= MIN_ROWS;
+}
+
 dt_status dt_ddp_sparse_init(dt_ddp *d) {
-    if (!d->sparse || d->stage >= 2 || dt_comm_size(d->c) < 2) return DT_OK;
     for (int i = 0; i < d->n_params; i++) {
         int k = d->bucket_of[i];
         const dt_param_info *p = dt_graph_param_info(d->g, i);
-        if (k < 0 || d->b[k].n_params != 1 || !p->sparse_row) continue;
+        if (k < 0 || d->b[k].n_params != 1 || !dt_ddp_sparse_alone(d, p)) continue;
         ddp_bucket *b = &d->b[k];
-        /* The bucket must be exactly the table (it is, when the table is alone in it). */
-        if (b->lo != p->offset || b->hi - b->lo != p->numel || p->numel % p->sparse_row) continue;
+        /* The bucket is exactly the table (make_buckets put it alone). */
+        if (b->lo != p->offset || b->hi - b->lo != p->numel) continue;
         size_t rows = p->numel / p->sparse_row;
-        if (rows < MIN_ROWS) continue;
         b->mask = calloc((rows + 63) / 64, sizeof(uint64_t));
         if (!b->mask) return dt_error_set(DT_ERR_NOMEM, "ddp init: out of memory");
         b->row = p->sparse_row, b->rows = rows;

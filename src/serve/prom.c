@@ -45,6 +45,9 @@ static const struct {
     {"comm_wait_s", "dtrain_allreduce_wait_seconds",
      "Seconds the steps of the run's current attempt have waited for the gradient all-reduce "
      "(and ZeRO-3 parameter gathers) so far."},
+    {"comm_bytes", "dtrain_allreduce_bytes",
+     "Gradient bytes each worker reduced in the newest logged step (less than the model's "
+     "gradients when embedding tables sent only the rows the batch looked up)."},
     {"eval_loss", "dtrain_eval_loss", "Loss of the newest evaluation."},
     {"eval_accuracy", "dtrain_eval_accuracy", "Accuracy of the newest evaluation."},
     {"eval_perplexity", "dtrain_eval_perplexity", "Perplexity of the newest evaluation."},

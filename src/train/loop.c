@@ -118,6 +118,7 @@ static dt_status log_line(dt_trainer *t) {
         double w = ds.wait_total_s + ds.gather_wait_total_s;
         t->prog.comm_wait = t->step_time_sum > 0 ? (w - t->comm_wait_mark) / t->step_time_sum : 0;
         t->prog.comm_wait_total_s = w;
+        t->prog.comm_bytes = (double)ds.sent_bytes;
         snprintf(comm, sizeof comm, "  comm-wait %.1f%%", 100 * t->prog.comm_wait);
         t->comm_wait_mark = w;
     }

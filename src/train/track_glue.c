@@ -189,6 +189,7 @@ void dt_train_track_log(dt_trainer *t) {
     if (t->world > 1) {
         metric(t, "comm_wait", t->prog.comm_wait);
         metric(t, "comm_wait_s", t->prog.comm_wait_total_s);
+        metric(t, "comm_bytes", t->prog.comm_bytes);
     }
 }
 

@@ -407,11 +407,17 @@ int main(int argc, char **argv) {
     equivalence(c, single, mlp, "mlp adamw+clip");
     accumulation(c, mlp);
 
-    /* 0.005 MiB = 1310 floats: the embedding table (64 x 32) sits alone in the last bucket. */
     run_cfg llama = {
-        .kind = LLAMA, .batch = 1, .accum = 1, .overlap = 1, .bucket_mb = 0.005, .die_at = -1};
+        .kind = LLAMA, .batch = 1, .accum = 1, .overlap = 1, .bucket_mb = 0.01, .die_at = -1};
     equivalence(c, single, llama, "llama sgd");
     sparse_rows(c, llama, "llama sgd");
+    /* One 25 MiB bucket would hold the whole model: the table still gets a bucket of its own. */
+    run_cfg big = llama;
+    big.bucket_mb = 25;
+    sparse_rows(c, big, "llama sgd, 25 MiB buckets");
+    run_out probe_big = train(c, &big);
+    CHECK(probe_big.n_buckets == (N > 1 ? 2 : 1), "llama, 25 MiB: %d buckets", probe_big.n_buckets);
+    free_out(&probe_big);
     llama.adamw = 1, llama.clip = 1.0f;
     equivalence(c, single, llama, "llama adamw+clip");
     sparse_rows(c, llama, "llama adamw+clip");

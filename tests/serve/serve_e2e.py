@@ -221,6 +221,11 @@ def case_prometheus():
     check(dw and 0 <= float(dw[0]["value"][1]) <= 1, "data-wait ratio in [0, 1]")
     cw = q("dtrain_comm_wait_ratio" + sel)
     check(cw and 0 <= float(cw[0]["value"][1]) <= 1, "all-reduce wait ratio in [0, 1]")
+    # gradient bytes each worker reduced in the newest step: whole f32 values, all of them (the
+    # example ties its embedding to lm_head, so nothing is sent sparse: 0.8M parameters)
+    cb = q("dtrain_allreduce_bytes" + sel)
+    v = float(cb[0]["value"][1]) if cb else -1
+    check(v > 1e6 and v % 4 == 0, "all-reduce bytes per step %s" % v)
     # cumulative wait seconds: published, never decreasing between two scrapes of an attempt
     for name in ("dtrain_data_wait_seconds", "dtrain_allreduce_wait_seconds"):
         vals = [float(v[1]) for v in (q(name + sel + "[2m]") or [{"values": []}])[0]["values"]]
