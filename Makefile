@@ -26,7 +26,7 @@ build: deps
 demo: build
 	scripts/demo.sh $(BUILD)
 
-# Pretrain a 3M-parameter Llama on fortunes, LoRA-finetune it on 2 MPI workers (~4 min).
+# Pretrain a 6.6M-parameter Llama on fortunes, LoRA-finetune it on 2 MPI workers (~2.5 min).
 .PHONY: lora-demo
 lora-demo: build
 	scripts/lora_demo.sh $(BUILD)
