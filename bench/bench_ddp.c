@@ -14,7 +14,10 @@
  *             AdamW wd 0.1; default B 8
  * Each rank trains on its own synthetic batch (seeded by rank), made once. One step = forward,
  * backward (buckets all-reduce while backward runs when overlap is on), dt_ddp_wait, optimizer;
- * rank 0 also prints the median time of each phase and of the wait at the closing barrier.
+ * rank 0 also prints the median time of each phase and of the wait at the closing barrier, and
+ * the compute thread's CPU time in forward and backward (fwd_cpu_ms, bwd_cpu_ms): where it equals
+ * the wall time the thread ran throughout, and a slower phase executed slower (shared caches and
+ * memory, or this process's draw of pages), rather than waiting.
  * Batchnorm buffers are broadcast from rank 0 before each forward, as torch DDP does by default
  * (broadcast_buffers=True); --broadcast-buffers 0 turns that off. Threads per rank: 1 unless
  * --threads says otherwise. --sparse 0 sends the embedding's gradient dense (dt_ddp_opts.sparse).
@@ -168,15 +171,17 @@ static int build(const args *a, int rank, run *r) {
 }
 
 /* Phase times of one step (seconds): where a 2-rank step spends what a 1-rank one does not. */
-enum { PH_FWD, PH_BWD, PH_WAIT, PH_OPT, PH_BAR, PH_N };
+enum { PH_FWD, PH_BWD, PH_WAIT, PH_OPT, PH_BAR, PH_FWD_CPU, PH_BWD_CPU, PH_N };
 
 static int step(run *r, dt_ddp *d, int bcast, double ph[PH_N]) {
-    double t0 = bench_now();
+    double t0 = bench_now(), c0 = bench_thread_cpu();
     if (d && bcast && dt_ddp_broadcast_state(d) != DT_OK) return -1;
     if (dt_graph_forward(r->g, 1) != DT_OK) return -1;
-    double t1 = bench_now();
+    double t1 = bench_now(), c1 = bench_thread_cpu();
     if (dt_graph_backward(r->g) != DT_OK) return -1;
-    double t2 = bench_now();
+    double t2 = bench_now(), c2 = bench_thread_cpu();
+    /* CPU time of this (the compute) thread: wall time above it is time the thread did not run */
+    ph[PH_FWD_CPU] = c1 - c0, ph[PH_BWD_CPU] = c2 - c1;
     if (d && dt_ddp_wait(d) != DT_OK) return -1;
     double t3 = bench_now();
     if (dt_optim_step(r->opt, r->p, r->gr, 1e-3f) != DT_OK) return -1;
@@ -243,14 +248,16 @@ int main(int argc, char **argv) {
                "buckets=%d grad_MiB=%.1f steps=%d warmup_s=%.2f median_step_s=%.4f "
                "min_step_s=%.4f total_%s_per_s=%.1f per_rank_%s_per_s=%.1f ddp_wait_ms=%.1f "
                "ddp_comm_ms=%.1f mpi_thread=%s fwd_ms=%.1f bwd_ms=%.1f wait_ms=%.1f opt_ms=%.1f "
-               "barrier_ms=%.1f sparse=%d sent_MiB=%.1f\n",
+               "barrier_ms=%.1f fwd_cpu_ms=%.1f bwd_cpu_ms=%.1f sparse=%d sent_MiB=%.1f\n",
                a.plain ? "plain" : "DDP", r.desc, world, a.threads, a.batch, a.overlap, a.bucket_mb,
                dt_ddp_bucket_count(d), (double)r.n * 4 / 1048576.0, a.steps, tw, med, mn, r.unit,
                world * r.items / med, r.unit, r.items / med, 1e3 * median(wait, a.steps),
                1e3 * median(comm, a.steps), dt_comm_thread_level(c), 1e3 * median(phase, a.steps),
                1e3 * median(phase + a.steps, a.steps), 1e3 * median(phase + 2 * a.steps, a.steps),
                1e3 * median(phase + 3 * a.steps, a.steps),
-               1e3 * median(phase + 4 * a.steps, a.steps), a.sparse, sent_mib);
+               1e3 * median(phase + 4 * a.steps, a.steps),
+               1e3 * median(phase + 5 * a.steps, a.steps),
+               1e3 * median(phase + 6 * a.steps, a.steps), a.sparse, sent_mib);
         fflush(stdout);
     }
     dt_ddp_free(d);

@@ -74,7 +74,7 @@ run_round() { # round
       med[$m,dt,$np,$r]=$(field median_step_s <<<"$o"); wait[$m,$np,$r]=$(field ddp_wait_ms <<<"$o")
       comm[$m,$np,$r]=$(field ddp_comm_ms <<<"$o"); mib[$m]=$(field grad_MiB <<<"$o")
       [[ $np == 2 ]] && sent[$m]=$(field sent_MiB <<<"$o")
-      ph[$m,$np,$r]="fwd $(field fwd_ms <<<"$o") bwd $(field bwd_ms <<<"$o") wait $(field wait_ms <<<"$o") opt $(field opt_ms <<<"$o") barrier $(field barrier_ms <<<"$o")"
+      ph[$m,$np,$r]="fwd $(field fwd_ms <<<"$o") bwd $(field bwd_ms <<<"$o") wait $(field wait_ms <<<"$o") opt $(field opt_ms <<<"$o") barrier $(field barrier_ms <<<"$o") fwd_cpu $(field fwd_cpu_ms <<<"$o") bwd_cpu $(field bwd_cpu_ms <<<"$o")"
     done
     o=$(ours 1 "${oa[@]}" --plain 1); med[$m,dt,p,$r]=$(field median_step_s <<<"$o")
     for np in 1 2; do
