@@ -26,6 +26,17 @@ int dt_conv2d(dt_graph *g, int x, int w, int bias, int stride_h, int stride_w, i
 int dt_batchnorm2d(dt_graph *g, int x, int weight, int bias, int running_mean, int running_var,
                    float momentum, float eps);
 
+/* batchnorm2d with what follows it in ResNets fused into its kernels:
+ *   y = relu(batchnorm2d(x) + residual)
+ * residual: a tensor of x's shape, or -1 for none; relu: 1 to apply ReLU, 0 not. The results,
+ * including running statistics and every gradient (the residual's too), are bit for bit those of
+ * dt_batchnorm2d, dt_add(y, residual) and dt_relu one after the other; the fused op makes fewer
+ * passes over memory and keeps no intermediate arrays. Its backward applies the ReLU to the
+ * output's gradient in place (like an in-place ReLU), so after backward dt_graph_grad of the
+ * output holds the gradient before the ReLU. */
+int dt_batchnorm2d_fused(dt_graph *g, int x, int weight, int bias, int running_mean,
+                         int running_var, float momentum, float eps, int residual, int relu);
+
 /* torch.nn.functional.max_pool2d / avg_pool2d (ceil_mode=False; avg: count_include_pad=True):
  * x [N, C, H, W] -> [N, C, OH, OW], OH = (H + 2*ph - kh) / sh + 1. Padding at most half the
  * kernel, like PyTorch. */

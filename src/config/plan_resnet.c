@@ -1,16 +1,16 @@
 /* Activation memory of a ResNet training step, op by op as dt_resnet_build (src/nn/resnet.c)
  * builds it, walking the architecture's shapes (f32 = 4 bytes):
  *
- *   op              saved for backward
- *   conv2d          its input x (scratch: oneDNN's staging and scratchpads, asked of the op)
- *   batchnorm2d     its input (the conv output), mean/rstd [2C + 1]
- *   relu            its output
- *   add             nothing
- *   maxpool2d       argmax indices, int32 per output
+ *   op                          saved for backward
+ *   conv2d                      its input x (scratch: oneDNN's staging and scratchpads, asked
+ *                               of the op)
+ *   batchnorm2d (+ add + relu)  its input (the conv output), mean/rstd [2C + 1]; with the
+ *                               ReLU fused (dt_batchnorm2d_fused), also its output
+ *   maxpool2d                   argmax indices, int32 per output
  *   global avgpool  nothing;  linear (fc): its input;  cross entropy: logits, lse
  *
- * So every conv output and every relu output stays until backward (plus the max-pool output
- * in the stock stem); batchnorm outputs and residual sums are transient. A convolution's scratch
+ * So every conv output and every post-ReLU output stays until backward (plus the max-pool output
+ * in the stock stem); the downsample's batchnorm output is transient. A convolution's scratch
  * depends on the algorithm oneDNN picks for the shape (Winograd's backward-weights scratchpad is
  * ten times the weights at 4x4 outputs, direct convolution's about one), so it is not guessed:
  * the conv op's own prepare() sizes it on a one-node graph, once per distinct shape. */
@@ -81,38 +81,40 @@ static void conv_scratch(rctx *r, fmap x, int64_t cout, int k, int stride, int64
     }
 }
 
-/* conv (no bias) + batchnorm. */
-static fmap conv_bn(rctx *r, fmap x, int64_t cout, int k, int stride) {
+/* conv (no bias), then the parameters of its batchnorm. */
+static fmap conv(rctx *r, fmap x, int64_t cout, int k, int stride) {
     fmap y = {0, cout, out_side(x.h, k, stride), out_side(x.w, k, stride)};
-    int64_t yb = fm_bytes(r->n, y), wsf, wsb;
+    int64_t wsf, wsb;
     conv_scratch(r, x, cout, k, stride, &wsf, &wsb);
-    int conv = ps_add(r->g, yb, 0, wsf, wsb, PS_BWD_IN(0) | PS_BWD_IN(1), 2, x.id, PS_TRAIN, 0);
-    r->state += 2 * cout * F32;
-    y.id = ps_add(r->g, yb, (2 * cout + 1) * F32, 0, 0, PS_BWD_IN(0) | PS_BWD_IN(1), 2, conv,
+    y.id = ps_add(r->g, fm_bytes(r->n, y), 0, wsf, wsb, PS_BWD_IN(0) | PS_BWD_IN(1), 2, x.id,
                   PS_TRAIN, 0);
+    r->state += 2 * cout * F32;
     return y;
 }
 
-static fmap relu(rctx *r, fmap x) {
-    x.id = ps_add(r->g, fm_bytes(r->n, x), 0, 0, 0, PS_BWD_OUT, 1, x.id, 0, 0);
-    return x;
+/* Batchnorm on y with its fused epilogue relu?(. + res?) (res NULL: none). */
+static fmap bn(rctx *r, fmap y, const fmap *res, int relu) {
+    unsigned fl = PS_BWD_IN(0) | PS_BWD_IN(1);
+    if (relu || res) fl |= PS_BWD_OUT;
+    y.id = ps_add(r->g, fm_bytes(r->n, y), (2 * y.c + 1) * F32, 0, 0, fl, res ? 3 : 2, y.id,
+                  PS_TRAIN, res ? res->id : 0);
+    return y;
 }
 
 static fmap block(rctx *r, fmap x, int bottleneck, int64_t planes, int stride) {
     int64_t out = bottleneck ? planes * 4 : planes;
     fmap h;
     if (bottleneck) {
-        h = relu(r, conv_bn(r, x, planes, 1, 1));
-        h = relu(r, conv_bn(r, h, planes, 3, stride));
-        h = conv_bn(r, h, out, 1, 1);
+        h = bn(r, conv(r, x, planes, 1, 1), NULL, 1);
+        h = bn(r, conv(r, h, planes, 3, stride), NULL, 1);
+        h = conv(r, h, out, 1, 1);
     } else {
-        h = relu(r, conv_bn(r, x, planes, 3, stride));
-        h = conv_bn(r, h, planes, 3, 1);
+        h = bn(r, conv(r, x, planes, 3, stride), NULL, 1);
+        h = conv(r, h, planes, 3, 1);
     }
     fmap sc = x;
-    if (stride != 1 || x.c != out) sc = conv_bn(r, x, out, 1, stride);
-    h.id = ps_add(r->g, fm_bytes(r->n, h), 0, 0, 0, 0, 2, h.id, sc.id, 0);
-    return relu(r, h);
+    if (stride != 1 || x.c != out) sc = bn(r, conv(r, x, out, 1, stride), NULL, 0);
+    return bn(r, h, &sc, 1);
 }
 
 dt_status plan_resnet_activations(const dt_resnet_config *c, const plan_opts *o, ps_result *res) {
@@ -133,9 +135,9 @@ dt_status plan_resnet_activations(const dt_resnet_config *c, const plan_opts *o,
     rctx r = {.g = &g, .n = o->batch};
     fmap h = {PS_LEAF, c->in_channels, o->image_size, o->image_size};
     if (c->small_stem) {
-        h = relu(&r, conv_bn(&r, h, c->width, 3, 1));
+        h = bn(&r, conv(&r, h, c->width, 3, 1), NULL, 1);
     } else {
-        h = relu(&r, conv_bn(&r, h, c->width, 7, 2));
+        h = bn(&r, conv(&r, h, c->width, 7, 2), NULL, 1);
         fmap p = {0, h.c, (h.h + 2 - 3) / 2 + 1, (h.w + 2 - 3) / 2 + 1};
         int64_t pb = fm_bytes(r.n, p);
         p.id = ps_add(&g, pb, pb, 0, 0, 0, 1, h.id, 0, 0); /* aux: int32 argmax per output */

@@ -33,52 +33,76 @@ static dt_status check(const dt_resnet_config *c) {
     return DT_OK;
 }
 
-/* conv (no bias) + batchnorm with names <prefix>.<conv> and <prefix>.<bn>. */
-static int conv_bn(dt_graph *g, int x, const char *conv, const char *bn, int cin, int cout, int k,
-                   int stride) {
+/* A batchnorm's parameters, created in torchvision's order (weight, bias, running mean, var). */
+typedef struct bn_params {
+    int w, b, rm, rv;
+} bn_params;
+
+/* conv (no bias) with parameter <prefix>.<conv>.weight, then the parameters of the batchnorm
+ * <prefix>.<bn> that follows it (created here so that every parameter keeps its place in the
+ * flat buffers whatever is built between the conv and its batchnorm); *y receives the conv. */
+static bn_params conv_then_bn_params(dt_graph *g, int x, const char *conv, const char *bn, int cin,
+                                     int cout, int k, int stride, int *y) {
     char nm[160];
     snprintf(nm, sizeof nm, "%s.weight", conv);
     int w = dt_graph_param(g, nm, DT_F32, 4, (int64_t[]){cout, cin, k, k}, 0);
-    int y = dt_conv2d(g, x, w, -1, stride, stride, k / 2, k / 2, 1, 1, 1);
+    *y = dt_conv2d(g, x, w, -1, stride, stride, k / 2, k / 2, 1, 1, 1);
     int64_t sh[1] = {cout};
+    bn_params p;
     snprintf(nm, sizeof nm, "%s.weight", bn);
-    int bw = dt_graph_param(g, nm, DT_F32, 1, sh, DT_PARAM_NO_DECAY);
+    p.w = dt_graph_param(g, nm, DT_F32, 1, sh, DT_PARAM_NO_DECAY);
     snprintf(nm, sizeof nm, "%s.bias", bn);
-    int bb = dt_graph_param(g, nm, DT_F32, 1, sh, DT_PARAM_NO_DECAY);
+    p.b = dt_graph_param(g, nm, DT_F32, 1, sh, DT_PARAM_NO_DECAY);
     snprintf(nm, sizeof nm, "%s.running_mean", bn);
-    int rm = dt_graph_param(g, nm, DT_F32, 1, sh, DT_PARAM_STATE);
+    p.rm = dt_graph_param(g, nm, DT_F32, 1, sh, DT_PARAM_STATE);
     snprintf(nm, sizeof nm, "%s.running_var", bn);
-    int rv = dt_graph_param(g, nm, DT_F32, 1, sh, DT_PARAM_STATE);
-    return dt_batchnorm2d(g, y, bw, bb, rm, rv, 0.1f, 1e-5f);
+    p.rv = dt_graph_param(g, nm, DT_F32, 1, sh, DT_PARAM_STATE);
+    return p;
 }
 
-/* One residual block; *cin is updated to the block's output channels. */
+/* Batchnorm (PyTorch's momentum and eps) with the epilogue relu?(. + residual?) fused into it:
+ * the same values as separate batchnorm, add and relu ops, with fewer passes over memory. */
+static int bn_act(dt_graph *g, int y, bn_params p, int residual, int relu) {
+    return dt_batchnorm2d_fused(g, y, p.w, p.b, p.rm, p.rv, 0.1f, 1e-5f, residual, relu);
+}
+
+/* conv (no bias) + batchnorm (+ relu) with names <prefix>.<conv> and <prefix>.<bn>. */
+static int conv_bn(dt_graph *g, int x, const char *conv, const char *bn, int cin, int cout, int k,
+                   int stride, int relu) {
+    int y;
+    bn_params p = conv_then_bn_params(g, x, conv, bn, cin, cout, k, stride, &y);
+    return bn_act(g, y, p, -1, relu);
+}
+
+/* One residual block; *cin is updated to the block's output channels. The last batchnorm takes
+ * the shortcut and the ReLU as its epilogue, so the shortcut is built before it. */
 static int block(dt_graph *g, const dt_resnet_config *c, int x, const char *p, int *cin,
                  int planes, int stride) {
     char a[128], b[128];
     int exp = bottleneck(c->depth) ? 4 : 1, out = planes * exp, h;
+    bn_params last;
 #define N2(s1, s2) (snprintf(a, sizeof a, "%s.%s", p, s1), snprintf(b, sizeof b, "%s.%s", p, s2))
     if (bottleneck(c->depth)) {
         N2("conv1", "bn1");
-        h = dt_relu(g, conv_bn(g, x, a, b, *cin, planes, 1, 1));
+        h = conv_bn(g, x, a, b, *cin, planes, 1, 1, 1);
         N2("conv2", "bn2");
-        h = dt_relu(g, conv_bn(g, h, a, b, planes, planes, 3, stride));
+        h = conv_bn(g, h, a, b, planes, planes, 3, stride, 1);
         N2("conv3", "bn3");
-        h = conv_bn(g, h, a, b, planes, out, 1, 1);
+        last = conv_then_bn_params(g, h, a, b, planes, out, 1, 1, &h);
     } else {
         N2("conv1", "bn1");
-        h = dt_relu(g, conv_bn(g, x, a, b, *cin, planes, 3, stride));
+        h = conv_bn(g, x, a, b, *cin, planes, 3, stride, 1);
         N2("conv2", "bn2");
-        h = conv_bn(g, h, a, b, planes, planes, 3, 1);
+        last = conv_then_bn_params(g, h, a, b, planes, planes, 3, 1, &h);
     }
     int sc = x;
     if (stride != 1 || *cin != out) {
         N2("downsample.0", "downsample.1");
-        sc = conv_bn(g, x, a, b, *cin, out, 1, stride);
+        sc = conv_bn(g, x, a, b, *cin, out, 1, stride, 0);
     }
 #undef N2
     *cin = out;
-    return dt_relu(g, dt_add(g, h, sc));
+    return bn_act(g, h, last, sc, 1);
 }
 
 int dt_resnet_build(dt_graph *g, const dt_resnet_config *c, int x) {
@@ -92,10 +116,10 @@ int dt_resnet_build(dt_graph *g, const dt_resnet_config *c, int x) {
     }
     int w = c->width, h;
     if (c->small_stem) {
-        h = dt_relu(g, conv_bn(g, x, "conv1", "bn1", c->in_channels, w, 3, 1));
+        h = conv_bn(g, x, "conv1", "bn1", c->in_channels, w, 3, 1, 1);
     } else {
         /* 7x7 stride-2 conv, padding 3 (k / 2), then 3x3 stride-2 max-pool. */
-        h = dt_relu(g, conv_bn(g, x, "conv1", "bn1", c->in_channels, w, 7, 2));
+        h = conv_bn(g, x, "conv1", "bn1", c->in_channels, w, 7, 2, 1);
         h = dt_maxpool2d(g, h, 3, 3, 2, 2, 1, 1);
     }
     int cin = w;

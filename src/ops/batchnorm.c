@@ -20,7 +20,18 @@
  * with the global count. Backward all-reduces [sum dy, sum dy * xhat] (2C doubles, one call)
  * for the input gradient; weight/bias gradients stay local (the gradient average sums them).
  * The scratch for these sums is the node's ws; the global count is saved in aux for backward.
- * Without a reducer, and in eval mode, the code below is the unsynchronised one, unchanged. */
+ * Without a reducer, and in eval mode, the code below is the unsynchronised one, unchanged.
+ *
+ * Fused epilogue (dt_batchnorm2d_fused): y = relu?(batchnorm(x) + residual?) in the same pass
+ * that writes the normalised values, the way ResNet uses batchnorm (conv -> bn -> relu, and
+ * conv -> bn -> add shortcut -> relu). Separate ops would write the batchnorm output, read it
+ * back for the add and again for the ReLU, and in backward write and re-read two more gradients:
+ * counting passes over an activation-sized array, bn + relu take 11 instead of 14 and bn + add +
+ * relu 13 instead of 20, and the intermediate arrays are never allocated. Backward applies the
+ * ReLU mask (out > 0, as relu's own backward) to gout in place as its first sweep reads each
+ * row, and writes the residual's gradient in the second. Every value is computed by the same
+ * expressions, in the same order, as dt_batchnorm2d, dt_add and dt_relu one after the other, so
+ * the results are the same bits (tests/ops/cnn_fd.c checks). */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -29,11 +40,39 @@
 #include "dtrain/ops_cnn.h"
 #include "graph/op.h"
 
+/* The fused ReLU's compares and selects: under the default -ftrapping-math GCC keeps them as
+ * branches, and a loop with a data-dependent branch neither vectorises nor predicts well (the
+ * masking loop ran 14 times slower than the sums after it). Values do not change: nothing in
+ * dtrain reads FP exception flags (see src/ops/activation.c). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+
 static const char *OP = "batchnorm2d";
 
 enum { BN_MOMENTUM, BN_EPS }; /* node->fp[] */
-enum { BN_RM, BN_RV };        /* node->ip[]: node ids of the running statistics */
-enum { BN_X, BN_W, BN_B };    /* inputs */
+enum {
+    BN_RM,
+    BN_RV,
+    BN_RELU,
+    BN_HAS_RES
+};                                 /* node->ip[]: ids of the running statistics, fused
+                                    * epilogue: ReLU after, residual input present */
+enum { BN_X, BN_W, BN_B, BN_RES }; /* inputs (BN_RES only when fused with an add) */
+
+/* The fused epilogue of one call (all zero / NULL for plain batchnorm). Forward: y = relu?(bn(x)
+ * + res?). Backward: the gradient reaching batchnorm is g = gout * (out > 0 ? 1 : 0) with a ReLU
+ * (relu's own backward, so -0.0 and NaN come out as there), else gout; it is formed in place in
+ * gout, row by row in the first sweep, so that the rest runs the plain kernels on it (the same
+ * bits: the masking inside those loops changes how the compiler contracts and sums them). The
+ * residual's gradient is g too, written (bres 0) or added (bres 1) like add's backward. */
+typedef struct bn_epi {
+    int relu;
+    const float *res; /* forward: residual [N, C, P], or NULL */
+    const float *out; /* backward: the op's output, for the ReLU mask */
+    float *gres;      /* backward: residual gradient, or NULL */
+    float bres;
+} bn_epi;
 
 /* The running statistics are not node inputs: a node has at most DT_MAX_IN (4) inputs and
  * batchnorm has five. They are DT_PARAM_STATE params, whose values stay at fixed addresses in
@@ -99,19 +138,51 @@ static void bn_batch_stats(float *mean, float *var, const float *x, int64_t N, i
     }
 }
 
-/* y [N, C, P] = x * alpha + beta per channel, alpha = rstd * w, beta = b - mean * alpha
+/* One row of the fused forward: t = x * alpha + beta as the plain loop, + r as add's, then relu's
+ * select. RELU and RES are constants at each call, so each variant is its own simple loop. */
+static inline void bn_apply_row(float *yp, const float *xp, const float *rp, float alpha,
+                                float beta, int64_t P, int relu, int res) {
+#pragma omp simd
+    for (int64_t i = 0; i < P; i++) {
+        float t = xp[i] * alpha + beta;
+        if (res) t = t + rp[i];
+        yp[i] = relu ? (t < 0.0f ? 0.0f : t) : t;
+    }
+}
+
+/* y [N, C, P] = epilogue(x * alpha + beta) per channel, alpha = rstd * w, beta = b - mean * alpha
  * (the same association as PyTorch's CPU kernel). */
 static void bn_apply(float *y, const float *x, const float *mean, const float *rstd, const float *w,
-                     const float *b, int64_t N, int64_t C, int64_t P) {
+                     const float *b, int64_t N, int64_t C, int64_t P, const bn_epi *e) {
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t n = 0; n < N; n++)
         for (int64_t c = 0; c < C; c++) {
             float alpha = rstd[c] * w[c], beta = b[c] - mean[c] * alpha;
-            const float *xp = x + (n * C + c) * P;
-            float *yp = y + (n * C + c) * P;
-#pragma omp simd
-            for (int64_t i = 0; i < P; i++) yp[i] = xp[i] * alpha + beta;
+            int64_t off = (n * C + c) * P;
+            const float *xp = x + off, *rp = e->res ? e->res + off : NULL;
+            float *yp = y + off;
+            if (e->res && e->relu)
+                bn_apply_row(yp, xp, rp, alpha, beta, P, 1, 1);
+            else if (e->res)
+                bn_apply_row(yp, xp, rp, alpha, beta, P, 0, 1);
+            else if (e->relu)
+                bn_apply_row(yp, xp, NULL, alpha, beta, P, 1, 0);
+            else
+                bn_apply_row(yp, xp, NULL, alpha, beta, P, 0, 0);
         }
+}
+
+/* The epilogue of node c: inputs for forward, mask and residual gradient for backward. */
+static bn_epi bn_epi_of(const dt_op_ctx *c) {
+    bn_epi e = {0};
+    e.relu = (int)c->node->ip[BN_RELU];
+    if (c->node->ip[BN_HAS_RES]) {
+        e.res = c->in[BN_RES].data;
+        e.gres = c->gin[BN_RES].data;
+        e.bres = c->gin_beta[BN_RES];
+    }
+    if (e.relu) e.out = c->out.data;
+    return e;
 }
 
 /* aux layout: mean [C], rstd [C], mode (1.0 training, 0.0 eval, 2.0 training with synchronised
@@ -184,7 +255,8 @@ static dt_status bn_forward_sync(const dt_op_ctx *c) {
     }
     *mode = 2.0f;
     memcpy((char *)c->aux + bn_count_off(C), &M, sizeof M);
-    bn_apply(c->out.data, x, mean, rstd, w, b, N, C, P);
+    bn_epi e = bn_epi_of(c);
+    bn_apply(c->out.data, x, mean, rstd, w, b, N, C, P, &e);
     return DT_OK;
 }
 
@@ -222,20 +294,28 @@ static dt_status bn_forward(const dt_op_ctx *c) {
         }
         *mode = 0.0f;
     }
-    bn_apply(c->out.data, x, mean, rstd, w, b, N, C, P);
+    bn_epi e = bn_epi_of(c);
+    bn_apply(c->out.data, x, mean, rstd, w, b, N, C, P, &e);
     return DT_OK;
 }
 
 /* Channels [c0, c1) of gy, x [N, C, P]: sg = sum gy, sgx = sum gy * (x - mean) (float partials
  * per row, summed in double; arrays indexed from c0). */
-static void bn_block_grad_sums(const float *gy, const float *x, const float *mean, int64_t N,
-                               int64_t C, int64_t P, int64_t c0, int64_t c1, double *sg,
-                               double *sgx) {
+static void bn_block_grad_sums(float *gy, const float *x, const float *mean, int64_t N, int64_t C,
+                               int64_t P, int64_t c0, int64_t c1, double *sg, double *sgx,
+                               const bn_epi *e) {
     for (int64_t c = c0; c < c1; c++) sg[c - c0] = 0.0, sgx[c - c0] = 0.0;
     for (int64_t n = 0; n < N; n++)
         for (int64_t c = c0; c < c1; c++) {
-            const float *g = gy + (n * C + c) * P, *xp = x + (n * C + c) * P;
+            int64_t off = (n * C + c) * P;
+            float *g = gy + off;
+            const float *xp = x + off;
             float a = 0.0f, d = 0.0f, m = mean[c];
+            if (e->relu) { /* relu's backward, in place (each row passes here once) */
+                const float *op = e->out + off;
+#pragma omp simd
+                for (int64_t i = 0; i < P; i++) g[i] = g[i] * (op[i] > 0.0f ? 1.0f : 0.0f);
+            }
 #pragma omp simd reduction(+ : a, d)
             for (int64_t i = 0; i < P; i++) {
                 a += g[i];
@@ -246,8 +326,8 @@ static void bn_block_grad_sums(const float *gy, const float *x, const float *mea
 }
 
 /* o [P] (+)= k * g + u * (x - m) + v: one row of an input gradient. */
-static inline void bn_gx_row(float *o, const float *g, const float *xp, float k, float u, float m,
-                             float v, float bx, int64_t P) {
+static inline void bn_gx_row_plain(float *o, const float *g, const float *xp, float k, float u,
+                                   float m, float v, float bx, int64_t P) {
     if (bx != 0.0f) {
 #pragma omp simd
         for (int64_t i = 0; i < P; i++) o[i] += k * g[i] + u * (xp[i] - m) + v;
@@ -257,14 +337,32 @@ static inline void bn_gx_row(float *o, const float *g, const float *xp, float k,
     }
 }
 
+/* gr [P] (+)= g: the residual's gradient row, as add's backward. */
+static inline void bn_gres_row(float *gr, float br, const float *g, int64_t P) {
+    if (br != 0.0f) {
+#pragma omp simd
+        for (int64_t i = 0; i < P; i++) gr[i] += g[i];
+    } else {
+        memcpy(gr, g, (size_t)P * sizeof *gr);
+    }
+}
+
+/* Row `off` of the second sweep: the input gradient (when gx) and the residual's (when e->gres),
+ * from gy already through the ReLU. */
+static inline void bn_gx_row(float *gx, const float *gy, const float *x, int64_t off, float k,
+                             float u, float m, float v, float bx, int64_t P, const bn_epi *e) {
+    if (e->gres) bn_gres_row(e->gres + off, e->bres, gy + off, P);
+    if (gx) bn_gx_row_plain(gx + off, gy + off, x + off, k, u, m, v, bx, P);
+}
+
 /* Backward over x, gy [N, C, P] with the mean/rstd used forward. With xhat = (x - mean) * rstd:
  *   gb = sum gy,  gw = sum gy * xhat
  *   training: gx = w * rstd * (gy - gb / M - xhat * gw / M)   (mean and var depend on x)
  *   eval:     gx = w * rstd * gy                               (constants) */
 static void bn_backward_kernel(float *gx, float bx, float *gw, float bw, float *gb, float bb,
-                               const float *gy, const float *x, const float *mean,
-                               const float *rstd, const float *w, int training, int64_t N,
-                               int64_t C, int64_t P) {
+                               float *gy, const float *x, const float *mean, const float *rstd,
+                               const float *w, int training, int64_t N, int64_t C, int64_t P,
+                               const bn_epi *e) {
     double M = (double)N * (double)P;
     int64_t B = bn_block(C);
 #pragma omp parallel for schedule(static)
@@ -272,7 +370,7 @@ static void bn_backward_kernel(float *gx, float bx, float *gw, float bw, float *
         int64_t c1 = c0 + B < C ? c0 + B : C;
         double sg[BN_BLOCK], sgx[BN_BLOCK]; /* sum gy, sum gy * (x - mean) */
         float k[BN_BLOCK], u[BN_BLOCK], v[BN_BLOCK];
-        bn_block_grad_sums(gy, x, mean, N, C, P, c0, c1, sg, sgx);
+        bn_block_grad_sums(gy, x, mean, N, C, P, c0, c1, sg, sgx, e);
         for (int64_t c = c0; c < c1; c++) {
             double s = sg[c - c0], sx = sgx[c - c0];
             float r = rstd[c], gbc = (float)s, gwc = (float)(sx * r);
@@ -285,13 +383,11 @@ static void bn_backward_kernel(float *gx, float bx, float *gw, float bw, float *
             u[c - c0] = training ? (float)(-(double)kc * r * r * sx / M) : 0.0f;
             v[c - c0] = training ? (float)(-(double)kc * s / M) : 0.0f;
         }
-        if (!gx) continue;
+        if (!gx && !e->gres) continue;
         for (int64_t n = 0; n < N; n++)
-            for (int64_t c = c0; c < c1; c++) {
-                int64_t off = (n * C + c) * P;
-                bn_gx_row(gx + off, gy + off, x + off, k[c - c0], u[c - c0], mean[c], v[c - c0], bx,
-                          P);
-            }
+            for (int64_t c = c0; c < c1; c++)
+                bn_gx_row(gx, gy, x, (n * C + c) * P, k[c - c0], u[c - c0], mean[c], v[c - c0], bx,
+                          P, e);
     }
 }
 
@@ -303,8 +399,9 @@ static dt_status bn_backward_sync(const dt_op_ctx *c) {
     const dt_tensor *xt = &c->in[BN_X];
     int64_t N = xt->shape[0], C = xt->shape[1], P = dt_tensor_numel(xt) / (N * C);
     const float *mean = c->aux, *rstd = mean + C, *w = c->in[BN_W].data;
-    const float *gy = c->gout.data, *x = xt->data;
-    float *gx = c->gin[BN_X].data, *gw = c->gin[BN_W].data, *gb = c->gin[BN_B].data;
+    const float *x = xt->data;
+    float *gy = c->gout.data, *gx = c->gin[BN_X].data, *gw = c->gin[BN_W].data,
+          *gb = c->gin[BN_B].data;
     float bx = c->gin_beta[BN_X], bw = c->gin_beta[BN_W], bb = c->gin_beta[BN_B];
     if (!c->run->sync_fn)
         return dt_error_set(DT_ERR_STATE,
@@ -314,11 +411,12 @@ static dt_status bn_backward_sync(const dt_op_ctx *c) {
     double M;
     memcpy(&M, (const char *)c->aux + bn_count_off(C), sizeof M);
     double *buf = c->ws; /* sum gy [C], sum gy * xhat [C] */
+    bn_epi e = bn_epi_of(c);
     int64_t B = bn_block(C);
 #pragma omp parallel for schedule(static)
     for (int64_t c0 = 0; c0 < C; c0 += B) {
         int64_t c1 = c0 + B < C ? c0 + B : C;
-        bn_block_grad_sums(gy, x, mean, N, C, P, c0, c1, buf + c0, buf + C + c0);
+        bn_block_grad_sums(gy, x, mean, N, C, P, c0, c1, buf + c0, buf + C + c0, &e);
         for (int64_t k = c0; k < c1; k++) {
             buf[C + k] *= rstd[k]; /* sum gy * xhat */
             if (gb) gb[k] = (bb != 0.0f ? gb[k] : 0.0f) + (float)buf[k];
@@ -326,7 +424,13 @@ static dt_status bn_backward_sync(const dt_op_ctx *c) {
         }
     }
     /* No input gradient wanted (the same on every worker: same graph): nothing to exchange. */
-    if (!gx) return DT_OK;
+    if (!gx) {
+        if (e.gres) {
+#pragma omp parallel for schedule(static)
+            for (int64_t r = 0; r < N * C; r++) bn_gres_row(e.gres + r * P, e.bres, gy + r * P, P);
+        }
+        return DT_OK;
+    }
     dt_status s = c->run->sync_fn(c->run->sync_ud, buf, 2 * (size_t)C);
     if (s != DT_OK) return bn_sync_error(s, "all-reduce of the gradient sums in backward");
 #pragma omp parallel for collapse(2) schedule(static)
@@ -336,8 +440,7 @@ static dt_status bn_backward_sync(const dt_op_ctx *c) {
             /* kk * (gy - Gb/M - (x - mean) * r * Gw / M) = kk*gy + u*(x - mean) + v */
             float u = (float)(-(double)kk * r * buf[C + k] / M);
             float v = (float)(-(double)kk * buf[k] / M);
-            int64_t off = (n * C + k) * P;
-            bn_gx_row(gx + off, gy + off, x + off, kk, u, m, v, bx, P);
+            bn_gx_row(gx, gy, x, (n * C + k) * P, kk, u, m, v, bx, P, &e);
         }
     return DT_OK;
 }
@@ -347,9 +450,10 @@ static dt_status bn_backward(const dt_op_ctx *c) {
     int64_t N = xt->shape[0], C = xt->shape[1], P = dt_tensor_numel(xt) / (N * C);
     const float *mean = c->aux, *rstd = mean + C, *mode = rstd + C;
     if (*mode == 2.0f) return bn_backward_sync(c);
+    bn_epi e = bn_epi_of(c);
     bn_backward_kernel(c->gin[BN_X].data, c->gin_beta[BN_X], c->gin[BN_W].data, c->gin_beta[BN_W],
                        c->gin[BN_B].data, c->gin_beta[BN_B], c->gout.data, xt->data, mean, rstd,
-                       c->in[BN_W].data, *mode != 0.0f, N, C, P);
+                       c->in[BN_W].data, *mode != 0.0f, N, C, P, &e);
     return DT_OK;
 }
 
@@ -366,6 +470,16 @@ static dt_status bn_prepare(dt_graph *g, dt_node *n) {
 static const dt_op_def bn_def = {
     .name = "batchnorm2d",
     .flags = DT_OPF_BWD_IN(BN_X) | DT_OPF_BWD_IN(BN_W),
+    .prepare = bn_prepare,
+    .forward = bn_forward,
+    .backward = bn_backward,
+};
+
+/* With an epilogue; backward also reads the output (the ReLU mask: it is the next layer's input,
+ * kept anyway), but not the residual. */
+static const dt_op_def bn_fused_def = {
+    .name = "batchnorm2d_fused",
+    .flags = DT_OPF_BWD_IN(BN_X) | DT_OPF_BWD_IN(BN_W) | DT_OPF_BWD_OUT,
     .prepare = bn_prepare,
     .forward = bn_forward,
     .backward = bn_backward,
@@ -388,8 +502,9 @@ static int is_state_param(dt_graph *g, int id) {
     return pi && (pi->flags & DT_PARAM_STATE);
 }
 
-int dt_batchnorm2d(dt_graph *g, int x, int weight, int bias, int running_mean, int running_var,
-                   float momentum, float eps) {
+/* Builds plain (residual < 0, relu 0) or fused batchnorm; see the public builders. */
+static int bn_build(dt_graph *g, int x, int weight, int bias, int running_mean, int running_var,
+                    float momentum, float eps, int residual, int relu) {
     int ids[5] = {x, weight, bias, running_mean, running_var};
     if (dt_ids_bad(g, OP, 5, ids)) return -1;
     const dt_tensor *ts[5];
@@ -415,6 +530,30 @@ int dt_batchnorm2d(dt_graph *g, int x, int weight, int bias, int running_mean, i
     }
     const dt_tensor *xt = ts[0];
     float fp[2] = {momentum, eps};
-    int64_t ip[2] = {running_mean, running_var};
-    return dt_node_add(g, &bn_def, 3, ids, DT_F32, xt->ndim, xt->shape, ip, 2, fp, 2);
+    if (residual < 0 && !relu) {
+        int64_t ip[2] = {running_mean, running_var};
+        return dt_node_add(g, &bn_def, 3, ids, DT_F32, xt->ndim, xt->shape, ip, 2, fp, 2);
+    }
+    int in[4] = {x, weight, bias, residual};
+    if (residual >= 0) {
+        if (dt_ids_bad(g, OP, 1, &residual)) return -1;
+        const dt_tensor *rt = dt_graph_shape(g, residual);
+        if (rt->dtype != DT_F32 || rt->ndim != xt->ndim ||
+            memcmp(rt->shape, xt->shape, (size_t)xt->ndim * sizeof *xt->shape))
+            return dt_shape_error(OP, "residual must be f32 of x's shape", 2,
+                                  (const dt_tensor *[]){xt, rt});
+    }
+    int64_t ip[4] = {running_mean, running_var, relu != 0, residual >= 0};
+    return dt_node_add(g, &bn_fused_def, residual >= 0 ? 4 : 3, in, DT_F32, xt->ndim, xt->shape, ip,
+                       4, fp, 2);
+}
+
+int dt_batchnorm2d(dt_graph *g, int x, int weight, int bias, int running_mean, int running_var,
+                   float momentum, float eps) {
+    return bn_build(g, x, weight, bias, running_mean, running_var, momentum, eps, -1, 0);
+}
+
+int dt_batchnorm2d_fused(dt_graph *g, int x, int weight, int bias, int running_mean,
+                         int running_var, float momentum, float eps, int residual, int relu) {
+    return bn_build(g, x, weight, bias, running_mean, running_var, momentum, eps, residual, relu);
 }

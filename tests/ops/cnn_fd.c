@@ -1,6 +1,7 @@
 /* Finite-difference gradient checks for the CNN family: conv2d (stride 2, padding, dilation 2,
  * groups 2, depthwise, 1x1, rectangular), batchnorm2d (train and eval), max/avg pooling and
- * global average pooling; plus batchnorm under recompute (running statistics counted once).
+ * global average pooling; plus batchnorm under recompute (running statistics counted once), and
+ * dt_batchnorm2d_fused against batchnorm2d, add and relu as separate ops, bit for bit.
  *
  * Tolerances: the harness defaults (eps 1e-2, atol 1e-2, rtol 5e-2). conv2d and the pools are
  * linear in each input (max pooling piecewise linear: its inputs are distinct values at least
@@ -161,6 +162,95 @@ static void bn_recompute(void) {
     dt_graph_free(gs[1]);
 }
 
+/* One configuration of dt_batchnorm2d_fused against the separate ops. */
+typedef struct fused_case {
+    const char *name;
+    int ndim;
+    int64_t shape[4];
+    int relu, res; /* the epilogue */
+    int reuse;     /* x and the residual also feed a later add: their gradients accumulate */
+    int mode;      /* 0 eval, 1 training, 2 training with synchronised statistics */
+    int recompute; /* the op in a recompute segment */
+} fused_case;
+
+/* One worker's "all-reduce": the sums stay as they are, but the synchronised code paths run. */
+static dt_status sync_alone(void *ud, double *buf, size_t n) {
+    (void)ud, (void)buf, (void)n;
+    return DT_OK;
+}
+
+/* Builds, runs one forward and backward, and returns the graph; ids: x, r (or -1), y, loss. */
+static dt_graph *fused_run(const fused_case *c, int fused, int ids[4]) {
+    dt_graph *g = dt_graph_init();
+    int64_t C = c->shape[1];
+    int x = dt_graph_input(g, "x", DT_F32, c->ndim, c->shape, 1);
+    int r = c->res ? dt_graph_input(g, "r", DT_F32, c->ndim, c->shape, 1) : -1;
+    int w = dt_graph_param(g, "w", DT_F32, 1, &C, DT_PARAM_NO_DECAY);
+    int b = dt_graph_param(g, "b", DT_F32, 1, &C, DT_PARAM_NO_DECAY);
+    int rm = dt_graph_param(g, "rm", DT_F32, 1, &C, DT_PARAM_STATE);
+    int rv = dt_graph_param(g, "rv", DT_F32, 1, &C, DT_PARAM_STATE);
+    int y;
+    if (fused) {
+        y = dt_batchnorm2d_fused(g, x, w, b, rm, rv, 0.1f, 1e-5f, r, c->relu);
+    } else {
+        y = dt_batchnorm2d(g, x, w, b, rm, rv, 0.1f, 1e-5f);
+        if (c->res) y = dt_add(g, y, r);
+        if (c->relu) y = dt_relu(g, y);
+    }
+    if (c->recompute) CHECK_OK(dt_graph_recompute(g, rv, y));
+    int z = y;
+    if (c->reuse) z = dt_add(g, dt_add(g, z, x), c->res ? r : x);
+    CHECK_OK(dt_graph_keep(g, y));
+    int rr, loss = dt_test_dotloss(g, z, &rr);
+    CHECK_OK(dt_graph_compile(g, loss, NULL));
+    fill_leaves(g, rr);
+    if (c->mode == 2) dt_graph_set_sync_batchnorm(g, sync_alone, NULL);
+    CHECK_OK(dt_graph_forward(g, c->mode != 0));
+    CHECK_OK(dt_graph_backward(g));
+    ids[0] = x, ids[1] = r, ids[2] = y, ids[3] = loss;
+    return g;
+}
+
+/* memcmp of two tensors' bytes, one check. */
+static void same_bits(const char *cs, const char *what, const dt_tensor *a, const dt_tensor *b) {
+    int ok = a && b && a->data && b->data && dt_tensor_numel(a) == dt_tensor_numel(b) &&
+             !memcmp(a->data, b->data, (size_t)dt_tensor_numel(a) * sizeof(float));
+    CHECK(ok, "%s: %s differs between fused and separate ops", cs, what);
+}
+
+static void fused_vs_separate(const fused_case *c) {
+    int a[4], f[4];
+    dt_graph *ga = fused_run(c, 0, a), *gf = fused_run(c, 1, f);
+    same_bits(c->name, "loss", dt_graph_value(ga, a[3]), dt_graph_value(gf, f[3]));
+    same_bits(c->name, "output", dt_graph_value(ga, a[2]), dt_graph_value(gf, f[2]));
+    same_bits(c->name, "x gradient", dt_graph_grad(ga, a[0]), dt_graph_grad(gf, f[0]));
+    if (c->res)
+        same_bits(c->name, "residual gradient", dt_graph_grad(ga, a[1]), dt_graph_grad(gf, f[1]));
+    size_t na, nf;
+    float *pa = dt_graph_flat_grad(ga, &na), *pf = dt_graph_flat_grad(gf, &nf);
+    CHECK(na == nf && !memcmp(pa, pf, na * sizeof *pa), "%s: weight/bias gradients differ",
+          c->name);
+    pa = dt_graph_flat_state(ga, &na), pf = dt_graph_flat_state(gf, &nf);
+    CHECK(na == nf && !memcmp(pa, pf, na * sizeof *pa), "%s: running statistics differ", c->name);
+    dt_graph_free(ga);
+    dt_graph_free(gf);
+}
+
+/* The fused op's own gradients, by finite differences, where it is smooth (no ReLU). */
+static void fd_fused_residual(void) {
+    dt_graph *g = dt_graph_init();
+    int64_t sh[4] = {3, 4, 3, 3}, C = 4;
+    int x = dt_graph_input(g, "x", DT_F32, 4, sh, 1);
+    int r = dt_graph_input(g, "r", DT_F32, 4, sh, 1);
+    int w = dt_graph_param(g, "w", DT_F32, 1, &C, DT_PARAM_NO_DECAY);
+    int b = dt_graph_param(g, "b", DT_F32, 1, &C, DT_PARAM_NO_DECAY);
+    int rm = dt_graph_param(g, "rm", DT_F32, 1, &C, DT_PARAM_STATE);
+    int rv = dt_graph_param(g, "rv", DT_F32, 1, &C, DT_PARAM_STATE);
+    check_graph(g, dt_batchnorm2d_fused(g, x, w, b, rm, rv, 0.1f, 1e-5f, r, 0),
+                "batchnorm2d_fused + residual train", 1);
+    dt_graph_free(g);
+}
+
 int main(void) {
     static const conv_cfg convs[] = {
         {"conv2d 3x3 s1 p1 bias", 2, 3, 5, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
@@ -185,5 +275,24 @@ int main(void) {
     fd_pool("avgpool2d 3x2 s(2,1) p(1,1)", 0, 7, 6, 3, 2, 2, 1, 1, 1);
     fd_gap();
     bn_recompute();
+    /* P = 9 and 25 leave SIMD remainders, C = 70 spans two channel blocks, [N, C] has P = 1. */
+    static const fused_case fc[] = {
+        {"fused relu train", 4, {3, 4, 3, 3}, 1, 0, 0, 1, 0},
+        {"fused relu eval", 4, {3, 4, 3, 3}, 1, 0, 0, 0, 0},
+        {"fused relu sync", 4, {3, 4, 3, 3}, 1, 0, 0, 2, 0},
+        {"fused add train", 4, {2, 5, 4, 4}, 0, 1, 0, 1, 0},
+        {"fused add+relu train", 4, {2, 5, 4, 4}, 1, 1, 0, 1, 0},
+        {"fused add+relu eval", 4, {2, 5, 4, 4}, 1, 1, 0, 0, 0},
+        {"fused add+relu sync", 4, {2, 5, 4, 4}, 1, 1, 0, 2, 0},
+        {"fused add+relu, gradients accumulate", 4, {2, 5, 4, 4}, 1, 1, 1, 1, 0},
+        {"fused add+relu sync, gradients accumulate", 4, {2, 5, 4, 4}, 1, 1, 1, 2, 0},
+        {"fused relu, gradients accumulate", 4, {3, 4, 3, 3}, 1, 0, 1, 1, 0},
+        {"fused add+relu recomputed", 4, {2, 5, 4, 4}, 1, 1, 0, 1, 1},
+        {"fused add+relu 70 channels", 4, {2, 70, 5, 5}, 1, 1, 0, 1, 0},
+        {"fused relu [N, C]", 2, {16, 3}, 1, 0, 0, 1, 0},
+        {"fused add+relu [N, C] sync", 2, {16, 3}, 1, 1, 1, 2, 0},
+    };
+    for (size_t i = 0; i < sizeof fc / sizeof fc[0]; i++) fused_vs_separate(&fc[i]);
+    fd_fused_residual();
     return dt_test_finish("cnn_fd");
 }
