@@ -12,7 +12,8 @@
  *   resnet18  small stem, x [B, 3, 32, 32], 10 classes, SGD momentum 0.9 wd 5e-4; default B 64
  *   llama56m  dim 512, 8 layers, 8 heads, 4 KV heads, ffn 1408, vocab 32000, ids [B, 256],
  *             AdamW wd 0.1; default B 8
- * Each rank trains on its own synthetic batch (seeded by rank), made once. One step = forward,
+ * Each rank trains on its own synthetic batch (seeded by rank), made once; as in dtrain's trainer
+ * the loss is scaled by 1/world and dt_ddp sums, so gradients arrive averaged. One step = forward,
  * backward (buckets all-reduce while backward runs when overlap is on), dt_ddp_wait, optimizer;
  * rank 0 also prints the median time of each phase and of the wait at the closing barrier, and
  * the compute thread's CPU time in forward and backward (fwd_cpu_ms, bwd_cpu_ms): where it equals
@@ -214,6 +215,9 @@ int main(int argc, char **argv) {
     if (!ts || build(&a, rank, &r)) goto fail;
     dt_ddp_opts o = dt_ddp_opts_default();
     o.bucket_mb = a.bucket_mb, o.overlap = a.overlap, o.sparse = a.sparse;
+    /* as dtrain's trainer: the loss scaled by 1/world and the gradients summed (the mean) */
+    o.average = 0;
+    dt_graph_set_loss_scale(r.g, 1.0f / (float)world);
     what = "ddp init";
     if (a.plain && world > 1) {
         dt_error_set(DT_ERR_INVALID, "--plain 1 needs one process, not %d", world);

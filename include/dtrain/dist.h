@@ -133,7 +133,12 @@ typedef struct dt_ddp_opts {
     double bucket_mb; /* bucket size in MiB (> 0); dist.bucket_mb. Default 25 */
     int overlap;      /* 1: all-reduce each bucket as soon as backward finished it (default);
                          0: all buckets after backward, in dt_ddp_wait (same numbers) */
-    int average;      /* 1: gradients become the mean over ranks (default); 0: the sum */
+    int average;      /* 1: gradients become the mean over ranks (default); 0: the sum. With
+                         0 and the loss scaled by 1/world (dt_graph_set_loss_scale), backward
+                         makes the gradients already divided and the sum is the mean, without
+                         a pass over the reduced gradients on the communication thread -- what
+                         dtrain's trainer does (Horovod's prescale). For a power-of-two world
+                         the two give the same bits; otherwise they round differently. */
     int zero_stage;   /* ZeRO (dist.zero_stage), as DeepSpeed defines the stages: 0 plain data
                          parallelism; 1 each rank updates only its shard of the parameters
                          (optimizer state for the shard only) and the shards are all-gathered

@@ -39,7 +39,8 @@ dt_status dt_trainer_step(dt_trainer *t) {
     /* ZeRO-2/3 keep no full gradient: every micro-batch is reduce-scattered and added into
      * this rank's shard, and the graph never accumulates. */
     int zero = t->ddp ? (int)t->v.dist.zero_stage : 0;
-    dt_graph_set_loss_scale(t->g, 1.0f / (float)accum);
+    /* the mean over micro-batches and (make_ddp: summed, not averaged) over workers */
+    dt_graph_set_loss_scale(t->g, 1.0f / (float)(accum * (t->ddp ? t->world : 1)));
     if (t->ddp) dt_ddp_zero_grad(t->ddp);
     for (int64_t m = 0; m < accum; m++) {
         dt_batch b;

@@ -308,12 +308,15 @@ static dt_status sync_sum(void *ud, double *buf, size_t n) {
     return dt_ddp_allreduce_f64((dt_ddp *)ud, buf, n);
 }
 
-/* After the weights exist: DDP, and every rank starts from rank 0's parameters. */
+/* After the weights exist: DDP, and every rank starts from rank 0's parameters. Gradients are
+ * summed, not averaged: dt_trainer_step scales the loss by 1/world, so backward produces them
+ * already divided (no pass over 4 bytes per parameter on the communication thread, which shares
+ * a core with backward when the cores are all busy). */
 static dt_status make_ddp(dt_trainer *t) {
     if (t->world < 2) return DT_OK;
     dt_ddp_opts o = {.bucket_mb = t->v.dist.bucket_mb,
                      .overlap = t->v.dist.overlap,
-                     .average = 1,
+                     .average = 0,
                      .zero_stage = (int)t->v.dist.zero_stage,
                      .sparse = t->v.dist.sparse_embedding};
     dt_status st = dt_ddp_init(t->g, t->comm, &o, &t->ddp);

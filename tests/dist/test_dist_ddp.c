@@ -133,6 +133,8 @@ static void model_set_batch(model *m, int s, int row0) {
 
 typedef struct run_cfg {
     int kind, adamw, batch, accum, overlap, dense; /* dense: dt_ddp_opts.sparse = 0 */
+    int prescale; /* the loss scaled by 1/N and the gradients summed (as the trainer), not
+                   * averaged after the all-reduce */
     dt_comm_algo algo;
     double bucket_mb;
     float clip;
@@ -154,8 +156,10 @@ static run_out train(dt_comm *c, const run_cfg *rc) {
     if (model_build(&m, rc->kind, rc->batch)) return o;
     CHECK_OK(model_init(&m, 42 + (uint64_t)r)); /* rank 0's weights must win */
     CHECK_OK(dt_comm_set_algo(c, rc->algo));
-    dt_ddp_opts dopt = {
-        .bucket_mb = rc->bucket_mb, .overlap = rc->overlap, .average = 1, .sparse = !rc->dense};
+    dt_ddp_opts dopt = {.bucket_mb = rc->bucket_mb,
+                        .overlap = rc->overlap,
+                        .average = !rc->prescale,
+                        .sparse = !rc->dense};
     dt_ddp *d = NULL;
     CHECK_OK(dt_ddp_init(m.g, c, &dopt, &d));
     if (!d) return o;
@@ -171,7 +175,7 @@ static run_out train(dt_comm *c, const run_cfg *rc) {
     dt_optim *opt = NULL;
     CHECK_OK(dt_optim_init(&oc, n, 0, n, groups, ng, &opt));
     for (int s = 0; opt && s < STEPS; s++) {
-        dt_graph_set_loss_scale(m.g, 1.0f / (float)rc->accum);
+        dt_graph_set_loss_scale(m.g, 1.0f / (float)(rc->accum * (rc->prescale ? nr : 1)));
         for (int k = 0; k < rc->accum; k++) {
             model_set_batch(&m, s, (r * rc->accum + k) * rc->batch);
             dt_graph_set_accumulate(m.g, k > 0);
@@ -327,6 +331,23 @@ static void sparse_rows(dt_comm *c, run_cfg rc, const char *name) {
     free_out(&sp), free_out(&de);
 }
 
+/* Gradients divided by N through the loss and summed vs summed and then divided: the same bits
+ * when N is a power of two (scaling by 2^-k is exact in every op of backward, barring
+ * underflow), within fp32 rounding otherwise. */
+static void prescaled(dt_comm *c, run_cfg rc, const char *name) {
+    char what[128];
+    run_out avg = train(c, &rc);
+    rc.prescale = 1;
+    run_out pre = train(c, &rc);
+    snprintf(what, sizeof what, "%s: loss scaled by 1/N and summed vs averaged", name);
+    if ((N & (N - 1)) == 0)
+        same_bits(what, &pre, &avg);
+    else
+        compare(what, &pre, &avg, rc.adamw);
+    check_same_everywhere(c, &pre, what);
+    free_out(&avg), free_out(&pre);
+}
+
 /* 2 micro-steps of b rows (communicating on the last) vs 1 step of 2 b rows, both on N ranks. */
 static void accumulation(dt_comm *c, run_cfg rc) {
     rc.accum = 2;
@@ -406,11 +427,15 @@ int main(int argc, char **argv) {
     mlp.adamw = 1, mlp.clip = 1.0f;
     equivalence(c, single, mlp, "mlp adamw+clip");
     accumulation(c, mlp);
+    prescaled(c, mlp, "mlp adamw+clip");
+    mlp.accum = 2;
+    prescaled(c, mlp, "mlp adamw+clip, 2 micro-batches");
 
     run_cfg llama = {
         .kind = LLAMA, .batch = 1, .accum = 1, .overlap = 1, .bucket_mb = 0.01, .die_at = -1};
     equivalence(c, single, llama, "llama sgd");
     sparse_rows(c, llama, "llama sgd");
+    prescaled(c, llama, "llama sgd (sparse embedding rows)");
     /* One 25 MiB bucket would hold the whole model: the table still gets a bucket of its own. */
     run_cfg big = llama;
     big.bucket_mb = 25;
