@@ -207,9 +207,9 @@ int main(int argc, char **argv) {
     int rank = dt_comm_rank(c), world = dt_comm_size(c);
     run r = {0};
     dt_ddp *d = NULL;
-    /* per step: total, ddp wait, comm-thread time, then PH_N phase times */
-    double *ts = calloc((size_t)a.steps * (3 + PH_N), sizeof *ts), *wait = ts + a.steps,
-           *comm = ts + 2 * a.steps, *phase = ts + 3 * a.steps;
+    /* per step: total, ddp wait, comm-thread time and CPU time, then PH_N phase times */
+    double *ts = calloc((size_t)a.steps * (4 + PH_N), sizeof *ts), *wait = ts + a.steps,
+           *comm = ts + 2 * a.steps, *comm_cpu = ts + 3 * a.steps, *phase = ts + 4 * a.steps;
     double ph[PH_N], sent_mib = 0;
     const char *what = "build";
     if (!ts || build(&a, rank, &r)) goto fail;
@@ -244,24 +244,26 @@ int main(int argc, char **argv) {
         for (int k = 0; k < PH_N; k++) phase[k * a.steps + i] = ph[k];
         dt_ddp_stats st;
         dt_ddp_get_stats(d, &st); /* zeros without d */
-        wait[i] = st.wait_s, comm[i] = st.comm_s, sent_mib = (double)st.sent_bytes / 1048576.0;
+        wait[i] = st.wait_s, comm[i] = st.comm_s, comm_cpu[i] = st.comm_cpu_s;
+        sent_mib = (double)st.sent_bytes / 1048576.0;
     }
     if (rank == 0) {
         double med = median(ts, a.steps), mn = ts[0];
-        printf("dtrain %s %s world=%d threads/rank=%d batch/rank=%d overlap=%d bucket_mb=%g "
-               "buckets=%d grad_MiB=%.1f steps=%d warmup_s=%.2f median_step_s=%.4f "
-               "min_step_s=%.4f total_%s_per_s=%.1f per_rank_%s_per_s=%.1f ddp_wait_ms=%.1f "
-               "ddp_comm_ms=%.1f mpi_thread=%s fwd_ms=%.1f bwd_ms=%.1f wait_ms=%.1f opt_ms=%.1f "
-               "barrier_ms=%.1f fwd_cpu_ms=%.1f bwd_cpu_ms=%.1f sparse=%d sent_MiB=%.1f\n",
-               a.plain ? "plain" : "DDP", r.desc, world, a.threads, a.batch, a.overlap, a.bucket_mb,
-               dt_ddp_bucket_count(d), (double)r.n * 4 / 1048576.0, a.steps, tw, med, mn, r.unit,
-               world * r.items / med, r.unit, r.items / med, 1e3 * median(wait, a.steps),
-               1e3 * median(comm, a.steps), dt_comm_thread_level(c), 1e3 * median(phase, a.steps),
-               1e3 * median(phase + a.steps, a.steps), 1e3 * median(phase + 2 * a.steps, a.steps),
-               1e3 * median(phase + 3 * a.steps, a.steps),
-               1e3 * median(phase + 4 * a.steps, a.steps),
-               1e3 * median(phase + 5 * a.steps, a.steps),
-               1e3 * median(phase + 6 * a.steps, a.steps), a.sparse, sent_mib);
+        printf(
+            "dtrain %s %s world=%d threads/rank=%d batch/rank=%d overlap=%d bucket_mb=%g "
+            "buckets=%d grad_MiB=%.1f steps=%d warmup_s=%.2f median_step_s=%.4f "
+            "min_step_s=%.4f total_%s_per_s=%.1f per_rank_%s_per_s=%.1f ddp_wait_ms=%.1f "
+            "ddp_comm_ms=%.1f comm_cpu_ms=%.1f mpi_thread=%s fwd_ms=%.1f bwd_ms=%.1f wait_ms=%.1f "
+            "opt_ms=%.1f "
+            "barrier_ms=%.1f fwd_cpu_ms=%.1f bwd_cpu_ms=%.1f sparse=%d sent_MiB=%.1f\n",
+            a.plain ? "plain" : "DDP", r.desc, world, a.threads, a.batch, a.overlap, a.bucket_mb,
+            dt_ddp_bucket_count(d), (double)r.n * 4 / 1048576.0, a.steps, tw, med, mn, r.unit,
+            world * r.items / med, r.unit, r.items / med, 1e3 * median(wait, a.steps),
+            1e3 * median(comm, a.steps), 1e3 * median(comm_cpu, a.steps), dt_comm_thread_level(c),
+            1e3 * median(phase, a.steps), 1e3 * median(phase + a.steps, a.steps),
+            1e3 * median(phase + 2 * a.steps, a.steps), 1e3 * median(phase + 3 * a.steps, a.steps),
+            1e3 * median(phase + 4 * a.steps, a.steps), 1e3 * median(phase + 5 * a.steps, a.steps),
+            1e3 * median(phase + 6 * a.steps, a.steps), a.sparse, sent_mib);
         fflush(stdout);
     }
     dt_ddp_free(d);

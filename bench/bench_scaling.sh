@@ -61,7 +61,7 @@ ratio() { awk -v a="$1" -v b="$2" -v s="${3:-1}" 'BEGIN { if (a == "" || b == ""
 # other, so slow phases of this shared VM (another tenant, the host) fall on both sides and both
 # rank counts alike; the table takes each configuration's best round (lowest median step: noise
 # only ever slows a step), and the per-round efficiencies are printed below it.
-declare -A med wait comm mib sent ph phases
+declare -A med wait comm ccpu mib sent ph phases
 run_round() { # round
   local r=$1 o
   for m in resnet18 llama56m; do
@@ -72,7 +72,7 @@ run_round() { # round
     for np in 1 2; do
       o=$(ours $np "${oa[@]}")
       med[$m,dt,$np,$r]=$(field median_step_s <<<"$o"); wait[$m,$np,$r]=$(field ddp_wait_ms <<<"$o")
-      comm[$m,$np,$r]=$(field ddp_comm_ms <<<"$o"); mib[$m]=$(field grad_MiB <<<"$o")
+      comm[$m,$np,$r]=$(field ddp_comm_ms <<<"$o"); ccpu[$m,$np,$r]=$(field comm_cpu_ms <<<"$o"); mib[$m]=$(field grad_MiB <<<"$o")
       [[ $np == 2 ]] && sent[$m]=$(field sent_MiB <<<"$o")
       ph[$m,$np,$r]="fwd $(field fwd_ms <<<"$o") bwd $(field bwd_ms <<<"$o") wait $(field wait_ms <<<"$o") opt $(field opt_ms <<<"$o") barrier $(field barrier_ms <<<"$o") fwd_cpu $(field fwd_cpu_ms <<<"$o") bwd_cpu $(field bwd_cpu_ms <<<"$o")"
     done
@@ -118,7 +118,7 @@ row() { # model, label, items per rank, unit
     "$(ratio "$o0" "$o2" 100)" "$(med_of $per_op)" "$(ratio "$o1" "$o2" 100)" "$(med_of $per_o)" \
     "$(thr "$t0" 1)" "$(thr "$t1" 1)" "$(thr "$t2" 2)" \
     "$(ratio "$t0" "$t2" 100)" "$(med_of $per_tp)" "$(ratio "$t1" "$t2" 100)" "$(med_of $per_t)" "$(ratio "$t2" "$o2")"
-  summary+=("$name: best-round median step dtrain plain ${o0:-?}, DDP ${o1:-?} -> ${o2:-?} s; torch plain ${t0:-?}, DDP ${t1:-?} -> ${t2:-?} s; per-round efficiency vs plain: dtrain$per_op, torch$per_tp; vs DDP at 1 rank: dtrain$per_o, torch$per_t; dtrain at 2 ranks (round $r2) waits ${wait[$m,2,$r2]:-?} ms for the all-reduce after backward, comm thread in all-reduce ${comm[$m,2,$r2]:-?} ms, sent ${sent[$m]:-?} of ${mib[$m]:-?} MiB; phases (ms, 1 -> 2 ranks, best rounds) ${phases[$m,1]:-?} -> ${phases[$m,2]:-?}")
+  summary+=("$name: best-round median step dtrain plain ${o0:-?}, DDP ${o1:-?} -> ${o2:-?} s; torch plain ${t0:-?}, DDP ${t1:-?} -> ${t2:-?} s; per-round efficiency vs plain: dtrain$per_op, torch$per_tp; vs DDP at 1 rank: dtrain$per_o, torch$per_t; dtrain at 2 ranks (round $r2) waits ${wait[$m,2,$r2]:-?} ms for the all-reduce after backward, comm thread in all-reduce ${comm[$m,2,$r2]:-?} ms (${ccpu[$m,2,$r2]:-?} ms of it on the CPU), sent ${sent[$m]:-?} of ${mib[$m]:-?} MiB; phases (ms, 1 -> 2 ranks, best rounds) ${phases[$m,1]:-?} -> ${phases[$m,2]:-?}")
 }
 
 : >"$log"

@@ -237,6 +237,8 @@ void dt_ddp_bucket_range(const dt_ddp *d, int i, size_t *lo, size_t *hi);
 typedef struct dt_ddp_stats {
     double wait_s;       /* last communicating step: time in dt_ddp_wait (exposed comm) */
     double comm_s;       /* last communicating step: time the comm thread spent in collectives */
+    double comm_cpu_s;   /* last communicating step: CPU time the comm thread used in them (on a
+                            rank with one core, CPU taken from backward) */
     double wait_total_s; /* sums over all communicating steps */
     double comm_total_s;
     int64_t steps;         /* communicating steps (dt_ddp_wait calls with communication on) */

@@ -21,6 +21,13 @@ double dt_ddp_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* CPU time of the calling thread: the comm thread's share of its rank's cores. */
+static double thread_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 dt_status dt_ddp_run_job(dt_ddp *d, const ddp_job *j) {
     if (j->kind == JOB_F64) return dt_comm_allreduce_f64(d->c, j->f64, j->n);
     const ddp_bucket *bk = &d->b[j->bucket];
@@ -44,12 +51,12 @@ static void *comm_main(void *arg) {
         int skip = d->err != DT_OK;
         pthread_mutex_unlock(&d->mu);
 
-        double t0 = dt_ddp_now();
+        double t0 = dt_ddp_now(), c0 = thread_cpu();
         dt_status st = skip ? DT_OK : dt_ddp_run_job(d, &j);
-        double t = dt_ddp_now() - t0;
+        double t = dt_ddp_now() - t0, cpu = thread_cpu() - c0;
 
         pthread_mutex_lock(&d->mu);
-        d->comm_s += t;
+        d->comm_s += t, d->comm_cpu_s += cpu;
         if (st != DT_OK && d->err == DT_OK) {
             /* dt_last_error() is per thread: carry the message to the waiting thread. */
             d->err = st;
@@ -251,16 +258,16 @@ dt_status dt_ddp_wait(dt_ddp *d) {
     dt_status st = d->err;
     char msg[sizeof d->err_msg];
     memcpy(msg, d->err_msg, sizeof msg);
-    double comm = d->comm_s;
+    double comm = d->comm_s, comm_cpu = d->comm_cpu_s;
     size_t sent = d->sent;
     d->err = DT_OK;
-    d->comm_s = 0, d->sent = 0;
+    d->comm_s = 0, d->comm_cpu_s = 0, d->sent = 0;
     pthread_mutex_unlock(&d->mu);
     for (int k = 0; k < d->nb; k++) d->b[k].pending = d->b[k].n_params, d->b[k].queued = 0;
     d->n_complete = 0, d->twice = 0;
 
     double w = dt_ddp_now() - t0;
-    d->stats.wait_s = w, d->stats.comm_s = comm;
+    d->stats.wait_s = w, d->stats.comm_s = comm, d->stats.comm_cpu_s = comm_cpu;
     d->stats.sent_bytes = sent * sizeof(float);
     d->stats.wait_total_s += w, d->stats.comm_total_s += comm;
     d->stats.steps++;

@@ -71,8 +71,9 @@ struct dt_ddp {
     int quit;
     dt_status err;
     char err_msg[1024];
-    double comm_s; /* time in collectives since the last dt_ddp_wait */
-    size_t sent;   /* comm thread: gradient elements reduced since the last dt_ddp_wait */
+    double comm_s;     /* time in collectives since the last dt_ddp_wait */
+    double comm_cpu_s; /* the comm thread's CPU time in them */
+    size_t sent;       /* comm thread: gradient elements reduced since the last dt_ddp_wait */
     double gather_wait_s;
     dt_ddp_stats stats;
 };

@@ -280,6 +280,10 @@ static void equivalence(dt_comm *c, dt_comm *single, run_cfg rc, const char *nam
                1e3 * dist.stats.wait_total_s / (double)(dist.stats.steps ? dist.stats.steps : 1));
     CHECK(dist.stats.steps == STEPS, "%s: %lld communicating steps", name,
           (long long)dist.stats.steps);
+    /* one thread's CPU time cannot exceed its wall time (1 ms for the clocks' granularity) */
+    CHECK(dist.stats.comm_cpu_s >= 0 && dist.stats.comm_cpu_s <= dist.stats.comm_s + 1e-3,
+          "%s: comm thread CPU %.6f s in %.6f s of collectives", name, dist.stats.comm_cpu_s,
+          dist.stats.comm_s);
 
     run_cfg off = rc;
     off.overlap = 0;
