@@ -17,8 +17,10 @@ GB = 1e9
 MiB = 1 << 20
 
 # ---- Measured on the project's VM (2 cores, AMD Zen 5, AVX-512 + bf16) -------------------------
-# bench/RESULTS.md: ResNet-152, stock stem, 3x32x32, batch 32, SGD, 2 threads: 103.4 img/s.
-RESNET_IMG_S = 103.4
+# bench/RESULTS.md, whole-model table (`bash bench/bench_models.sh build`, commit a5bcf13, after
+# batchnorm was fused with the ReLU and residual add): ResNet-152, stock stem, 3x32x32, batch 32,
+# SGD, 2 threads: 125.0 img/s = 256 ms per step.
+RESNET_IMG_S = 125.0
 RESNET_BATCH = 32
 # `dtrain plan examples/resnet152.yaml model.small_stem=false`: 58,164,298 parameters.
 RESNET_PARAMS_PLAN = 58_164_298
@@ -475,7 +477,7 @@ def main():
     print(f"- ResNet-152 (stock stem, 32x32): {r.params:,} parameters, {grad_mb:.1f} MB of f32 "
           f"gradients in {len(fr)} buckets of 25 MiB; forward {r.fwd_gflop_per_img:.3f} "
           f"GFLOP/image, training 3x that; the measured step ({1e3 * RESNET_BATCH / RESNET_IMG_S:.0f}"
-          f" ms for 32 images) less the optimizer ({1e3 * r.opt_s:.0f} ms, memory-bound) gives "
+          f" ms for {RESNET_BATCH} images) less the optimizer ({1e3 * r.opt_s:.0f} ms, memory-bound) gives "
           f"{r.rate_vm / 1e9:.0f} GFLOP/s. Backward finishes the first bucket after "
           f"{100 * fr[0]:.0f}% of its work and the last at {100 * fr[-1]:.0f}%: "
           f"{100 * (1 - fr[0]):.0f}% of backward can hide communication.")
@@ -491,7 +493,8 @@ def main():
         print(f"- {name}: all-reduce bus bandwidth {bw / 1e9:.2f} GB/s, alpha {alpha * 1e6:.0f} us;"
               f" ResNet-152's gradients over 256 workers in {1e3 * ar:.0f} ms")
 
-    print("\n### ResNet-152, workers like our VM (309 ms per step of 32 images)")
+    print(f"\n### ResNet-152, workers like our VM ({1e3 * RESNET_BATCH / RESNET_IMG_S:.0f} ms per step "
+          f"of {RESNET_BATCH} images)")
     links_table("DDP (ZeRO-0), overlap on, 25 MiB buckets", r)
     links_table("DDP, overlap off (every bucket after backward)", r, overlap=False)
     stages_table("ZeRO stages at 25 Gbit/s, overlap on", r, ALL_LINKS[0][1])
