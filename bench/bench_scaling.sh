@@ -11,12 +11,15 @@
 # gloo still copies every gradient into its buckets and all-reduces them; dt_ddp at 1 rank does
 # little). throughput = ranks * per-rank batch / step time. Both sides run in the "tuned" environment of
 # bench/bench_models.sh (both OPENBLAS variables unset, glibc malloc kept from returning memory).
+# A fourth configuration per side, lockstep plain at 2 ranks (two independent plain trainings held
+# in step by the same barriers, exchanging nothing), splits the efficiency into what two workers
+# cost each other on this machine (sharing) and what the data-parallel engine costs (exchange).
 # Targets: efficiency >= 90% and above PyTorch DDP's; dt_comm within 10% of raw MPI.
 #
 #   bash bench/bench_scaling.sh [BUILD_DIR=build] [quick]
 # Environment: RESNET_BATCH (64), LLAMA_BATCH (8), ROUNDS (5), PIN (0; 1 pins rank r to core r on
 # both sides), DT_VENV (~/.cache/dtrain/venv; falls back to /usr/bin/python3 when it has no
-# torch). Raw lines: /tmp/bench_scaling.log. About 4 minutes a round on a quiet 2-core machine;
+# torch). Raw lines: /tmp/bench_scaling.log. About 5.5 minutes a round on a quiet 2-core machine;
 # "quick": one round, half the steps.
 set -uo pipefail
 build=${1:-build}
@@ -57,7 +60,8 @@ peer() { # world, bench_ddp.py args...
 
 ratio() { awk -v a="$1" -v b="$2" -v s="${3:-1}" 'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "n/a"; else printf (s == 100 ? "%.1f" : "%.2f"), s * a / b }'; }
 
-# Rounds: every round runs all twelve configurations (2 models x 2 sides x plain|1|2 ranks) one after the
+# Rounds: every round runs all sixteen configurations (2 models x 2 sides x plain at 1 and 2 (lockstep),
+# DDP at 1 and 2 ranks) one after the
 # other, so slow phases of this shared VM (another tenant, the host) fall on both sides and both
 # rank counts alike; the table takes each configuration's best round (lowest median step: noise
 # only ever slows a step), and the per-round efficiencies are printed below it.
@@ -77,11 +81,13 @@ run_round() { # round
       ph[$m,$np,$r]="fwd $(field fwd_ms <<<"$o") bwd $(field bwd_ms <<<"$o") wait $(field wait_ms <<<"$o") opt $(field opt_ms <<<"$o") barrier $(field barrier_ms <<<"$o") fwd_cpu $(field fwd_cpu_ms <<<"$o") bwd_cpu $(field bwd_cpu_ms <<<"$o")"
     done
     o=$(ours 1 "${oa[@]}" --plain 1); med[$m,dt,p,$r]=$(field median_step_s <<<"$o")
+    o=$(ours 2 "${oa[@]}" --plain 1); med[$m,dt,l,$r]=$(field median_step_s <<<"$o")
     for np in 1 2; do
       o=$(peer $np "${pa[@]}")
       med[$m,pt,$np,$r]=$(field median_step_s <<<"$o")
     done
     o=$(peer 1 "${pa[@]}" --plain); med[$m,pt,p,$r]=$(field median_step_s <<<"$o")
+    o=$(peer 2 "${pa[@]}" --plain); med[$m,pt,l,$r]=$(field median_step_s <<<"$o")
   done
 }
 
@@ -138,6 +144,30 @@ row llama56m "Llama 56M seq256 b$lb AdamW" "$((lb * 256))" tok
 echo
 for s in "${summary[@]}"; do echo "  $s"; done
 echo "Targets: efficiency >= 90% and above PyTorch DDP's."
+echo
+echo "Where the 2-rank step's time goes (medians of the per-round ratios): sharing = plain at 1 /"
+echo "two independent plain trainings in lockstep (barriers only, nothing exchanged): what two"
+echo "workers cost each other on this machine; exchange = lockstep plain at 2 / DDP at 2: what the"
+echo "data-parallel engine costs on top. Their product is the efficiency vs plain."
+echo
+echo "| model | dtrain sharing | dtrain exchange | torch sharing | torch exchange |"
+echo "|---|---|---|---|---|"
+split() { # model label
+  local m=$1 per_ds="" per_dx="" per_ts="" per_tx=""
+  for ((r = 1; r <= rounds; r++)); do
+    per_ds+=" $(ratio "${med[$m,dt,p,$r]:-}" "${med[$m,dt,l,$r]:-}" 100)%"
+    per_dx+=" $(ratio "${med[$m,dt,l,$r]:-}" "${med[$m,dt,2,$r]:-}" 100)%"
+    per_ts+=" $(ratio "${med[$m,pt,p,$r]:-}" "${med[$m,pt,l,$r]:-}" 100)%"
+    per_tx+=" $(ratio "${med[$m,pt,l,$r]:-}" "${med[$m,pt,2,$r]:-}" 100)%"
+  done
+  echo "| $2 | $(med_of $per_ds) | $(med_of $per_dx) | $(med_of $per_ts) | $(med_of $per_tx) |"
+  rounds_txt+=("$2 per round: sharing dtrain$per_ds, torch$per_ts; exchange dtrain$per_dx, torch$per_tx")
+}
+rounds_txt=()
+split resnet18 "ResNet-18 b$rb"
+split llama56m "Llama 56M b$lb"
+echo
+for s in "${rounds_txt[@]}"; do echo "  $s"; done
 echo
 echo "== all-reduce bus bandwidth: dt_comm vs raw MPI_Allreduce (bench/bench_comm.sh, 1..64 MiB, 5 rounds) =="
 "${tuned[@]}" sh "$here/bench_comm.sh" "$build" 64 5 2 5 2>&1 | tee -a "$log"
