@@ -241,6 +241,7 @@ typedef struct dt_ddp_stats {
                             rank with one core, CPU taken from backward) */
     double wait_total_s; /* sums over all communicating steps */
     double comm_total_s;
+    double comm_cpu_total_s;
     int64_t steps;         /* communicating steps (dt_ddp_wait calls with communication on) */
     size_t bytes_per_step; /* gradient bytes per step (the flat gradient buffer) */
     size_t sent_bytes;     /* last communicating step: gradient bytes reduced; less than

@@ -51,6 +51,10 @@ typedef struct dt_train_progress {
     double data_wait_total_s, comm_wait_total_s; /* this attempt so far (seconds) */
     double comm_bytes; /* gradient bytes this worker reduced in the last step (several workers;
                           less than the gradients when embedding rows were sent sparse) */
+    double comm_cpu; /* CPU time of the communication thread (all-reduces, ZeRO gathers) as a
+                        share of step time, last interval: the compute it took from this worker
+                        where it shares the worker's cores, even when overlap hides the wait */
+    double comm_cpu_total_s; /* this attempt so far (seconds) */
     double elapsed_s;
     int preempted; /* dt_trainer_request_stop: a checkpoint was saved and the run stopped */
 } dt_train_progress;

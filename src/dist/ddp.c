@@ -270,6 +270,7 @@ dt_status dt_ddp_wait(dt_ddp *d) {
     d->stats.wait_s = w, d->stats.comm_s = comm, d->stats.comm_cpu_s = comm_cpu;
     d->stats.sent_bytes = sent * sizeof(float);
     d->stats.wait_total_s += w, d->stats.comm_total_s += comm;
+    d->stats.comm_cpu_total_s += comm_cpu;
     d->stats.steps++;
     if (st != DT_OK) return dt_error_set(st, "%s", msg);
     if (twice)

@@ -48,6 +48,11 @@ static const struct {
     {"comm_bytes", "dtrain_allreduce_bytes",
      "Gradient bytes each worker reduced in the newest logged step (less than the model's "
      "gradients when embedding tables sent only the rows the batch looked up)."},
+    {"comm_cpu", "dtrain_comm_cpu_ratio",
+     "CPU time of the communication thread (all-reduces, ZeRO gathers) as a share of step time "
+     "over the last log interval: compute it took from the worker where they share cores."},
+    {"comm_cpu_s", "dtrain_comm_cpu_seconds",
+     "CPU seconds the communication thread has used in the run's current attempt so far."},
     {"eval_loss", "dtrain_eval_loss", "Loss of the newest evaluation."},
     {"eval_accuracy", "dtrain_eval_accuracy", "Accuracy of the newest evaluation."},
     {"eval_perplexity", "dtrain_eval_perplexity", "Perplexity of the newest evaluation."},

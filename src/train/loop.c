@@ -122,6 +122,10 @@ static dt_status log_line(dt_trainer *t) {
         t->prog.comm_bytes = (double)ds.sent_bytes;
         snprintf(comm, sizeof comm, "  comm-wait %.1f%%", 100 * t->prog.comm_wait);
         t->comm_wait_mark = w;
+        double cpu = ds.comm_cpu_total_s;
+        t->prog.comm_cpu = t->step_time_sum > 0 ? (cpu - t->comm_cpu_mark) / t->step_time_sum : 0;
+        t->prog.comm_cpu_total_s = cpu;
+        t->comm_cpu_mark = cpu;
     }
     t->prog.samples_per_s = dt > 0 ? (double)t->samples_since / dt : 0;
     t->prog.data_wait = t->step_time_sum > 0 ? t->wait_sum / t->step_time_sum : 0;

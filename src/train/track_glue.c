@@ -190,6 +190,8 @@ void dt_train_track_log(dt_trainer *t) {
         metric(t, "comm_wait", t->prog.comm_wait);
         metric(t, "comm_wait_s", t->prog.comm_wait_total_s);
         metric(t, "comm_bytes", t->prog.comm_bytes);
+        metric(t, "comm_cpu", t->prog.comm_cpu);
+        metric(t, "comm_cpu_s", t->prog.comm_cpu_total_s);
     }
 }
 

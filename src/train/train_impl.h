@@ -39,6 +39,7 @@ struct dt_trainer {
     /* interval statistics for the log line */
     double t_start, t_last, wait_sum, step_time_sum;
     double comm_wait_mark; /* ddp wait totals at the last log line */
+    double comm_cpu_mark;  /* comm-thread CPU total at the last log line */
     struct dt_train_ckpt *ck; /* checkpoints (src/train/ckpt.c) */
     double *ck_buf;           /* [2 + world * 5] the per-step checkpoint exchange */
     char *config_yaml;        /* the resolved config, for trainer_state.json */

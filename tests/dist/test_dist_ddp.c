@@ -284,6 +284,10 @@ static void equivalence(dt_comm *c, dt_comm *single, run_cfg rc, const char *nam
     CHECK(dist.stats.comm_cpu_s >= 0 && dist.stats.comm_cpu_s <= dist.stats.comm_s + 1e-3,
           "%s: comm thread CPU %.6f s in %.6f s of collectives", name, dist.stats.comm_cpu_s,
           dist.stats.comm_s);
+    CHECK(dist.stats.comm_cpu_total_s >= dist.stats.comm_cpu_s &&
+              dist.stats.comm_cpu_total_s <= dist.stats.comm_total_s + STEPS * 1e-3,
+          "%s: comm thread CPU %.6f s in all, %.6f s of collectives", name,
+          dist.stats.comm_cpu_total_s, dist.stats.comm_total_s);
 
     run_cfg off = rc;
     off.overlap = 0;

@@ -221,13 +221,18 @@ def case_prometheus():
     check(dw and 0 <= float(dw[0]["value"][1]) <= 1, "data-wait ratio in [0, 1]")
     cw = q("dtrain_comm_wait_ratio" + sel)
     check(cw and 0 <= float(cw[0]["value"][1]) <= 1, "all-reduce wait ratio in [0, 1]")
+    # one thread's CPU time over an interval of steps: at most the interval (2% for the clocks)
+    cc = q("dtrain_comm_cpu_ratio" + sel)
+    check(cc and 0 <= float(cc[0]["value"][1]) <= 1.02, "comm-thread CPU ratio in [0, 1]: %s"
+          % (cc[0]["value"][1] if cc else None))
     # gradient bytes each worker reduced in the newest step: whole f32 values, all of them (the
     # example ties its embedding to lm_head, so nothing is sent sparse: 0.8M parameters)
     cb = q("dtrain_allreduce_bytes" + sel)
     v = float(cb[0]["value"][1]) if cb else -1
     check(v > 1e6 and v % 4 == 0, "all-reduce bytes per step %s" % v)
     # cumulative wait seconds: published, never decreasing between two scrapes of an attempt
-    for name in ("dtrain_data_wait_seconds", "dtrain_allreduce_wait_seconds"):
+    for name in ("dtrain_data_wait_seconds", "dtrain_allreduce_wait_seconds",
+                 "dtrain_comm_cpu_seconds"):
         vals = [float(v[1]) for v in (q(name + sel + "[2m]") or [{"values": []}])[0]["values"]]
         check(vals and min(vals) >= 0 and vals == sorted(vals),
               "%s published and never decreasing (%d scrapes)" % (name, len(vals)))

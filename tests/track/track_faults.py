@@ -53,7 +53,7 @@ procs = []
 failures = 0
 EXP = "llama-tiny-fortunes"
 # keys logged every interval by a 2-worker job (src/train/track_glue.c)
-LOG_KEYS = ["comm_bytes", "comm_wait", "comm_wait_s", "data_wait", "data_wait_s", "grad_norm", "loss", "lr",
+LOG_KEYS = ["comm_bytes", "comm_cpu", "comm_cpu_s", "comm_wait", "comm_wait_s", "data_wait", "data_wait_s", "grad_norm", "loss", "lr",
             "samples_per_s", "tokens_per_s"]
 
 
