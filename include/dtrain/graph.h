@@ -69,6 +69,10 @@ typedef struct dt_graph_opts {
      * (0: exactly the trainable parameters). ZeRO pads them to world x shard elements so that
      * the shards are equal slices; the extra elements are zero and belong to no parameter. */
     size_t flat_capacity;
+    /* Keep every activation in its plain layout (NCHW) instead of letting chains of
+     * convolutions, batchnorms and pools pass channel-blocked ones (the default; the results
+     * agree to rounding). For tests and A/B measurements; also set by DT_GRAPH_PLAIN=1. */
+    int plain_layout;
 } dt_graph_opts;
 
 /* Derives the backward schedule from `loss` (a scalar), plans memory, allocates every buffer

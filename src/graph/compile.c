@@ -444,6 +444,8 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
     if (getenv("DT_PLAN_NO_REUSE")) o.no_reuse = 1; /* debugging aid: rule the planner out */
     const char *pz = getenv("DT_GRAPH_POISON");
     if (pz && pz[0] && strcmp(pz, "0")) o.poison = 1;
+    const char *pl = getenv("DT_GRAPH_PLAIN");
+    if (pl && pl[0] && strcmp(pl, "0")) o.plain_layout = 1;
     g->loss = loss;
     g->poison = o.poison;
     g->no_backward = o.no_backward;
@@ -457,6 +459,7 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
         goto fail;
     }
 #undef NEWI
+    dt_graph_choose_layouts(g, o.plain_layout);
     for (int i = 0; i < n; i++) {
         dt_node *nd = &g->nodes[i];
         if (nd->kind == DT_NODE_OP && nd->op->prepare) {

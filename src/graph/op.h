@@ -50,10 +50,22 @@ typedef struct dt_node {
     int requires_grad;
     int segment;             /* recompute segment index, -1 if none */
     int param;               /* index into the param table for params, else -1 */
+    int layout;              /* physical layout of the value and its gradient (compile) */
     char *name;              /* inputs and params */
 } dt_node;
 
 enum { DT_NODE_OP = 0, DT_NODE_INPUT = 1, DT_NODE_PARAM = 2 };
+
+/* Physical layouts of a node's value (and of its gradient, always the same). Shapes stay
+ * logical: a C16 value of shape [N, C, H, W] is stored as [N, C/16, H, W, 16] (oneDNN's nChw16c),
+ * the layout its AVX-512 convolutions read and write, so that a chain conv -> batchnorm -> conv
+ * passes activations without reordering them. The compiler picks C16 for a 4-D f32 value with
+ * C % 16 == 0 when its producer and every consumer accept it (dt_op_def.layouts) and the value
+ * is not user-visible (kept or the loss); see src/graph/layout.c. */
+enum { DT_LAYOUT_PLAIN = 0, DT_LAYOUT_C16 = 1 };
+#define DT_LAY_IN(i) (1u << (i)) /* dt_op_def.layouts: input i may be C16 */
+#define DT_LAY_OUT (1u << 4)     /* the output may be C16 */
+#define DT_LAY_TIED (1u << 5)    /* the output and those inputs are C16 together or not at all */
 
 typedef struct dt_op_ctx {
     const dt_node *node;
@@ -89,6 +101,9 @@ struct dt_op_def {
     dt_status (*forward)(const dt_op_ctx *c);
     dt_status (*backward)(const dt_op_ctx *c);
     void (*destroy)(dt_node *n); /* optional */
+    /* Optional: DT_LAY_* bits of the slots this node can handle in DT_LAYOUT_C16 (NULL: plain
+     * only). Called before prepare, which then reads node->layout and its inputs' layouts. */
+    unsigned (*layouts)(const dt_graph *g, const dt_node *n);
 };
 
 /* Adds an op node. Checks only generic things (ids valid, ndim); returns the id or -1. The

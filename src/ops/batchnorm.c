@@ -10,9 +10,11 @@
  * the running statistics. aux keeps the mean and 1/sqrt(var + eps) actually used (and the mode),
  * so backward is exact for both modes.
  *
- * Own OpenMP kernels rather than oneDNN: in NCHW this is a per-channel streaming reduction that
- * is memory-bound either way, and oneDNN would need blocked layouts (two reorders) plus its own
- * running-statistics handling. Sums are per-row float SIMD partials accumulated in double.
+ * Own OpenMP kernels rather than oneDNN: this is a per-channel streaming reduction that is
+ * memory-bound either way, and oneDNN would bring its own running-statistics handling. Sums are
+ * per-row float SIMD partials accumulated in double. Values that the graph keeps channel-blocked
+ * (DT_LAYOUT_C16, between convolutions) go through the same code with the sweeps in
+ * batchnorm_c16.c, dispatched per channel block; x, the residual and the output share a layout.
  *
  * Synchronised statistics (dt_graph_set_sync_batchnorm, torch.nn.SyncBatchNorm) in training:
  * forward all-reduces per-channel [sum x, sum x^2, count] (2C + 1 doubles, one call) and
@@ -39,6 +41,7 @@
 
 #include "dtrain/ops_cnn.h"
 #include "graph/op.h"
+#include "ops/batchnorm_impl.h"
 
 /* The fused ReLU's compares and selects: under the default -ftrapping-math GCC keeps them as
  * branches, and a loop with a data-dependent branch neither vectorises nor predicts well (the
@@ -59,20 +62,6 @@ enum {
 };                                 /* node->ip[]: ids of the running statistics, fused
                                     * epilogue: ReLU after, residual input present */
 enum { BN_X, BN_W, BN_B, BN_RES }; /* inputs (BN_RES only when fused with an add) */
-
-/* The fused epilogue of one call (all zero / NULL for plain batchnorm). Forward: y = relu?(bn(x)
- * + res?). Backward: the gradient reaching batchnorm is g = gout * (out > 0 ? 1 : 0) with a ReLU
- * (relu's own backward, so -0.0 and NaN come out as there), else gout; it is formed in place in
- * gout, row by row in the first sweep, so that the rest runs the plain kernels on it (the same
- * bits: the masking inside those loops changes how the compiler contracts and sums them). The
- * residual's gradient is g too, written (bres 0) or added (bres 1) like add's backward. */
-typedef struct bn_epi {
-    int relu;
-    const float *res; /* forward: residual [N, C, P], or NULL */
-    const float *out; /* backward: the op's output, for the ReLU mask */
-    float *gres;      /* backward: residual gradient, or NULL */
-    float bres;
-} bn_epi;
 
 /* The running statistics are not node inputs: a node has at most DT_MAX_IN (4) inputs and
  * batchnorm has five. They are DT_PARAM_STATE params, whose values stay at fixed addresses in
@@ -105,16 +94,31 @@ static inline float row_sqdev(const float *p, int64_t n, float m) {
  * depend on the block size or the thread count. */
 enum { BN_BLOCK = 64 };
 
-/* Block size for C channels: at most BN_BLOCK, small enough to give every thread a block. */
-static int64_t bn_block(int64_t C) {
-    int64_t t = omp_get_max_threads(), b = (C + t - 1) / t;
+/* Block size for C channels: at most BN_BLOCK, small enough to give every thread a block; a
+ * multiple of 16 for channel-blocked values. */
+static int64_t bn_block(const bn_geom *g) {
+    int64_t t = omp_get_max_threads(), b = (g->C + t - 1) / t;
+    if (g->c16) b = (b + 15) / 16 * 16;
     return b < 1 ? 1 : b > BN_BLOCK ? BN_BLOCK : b;
+}
+
+/* The geometry of node c's x (layout: the node's, which its x and residual share). */
+static bn_geom bn_geom_of(const dt_op_ctx *c) {
+    const dt_tensor *xt = &c->in[BN_X];
+    bn_geom g = {xt->shape[0], xt->shape[1], 0, c->node->layout == DT_LAYOUT_C16};
+    g.P = dt_tensor_numel(xt) / (g.N * g.C);
+    return g;
 }
 
 /* Channels [c0, c1) of x [N, C, P] in two passes, like PyTorch: s = sum x, m = float(sum / M),
  * v = sum (x - m)^2, M = N * P (arrays indexed from c0). */
-static void bn_block_moments(const float *x, int64_t N, int64_t C, int64_t P, int64_t c0,
-                             int64_t c1, double *s, float *m, double *v) {
+static void bn_block_moments(const float *x, const bn_geom *g, int64_t c0, int64_t c1, double *s,
+                             float *m, double *v) {
+    if (g->c16) {
+        bn16_block_moments(x, g, c0, c1, s, m, v);
+        return;
+    }
+    int64_t N = g->N, C = g->C, P = g->P;
     double M = (double)N * (double)P;
     for (int64_t c = c0; c < c1; c++) s[c - c0] = 0.0, v[c - c0] = 0.0;
     for (int64_t n = 0; n < N; n++)
@@ -125,15 +129,14 @@ static void bn_block_moments(const float *x, int64_t N, int64_t C, int64_t P, in
 }
 
 /* Training statistics of x [N, C, P]: mean[C], biased var[C]. */
-static void bn_batch_stats(float *mean, float *var, const float *x, int64_t N, int64_t C,
-                           int64_t P) {
-    double M = (double)N * (double)P;
-    int64_t B = bn_block(C);
+static void bn_batch_stats(float *mean, float *var, const float *x, const bn_geom *g) {
+    double M = (double)g->N * (double)g->P;
+    int64_t B = bn_block(g), C = g->C;
 #pragma omp parallel for schedule(static)
     for (int64_t c0 = 0; c0 < C; c0 += B) {
         int64_t c1 = c0 + B < C ? c0 + B : C;
         double s[BN_BLOCK], v[BN_BLOCK];
-        bn_block_moments(x, N, C, P, c0, c1, s, mean + c0, v);
+        bn_block_moments(x, g, c0, c1, s, mean + c0, v);
         for (int64_t c = c0; c < c1; c++) var[c] = (float)(v[c - c0] / M);
     }
 }
@@ -153,7 +156,12 @@ static inline void bn_apply_row(float *yp, const float *xp, const float *rp, flo
 /* y [N, C, P] = epilogue(x * alpha + beta) per channel, alpha = rstd * w, beta = b - mean * alpha
  * (the same association as PyTorch's CPU kernel). */
 static void bn_apply(float *y, const float *x, const float *mean, const float *rstd, const float *w,
-                     const float *b, int64_t N, int64_t C, int64_t P, const bn_epi *e) {
+                     const float *b, const bn_geom *g, const bn_epi *e) {
+    if (g->c16) {
+        bn16_apply(y, x, mean, rstd, w, b, g, e);
+        return;
+    }
+    int64_t N = g->N, C = g->C, P = g->P;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t n = 0; n < N; n++)
         for (int64_t c = 0; c < C; c++) {
@@ -204,16 +212,15 @@ static dt_status bn_sync_error(dt_status s, const char *what) {
  * sq[c] = sum x^2. sum x^2 is formed around the local mean m (a float) as
  *   sum (x - m)^2 + 2 m (sum x - M m) + M m^2
  * so the variance sq/M - (sum/M)^2 later cancels in double, not in float partials of x^2. */
-static void bn_local_sums(double *sum, double *sq, const float *x, int64_t N, int64_t C,
-                          int64_t P) {
-    double M = (double)N * (double)P;
-    int64_t B = bn_block(C);
+static void bn_local_sums(double *sum, double *sq, const float *x, const bn_geom *g) {
+    double M = (double)g->N * (double)g->P;
+    int64_t B = bn_block(g), C = g->C;
 #pragma omp parallel for schedule(static)
     for (int64_t c0 = 0; c0 < C; c0 += B) {
         int64_t c1 = c0 + B < C ? c0 + B : C;
         double v[BN_BLOCK];
         float m[BN_BLOCK];
-        bn_block_moments(x, N, C, P, c0, c1, sum + c0, m, v);
+        bn_block_moments(x, g, c0, c1, sum + c0, m, v);
         for (int64_t c = c0; c < c1; c++) {
             double sc = sum[c], mc = m[c - c0];
             sq[c] = v[c - c0] + 2.0 * mc * (sc - M * mc) + M * mc * mc;
@@ -224,13 +231,14 @@ static void bn_local_sums(double *sum, double *sq, const float *x, int64_t N, in
 /* Training forward with statistics over all workers (ws: [2C + 1] doubles). */
 static dt_status bn_forward_sync(const dt_op_ctx *c) {
     const dt_tensor *xt = &c->in[BN_X];
-    int64_t N = xt->shape[0], C = xt->shape[1], P = dt_tensor_numel(xt) / (N * C);
+    bn_geom gm = bn_geom_of(c);
+    int64_t N = gm.N, C = gm.C, P = gm.P;
     const float *x = xt->data, *w = c->in[BN_W].data, *b = c->in[BN_B].data;
     float *rm = bn_running(c, BN_RM), *rv = bn_running(c, BN_RV);
     float *mean = c->aux, *rstd = mean + C, *mode = rstd + C;
     float mom = c->node->fp[BN_MOMENTUM], eps = c->node->fp[BN_EPS];
     double *buf = c->ws; /* sum x [C], sum x^2 [C], count */
-    bn_local_sums(buf, buf + C, x, N, C, P);
+    bn_local_sums(buf, buf + C, x, &gm);
     buf[2 * C] = (double)N * (double)P;
     dt_status s = c->run->sync_fn(c->run->sync_ud, buf, 2 * (size_t)C + 1);
     if (s != DT_OK) return bn_sync_error(s, "all-reduce of the batch statistics");
@@ -256,7 +264,7 @@ static dt_status bn_forward_sync(const dt_op_ctx *c) {
     *mode = 2.0f;
     memcpy((char *)c->aux + bn_count_off(C), &M, sizeof M);
     bn_epi e = bn_epi_of(c);
-    bn_apply(c->out.data, x, mean, rstd, w, b, N, C, P, &e);
+    bn_apply(c->out.data, x, mean, rstd, w, b, &gm, &e);
     return DT_OK;
 }
 
@@ -264,7 +272,8 @@ static dt_status bn_forward_sync(const dt_op_ctx *c) {
 static dt_status bn_forward(const dt_op_ctx *c) {
     if (c->run->training && c->run->sync_fn) return bn_forward_sync(c);
     const dt_tensor *xt = &c->in[BN_X];
-    int64_t N = xt->shape[0], C = xt->shape[1], P = dt_tensor_numel(xt) / (N * C);
+    bn_geom gm = bn_geom_of(c);
+    int64_t N = gm.N, C = gm.C, P = gm.P;
     const float *x = xt->data, *w = c->in[BN_W].data, *b = c->in[BN_B].data;
     float *rm = bn_running(c, BN_RM), *rv = bn_running(c, BN_RV);
     float *mean = c->aux, *rstd = mean + C, *mode = rstd + C;
@@ -278,7 +287,7 @@ static dt_status bn_forward(const dt_op_ctx *c) {
                                 dt_shape_str(s, sizeof s, xt->ndim, xt->shape));
         }
         float *var = rstd; /* computed in place, then turned into rstd */
-        bn_batch_stats(mean, var, x, N, C, P);
+        bn_batch_stats(mean, var, x, &gm);
         for (int64_t k = 0; k < C; k++) {
             if (!c->recompute) {
                 rm[k] = (1.0f - mom) * rm[k] + mom * mean[k];
@@ -295,15 +304,19 @@ static dt_status bn_forward(const dt_op_ctx *c) {
         *mode = 0.0f;
     }
     bn_epi e = bn_epi_of(c);
-    bn_apply(c->out.data, x, mean, rstd, w, b, N, C, P, &e);
+    bn_apply(c->out.data, x, mean, rstd, w, b, &gm, &e);
     return DT_OK;
 }
 
 /* Channels [c0, c1) of gy, x [N, C, P]: sg = sum gy, sgx = sum gy * (x - mean) (float partials
  * per row, summed in double; arrays indexed from c0). */
-static void bn_block_grad_sums(float *gy, const float *x, const float *mean, int64_t N, int64_t C,
-                               int64_t P, int64_t c0, int64_t c1, double *sg, double *sgx,
-                               const bn_epi *e) {
+static void bn_block_grad_sums(float *gy, const float *x, const float *mean, const bn_geom *gm,
+                               int64_t c0, int64_t c1, double *sg, double *sgx, const bn_epi *e) {
+    if (gm->c16) {
+        bn16_block_grad_sums(gy, x, mean, gm, c0, c1, sg, sgx, e);
+        return;
+    }
+    int64_t N = gm->N, C = gm->C, P = gm->P;
     for (int64_t c = c0; c < c1; c++) sg[c - c0] = 0.0, sgx[c - c0] = 0.0;
     for (int64_t n = 0; n < N; n++)
         for (int64_t c = c0; c < c1; c++) {
@@ -355,22 +368,36 @@ static inline void bn_gx_row(float *gx, const float *gy, const float *x, int64_t
     if (gx) bn_gx_row_plain(gx + off, gy + off, x + off, k, u, m, v, bx, P);
 }
 
+/* The second sweep over channels [c0, c1) (k, u, v indexed from c0): gx (+)= k * gy + u * (x -
+ * mean) + v when gx, and the residual's gradient. */
+static void bn_block_gx(float *gx, float bx, const float *gy, const float *x, const float *mean,
+                        const float *k, const float *u, const float *v, const bn_geom *g,
+                        int64_t c0, int64_t c1, const bn_epi *e) {
+    if (g->c16) {
+        bn16_block_gx(gx, bx, gy, x, mean, k, u, v, g, c0, c1, e);
+        return;
+    }
+    for (int64_t n = 0; n < g->N; n++)
+        for (int64_t c = c0; c < c1; c++)
+            bn_gx_row(gx, gy, x, (n * g->C + c) * g->P, k[c - c0], u[c - c0], mean[c], v[c - c0],
+                      bx, g->P, e);
+}
+
 /* Backward over x, gy [N, C, P] with the mean/rstd used forward. With xhat = (x - mean) * rstd:
  *   gb = sum gy,  gw = sum gy * xhat
  *   training: gx = w * rstd * (gy - gb / M - xhat * gw / M)   (mean and var depend on x)
  *   eval:     gx = w * rstd * gy                               (constants) */
 static void bn_backward_kernel(float *gx, float bx, float *gw, float bw, float *gb, float bb,
                                float *gy, const float *x, const float *mean, const float *rstd,
-                               const float *w, int training, int64_t N, int64_t C, int64_t P,
-                               const bn_epi *e) {
-    double M = (double)N * (double)P;
-    int64_t B = bn_block(C);
+                               const float *w, int training, const bn_geom *g, const bn_epi *e) {
+    double M = (double)g->N * (double)g->P;
+    int64_t B = bn_block(g), C = g->C;
 #pragma omp parallel for schedule(static)
     for (int64_t c0 = 0; c0 < C; c0 += B) {
         int64_t c1 = c0 + B < C ? c0 + B : C;
         double sg[BN_BLOCK], sgx[BN_BLOCK]; /* sum gy, sum gy * (x - mean) */
         float k[BN_BLOCK], u[BN_BLOCK], v[BN_BLOCK];
-        bn_block_grad_sums(gy, x, mean, N, C, P, c0, c1, sg, sgx, e);
+        bn_block_grad_sums(gy, x, mean, g, c0, c1, sg, sgx, e);
         for (int64_t c = c0; c < c1; c++) {
             double s = sg[c - c0], sx = sgx[c - c0];
             float r = rstd[c], gbc = (float)s, gwc = (float)(sx * r);
@@ -384,10 +411,7 @@ static void bn_backward_kernel(float *gx, float bx, float *gw, float bw, float *
             v[c - c0] = training ? (float)(-(double)kc * s / M) : 0.0f;
         }
         if (!gx && !e->gres) continue;
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t c = c0; c < c1; c++)
-                bn_gx_row(gx, gy, x, (n * C + c) * P, k[c - c0], u[c - c0], mean[c], v[c - c0], bx,
-                          P, e);
+        bn_block_gx(gx, bx, gy, x, mean, k, u, v, g, c0, c1, e);
     }
 }
 
@@ -397,7 +421,8 @@ static void bn_backward_kernel(float *gx, float bx, float *gw, float bw, float *
  *   gx = w * rstd * (gy - Gb / M - xhat * Gw / M)  with Gb, Gw the sums over all workers. */
 static dt_status bn_backward_sync(const dt_op_ctx *c) {
     const dt_tensor *xt = &c->in[BN_X];
-    int64_t N = xt->shape[0], C = xt->shape[1], P = dt_tensor_numel(xt) / (N * C);
+    bn_geom gm = bn_geom_of(c);
+    int64_t N = gm.N, C = gm.C, P = gm.P;
     const float *mean = c->aux, *rstd = mean + C, *w = c->in[BN_W].data;
     const float *x = xt->data;
     float *gy = c->gout.data, *gx = c->gin[BN_X].data, *gw = c->gin[BN_W].data,
@@ -412,11 +437,11 @@ static dt_status bn_backward_sync(const dt_op_ctx *c) {
     memcpy(&M, (const char *)c->aux + bn_count_off(C), sizeof M);
     double *buf = c->ws; /* sum gy [C], sum gy * xhat [C] */
     bn_epi e = bn_epi_of(c);
-    int64_t B = bn_block(C);
+    int64_t B = bn_block(&gm);
 #pragma omp parallel for schedule(static)
     for (int64_t c0 = 0; c0 < C; c0 += B) {
         int64_t c1 = c0 + B < C ? c0 + B : C;
-        bn_block_grad_sums(gy, x, mean, N, C, P, c0, c1, buf + c0, buf + C + c0, &e);
+        bn_block_grad_sums(gy, x, mean, &gm, c0, c1, buf + c0, buf + C + c0, &e);
         for (int64_t k = c0; k < c1; k++) {
             buf[C + k] *= rstd[k]; /* sum gy * xhat */
             if (gb) gb[k] = (bb != 0.0f ? gb[k] : 0.0f) + (float)buf[k];
@@ -433,27 +458,31 @@ static dt_status bn_backward_sync(const dt_op_ctx *c) {
     }
     dt_status s = c->run->sync_fn(c->run->sync_ud, buf, 2 * (size_t)C);
     if (s != DT_OK) return bn_sync_error(s, "all-reduce of the gradient sums in backward");
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t k = 0; k < C; k++) {
-            float m = mean[k], r = rstd[k], kk = w[k] * r;
+#pragma omp parallel for schedule(static)
+    for (int64_t c0 = 0; c0 < C; c0 += B) {
+        int64_t c1 = c0 + B < C ? c0 + B : C;
+        float kk[BN_BLOCK], u[BN_BLOCK], v[BN_BLOCK];
+        for (int64_t k = c0; k < c1; k++) {
+            float r = rstd[k];
             /* kk * (gy - Gb/M - (x - mean) * r * Gw / M) = kk*gy + u*(x - mean) + v */
-            float u = (float)(-(double)kk * r * buf[C + k] / M);
-            float v = (float)(-(double)kk * buf[k] / M);
-            bn_gx_row(gx, gy, x, (n * C + k) * P, kk, u, m, v, bx, P, &e);
+            kk[k - c0] = w[k] * r;
+            u[k - c0] = (float)(-(double)kk[k - c0] * r * buf[C + k] / M);
+            v[k - c0] = (float)(-(double)kk[k - c0] * buf[k] / M);
         }
+        bn_block_gx(gx, bx, gy, x, mean, kk, u, v, &gm, c0, c1, &e);
+    }
     return DT_OK;
 }
 
 static dt_status bn_backward(const dt_op_ctx *c) {
     const dt_tensor *xt = &c->in[BN_X];
-    int64_t N = xt->shape[0], C = xt->shape[1], P = dt_tensor_numel(xt) / (N * C);
-    const float *mean = c->aux, *rstd = mean + C, *mode = rstd + C;
+    bn_geom gm = bn_geom_of(c);
+    const float *mean = c->aux, *rstd = mean + gm.C, *mode = rstd + gm.C;
     if (*mode == 2.0f) return bn_backward_sync(c);
     bn_epi e = bn_epi_of(c);
     bn_backward_kernel(c->gin[BN_X].data, c->gin_beta[BN_X], c->gin[BN_W].data, c->gin_beta[BN_W],
                        c->gin[BN_B].data, c->gin_beta[BN_B], c->gout.data, xt->data, mean, rstd,
-                       c->in[BN_W].data, *mode != 0.0f, N, C, P, &e);
+                       c->in[BN_W].data, *mode != 0.0f, &gm, &e);
     return DT_OK;
 }
 
@@ -467,12 +496,20 @@ static dt_status bn_prepare(dt_graph *g, dt_node *n) {
     return DT_OK;
 }
 
+/* x, the residual and the output share one layout: plain or channel-blocked (only for 4-D x;
+ * the graph checks the shape). */
+static unsigned bn_layouts(const dt_graph *g, const dt_node *n) {
+    (void)g;
+    return n->t.ndim == 4 ? DT_LAY_IN(BN_X) | DT_LAY_IN(BN_RES) | DT_LAY_OUT | DT_LAY_TIED : 0u;
+}
+
 static const dt_op_def bn_def = {
     .name = "batchnorm2d",
     .flags = DT_OPF_BWD_IN(BN_X) | DT_OPF_BWD_IN(BN_W),
     .prepare = bn_prepare,
     .forward = bn_forward,
     .backward = bn_backward,
+    .layouts = bn_layouts,
 };
 
 /* With an epilogue; backward also reads the output (the ReLU mask: it is the next layer's input,
@@ -483,6 +520,7 @@ static const dt_op_def bn_fused_def = {
     .prepare = bn_prepare,
     .forward = bn_forward,
     .backward = bn_backward,
+    .layouts = bn_layouts,
 };
 
 /* Builder error with the op, what is wrong and all five shapes, under status `code`. */

@@ -6,13 +6,16 @@
  * every window holds at least one real element.
  *
  * Own OpenMP kernels, parallel over the N * C planes: pooling is memory-bound and runs once or
- * twice per ResNet, so plain loops on the NCHW tensors beat reordering for oneDNN. */
+ * twice per ResNet, so plain loops on the NCHW tensors beat reordering for oneDNN. maxpool2d and
+ * global_avgpool also read channel-blocked activations (DT_LAYOUT_C16, [N, C/16, H, W, 16]),
+ * which is how a ResNet's stem and last stage reach them; maxpool then computes the same values
+ * and gradients as in NCHW, bit for bit, with the 16 channels of a block in SIMD lanes. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "dtrain/ops_cnn.h"
-#include "graph/op.h"
+#include "graph/graph_impl.h"
 
 enum { PL_KH, PL_KW, PL_SH, PL_SW, PL_PH, PL_PW }; /* node->ip[] */
 
@@ -88,10 +91,60 @@ static void maxpool_backward_kernel(float *gx, float beta, const float *gy, cons
     }
 }
 
+/* Channel-blocked maxpool: x [planes/16, H, W, 16] -> y [planes/16, OH, OW, 16], arg per lane
+ * as in the plain kernel. Each lane visits its window in the plain kernel's order (rows, then
+ * taps) with the same compare, so values and argmaxes are the plain ones. */
+static void maxpool16_forward_kernel(float *y, int32_t *arg, const float *x, const pool_geom *p) {
+    const int64_t H = p->H, W = p->W, OH = p->OH, OW = p->OW;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < p->planes / 16; b++) {
+        const float *xp = x + b * H * W * 16;
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                int64_t h0 = oh * p->sh - p->ph, h1 = h0 + p->kh;
+                int64_t w0 = ow * p->sw - p->pw, w1 = w0 + p->kw;
+                h0 = h0 < 0 ? 0 : h0, h1 = h1 > H ? H : h1;
+                w0 = w0 < 0 ? 0 : w0, w1 = w1 > W ? W : w1;
+                float *yv = y + ((b * OH + oh) * OW + ow) * 16;
+                int32_t *av = arg + ((b * OH + oh) * OW + ow) * 16;
+                for (int l = 0; l < 16; l++) yv[l] = -INFINITY, av[l] = (int32_t)(h0 * W + w0);
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++) {
+                        const float *xv = xp + (h * W + w) * 16;
+                        int32_t at = (int32_t)(h * W + w);
+#pragma omp simd
+                        for (int l = 0; l < 16; l++) {
+                            float v = xv[l], cur = yv[l];
+                            int take = (v > cur) | isnan(v);
+                            yv[l] = take ? v : cur;
+                            av[l] = take ? at : av[l];
+                        }
+                    }
+            }
+    }
+}
+
+/* gx [planes/16, H, W, 16] = beta * gx + scatter-add of gy at arg, outputs in the plain order. */
+static void maxpool16_backward_kernel(float *gx, float beta, const float *gy, const int32_t *arg,
+                                      const pool_geom *p) {
+    const int64_t HW = p->H * p->W, OHW = p->OH * p->OW;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < p->planes / 16; b++) {
+        float *gp = gx + b * HW * 16;
+        if (beta == 0.0f) memset(gp, 0, (size_t)(HW * 16) * sizeof(float));
+        const float *g = gy + b * OHW * 16;
+        const int32_t *a = arg + b * OHW * 16;
+        for (int64_t i = 0; i < OHW * 16; i++) gp[(int64_t)a[i] * 16 + i % 16] += g[i];
+    }
+}
+
 static dt_status maxpool_forward(const dt_op_ctx *c) {
     pool_geom p;
     pool_geom_of(c, &p);
-    maxpool_forward_kernel(c->out.data, c->aux, c->in[0].data, &p);
+    if (c->node->layout == DT_LAYOUT_C16)
+        maxpool16_forward_kernel(c->out.data, c->aux, c->in[0].data, &p);
+    else
+        maxpool_forward_kernel(c->out.data, c->aux, c->in[0].data, &p);
     return DT_OK;
 }
 
@@ -99,7 +152,10 @@ static dt_status maxpool_backward(const dt_op_ctx *c) {
     if (!c->gin[0].data) return DT_OK;
     pool_geom p;
     pool_geom_of(c, &p);
-    maxpool_backward_kernel(c->gin[0].data, c->gin_beta[0], c->gout.data, c->aux, &p);
+    if (c->node->layout == DT_LAYOUT_C16)
+        maxpool16_backward_kernel(c->gin[0].data, c->gin_beta[0], c->gout.data, c->aux, &p);
+    else
+        maxpool_backward_kernel(c->gin[0].data, c->gin_beta[0], c->gout.data, c->aux, &p);
     return DT_OK;
 }
 
@@ -205,18 +261,78 @@ static void gap_backward_kernel(float *gx, float beta, const float *gy, int64_t 
     }
 }
 
+/* Channel-blocked: y [N, C] = mean over p of x [N, C/16, P, 16] (four partial sums per lane,
+ * like the SIMD reduction above; the order differs, so plain and blocked agree to rounding). */
+static void gap16_forward_kernel(float *y, const float *x, int64_t blocks, int64_t P) {
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; b++) {
+        const float *xp = x + b * P * 16;
+        float a[4][16] = {{0}};
+        int64_t i = 0;
+        for (; i + 4 <= P; i += 4)
+            for (int k = 0; k < 4; k++) {
+#pragma omp simd
+                for (int l = 0; l < 16; l++) a[k][l] += xp[(i + k) * 16 + l];
+            }
+        for (; i < P; i++) {
+#pragma omp simd
+            for (int l = 0; l < 16; l++) a[0][l] += xp[i * 16 + l];
+        }
+        for (int l = 0; l < 16; l++)
+            y[b * 16 + l] = ((a[0][l] + a[1][l]) + (a[2][l] + a[3][l])) / (float)P;
+    }
+}
+
+/* Channel-blocked: gx [N, C/16, P, 16] = beta * gx + gy [N, C] / P. */
+static void gap16_backward_kernel(float *gx, float beta, const float *gy, int64_t blocks,
+                                  int64_t P) {
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; b++) {
+        float v[16], *gp = gx + b * P * 16;
+        for (int l = 0; l < 16; l++) v[l] = gy[b * 16 + l] / (float)P;
+        for (int64_t i = 0; i < P; i++) {
+#pragma omp simd
+            for (int l = 0; l < 16; l++)
+                gp[i * 16 + l] = (beta != 0.0f ? gp[i * 16 + l] : 0.0f) + v[l];
+        }
+    }
+}
+
 static dt_status gap_forward(const dt_op_ctx *c) {
     const dt_tensor *x = &c->in[0];
-    gap_forward_kernel(c->out.data, x->data, x->shape[0] * x->shape[1], x->shape[2] * x->shape[3]);
+    int64_t planes = x->shape[0] * x->shape[1], P = x->shape[2] * x->shape[3];
+    if (dt_graph_node_(c->node->state, c->node->in[0])->layout == DT_LAYOUT_C16)
+        gap16_forward_kernel(c->out.data, x->data, planes / 16, P);
+    else
+        gap_forward_kernel(c->out.data, x->data, planes, P);
     return DT_OK;
 }
 
 static dt_status gap_backward(const dt_op_ctx *c) {
     if (!c->gin[0].data) return DT_OK;
     const dt_tensor *x = &c->in[0];
-    gap_backward_kernel(c->gin[0].data, c->gin_beta[0], c->gout.data, x->shape[0] * x->shape[1],
-                        x->shape[2] * x->shape[3]);
+    int64_t planes = x->shape[0] * x->shape[1], P = x->shape[2] * x->shape[3];
+    if (dt_graph_node_(c->node->state, c->node->in[0])->layout == DT_LAYOUT_C16)
+        gap16_backward_kernel(c->gin[0].data, c->gin_beta[0], c->gout.data, planes / 16, P);
+    else
+        gap_backward_kernel(c->gin[0].data, c->gin_beta[0], c->gout.data, planes, P);
     return DT_OK;
+}
+
+/* The graph, for the input's layout in the kernels (borrowed; nothing to destroy). */
+static dt_status gap_prepare(dt_graph *g, dt_node *n) {
+    n->state = g;
+    return DT_OK;
+}
+
+static unsigned maxpool_layouts(const dt_graph *g, const dt_node *n) {
+    (void)g, (void)n;
+    return DT_LAY_IN(0) | DT_LAY_OUT | DT_LAY_TIED;
+}
+
+static unsigned gap_layouts(const dt_graph *g, const dt_node *n) {
+    (void)g, (void)n;
+    return DT_LAY_IN(0);
 }
 
 static const dt_op_def maxpool_def = {
@@ -224,6 +340,7 @@ static const dt_op_def maxpool_def = {
     .prepare = maxpool_prepare,
     .forward = maxpool_forward,
     .backward = maxpool_backward,
+    .layouts = maxpool_layouts,
 };
 static const dt_op_def avgpool_def = {
     .name = "avgpool2d",
@@ -232,8 +349,10 @@ static const dt_op_def avgpool_def = {
 };
 static const dt_op_def gap_def = {
     .name = "global_avgpool",
+    .prepare = gap_prepare,
     .forward = gap_forward,
     .backward = gap_backward,
+    .layouts = gap_layouts,
 };
 
 /* Checks x and the window for maxpool2d / avgpool2d and adds the node. */

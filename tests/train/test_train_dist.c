@@ -187,29 +187,35 @@ int main(int argc, char **argv) {
     }
     free(lz0), free(lz2);
 
-    /* 3. ResNet with SyncBatchNorm: N x b == 1 x N*b; without sync, further away */
-    float *rs = train(RESNET, "mpi", 16, "dist.sync_batchnorm=true", NULL, &n);
-    float *rn = train(RESNET, "mpi", 16, NULL, NULL, &n1);
+    /* 3. ResNet with SyncBatchNorm: N x b == 1 x N*b; without sync, far away. A small-batch
+     * ResNet amplifies rounding differences step by step (measured: 1e-7 after 1 step, 2e-6
+     * after 5, 6e-4 after 20, where they reach the size of the effect tested), so this runs 5
+     * steps: there the same process with 2 threads instead of 1 (the same sums in another order)
+     * differs by ~3e-6, SyncBatchNorm by ~1e-7 and per-rank statistics by ~1e-3 (NCHW
+     * activations, DT_GRAPH_PLAIN=1: ~3e-5, ~1e-5 and ~1e-3). */
+    const char *S5 = "train.steps=5";
+    float *rs = train(RESNET, "mpi", 16, "dist.sync_batchnorm=true", S5, &n);
+    float *rn = train(RESNET, "mpi", 16, S5, NULL, &n1);
     check_same_on_all_ranks("resnet syncbn", rs, n);
     check_same_on_all_ranks("resnet", rn, n1);
     if (rank == 0) {
         size_t n2 = 0;
         size_t n3 = 0;
-        float *one = train(RESNET, "single", 16 * world, NULL, NULL, &n2);
-        float *two = train(RESNET, "single", 16 * world, "train.threads=2", NULL, &n3);
+        float *one = train(RESNET, "single", 16 * world, S5, NULL, &n2);
+        float *two = train(RESNET, "single", 16 * world, "train.threads=2", S5, &n3);
         if (rs && rn && one && two && CHECK(n == n2 && n1 == n2 && n3 == n2, "parameter count")) {
-            /* A small-batch ResNet amplifies rounding differences step by step (measured: 1e-7
-             * after 1 step, 2e-6 after 5, 6e-4 after 20), so 20 steps are judged against the
-             * same process with 2 threads instead of 1 -- the same sums in another order. */
             double ds = max_diff(rs, one, n), dn = max_diff(rn, one, n), dt = max_diff(two, one, n);
-            printf("  resnet, 20 steps, max |diff| from 1 process x 1 thread: %.3g with "
+            printf("  resnet, 5 steps, max |diff| from 1 process x 1 thread: %.3g with "
                    "SyncBatchNorm, %.3g without; 1 process x 2 threads: %.3g\n",
                    ds, dn, dt);
-            CHECK(ds <= 3 * dt + 1e-5,
+            CHECK(ds <= 3 * dt + 1e-6,
                   "resnet + SyncBatchNorm: N ranks x b vs 1 process x N*b "
-                  "(%.3g) within 3x the thread-count difference (%.3g)",
+                  "(%.3g) within 3x the thread-count difference (%.3g) + 1e-6",
                   ds, dt);
-            CHECK(dn > 3 * ds, "per-rank batch statistics differ from the global batch's");
+            CHECK(dn > 1e-4 && dn > 30 * ds,
+                  "per-rank batch statistics (%.3g) differ from the global batch's, by far more "
+                  "than SyncBatchNorm (%.3g)",
+                  dn, ds);
         }
         free(one), free(two);
         printf("  %d ranks, %zu resnet parameters\n", world, n);

@@ -1,0 +1,46 @@
+/* Batchnorm internals shared by the plain kernels (batchnorm.c) and the channel-blocked ones
+ * (batchnorm_c16.c). */
+#ifndef DTRAIN_OPS_BATCHNORM_IMPL_H
+#define DTRAIN_OPS_BATCHNORM_IMPL_H
+
+#include <stdint.h>
+
+/* x [N, C, P] (P = product of the trailing dims); c16: stored [N, C/16, P, 16] (nChw16c). */
+typedef struct bn_geom {
+    int64_t N, C, P;
+    int c16;
+} bn_geom;
+
+/* The fused epilogue of one call (all zero / NULL for plain batchnorm). Forward: y = relu?(bn(x)
+ * + res?). Backward: the gradient reaching batchnorm is g = gout * (out > 0 ? 1 : 0) with a ReLU
+ * (relu's own backward, so -0.0 and NaN come out as there), else gout; it is formed in place in
+ * gout, row by row in the first sweep, so that the rest runs the plain kernels on it (the same
+ * bits: the masking inside those loops changes how the compiler contracts and sums them). The
+ * residual's gradient is g too, written (bres 0) or added (bres 1) like add's backward. */
+typedef struct bn_epi {
+    int relu;
+    const float *res; /* forward: residual (x's shape and layout), or NULL */
+    const float *out; /* backward: the op's output, for the ReLU mask */
+    float *gres;      /* backward: residual gradient, or NULL */
+    float bres;
+} bn_epi;
+
+/* Channel-blocked kernels; [c0, c1) are multiples of 16 and arrays are indexed from c0. Each
+ * channel's sums run over n in order on the calling thread, as in the plain kernels, so results
+ * do not depend on the thread count. */
+/* s = sum x, m = float(s / M), v = sum (x - m)^2 (two passes, M = N * P). */
+void bn16_block_moments(const float *x, const bn_geom *g, int64_t c0, int64_t c1, double *s,
+                        float *m, double *v);
+/* y = epilogue(x * alpha + beta), alpha = rstd * w, beta = b - mean * alpha (all channels,
+ * parallel over samples and blocks). */
+void bn16_apply(float *y, const float *x, const float *mean, const float *rstd, const float *w,
+                const float *b, const bn_geom *g, const bn_epi *e);
+/* ReLU mask applied to gy in place (with e->relu), then sg = sum gy, sgx = sum gy * (x - mean). */
+void bn16_block_grad_sums(float *gy, const float *x, const float *mean, const bn_geom *g,
+                          int64_t c0, int64_t c1, double *sg, double *sgx, const bn_epi *e);
+/* gx (+)= k * gy + u * (x - mean) + v (bx 0 or 1; gx may be NULL) and e->gres (+)= gy. */
+void bn16_block_gx(float *gx, float bx, const float *gy, const float *x, const float *mean,
+                   const float *k, const float *u, const float *v, const bn_geom *g, int64_t c0,
+                   int64_t c1, const bn_epi *e);
+
+#endif

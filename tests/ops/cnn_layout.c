@@ -1,0 +1,246 @@
+/* Channel-blocked activations (DT_LAYOUT_C16, src/graph/layout.c).
+ *
+ * - choice: which values a compile blocks (4-D f32 with C % 16 == 0 between ops that read and
+ *   write the layout), and what turns it off: a plain consumer, a kept value (user-visible),
+ *   batchnorm's tie of x, residual and output, the plain_layout option;
+ * - equivalence: the same network compiled blocked and plain gives the same loss, gradients
+ *   and running statistics to rounding (the batchnorm and global-pool sums run in another
+ *   order), in training, eval and with synchronised batchnorm, also with poisoned buffers;
+ *   through convolutions and max pooling only, the gradients are the same bits;
+ * - finite differences on a blocked network (convolutions, batchnorm with and without a
+ *   residual, global pooling), in training and eval mode. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "graph/graph_impl.h"
+#include "harness.h"
+
+typedef struct net {
+    int x, a, b, c, d, e, f, gg, h, i, j, r, loss;
+} net;
+
+/* Batchnorm parameters named <nm>.{w,b,rm,rv}: ids in p[4]. */
+static void bn_params(dt_graph *g, const char *nm, int64_t C, int p[4]) {
+    static const char *suf[4] = {"w", "b", "rm", "rv"};
+    static const unsigned fl[4] = {DT_PARAM_NO_DECAY, DT_PARAM_NO_DECAY, DT_PARAM_STATE,
+                                   DT_PARAM_STATE};
+    char s[64];
+    for (int k = 0; k < 4; k++) {
+        snprintf(s, sizeof s, "%s.%s", nm, suf[k]);
+        p[k] = dt_graph_param(g, s, DT_F32, 1, &C, fl[k]);
+    }
+}
+
+static int conv(dt_graph *g, const char *nm, int x, int64_t O, int64_t C, int k) {
+    int w = dt_graph_param(g, nm, DT_F32, 4, (int64_t[]){O, C, k, k}, 0);
+    return dt_conv2d(g, x, w, -1, 1, 1, k / 2, k / 2, 1, 1, 1);
+}
+
+static int bn(dt_graph *g, const char *nm, int x, int64_t C, int res, int relu, int plain_op) {
+    int p[4];
+    bn_params(g, nm, C, p);
+    if (plain_op) return dt_batchnorm2d(g, x, p[0], p[1], p[2], p[3], 0.1f, 1e-5f);
+    return dt_batchnorm2d_fused(g, x, p[0], p[1], p[2], p[3], 0.1f, 1e-5f, res, relu);
+}
+
+/* x [N, 3, HW, HW] -> conv a (16) -> bn b (relu) -> conv c (16) -> bn d (+ b, relu) -> maxpool e
+ * -> conv f (24 channels: stays plain) -> bn gg -> conv h (32) -> bn i (relu) -> global pool j
+ * [N, 32] -> loss. relu 0 and pool 0 (for finite differences): no ReLU, no max pooling. */
+static dt_graph *build(net *m, int N, int HW, int relu, int pool, int keep_b) {
+    dt_graph *g = dt_graph_init();
+    m->x = dt_graph_input(g, "x", DT_F32, 4, (int64_t[]){N, 3, HW, HW}, 1);
+    m->a = conv(g, "a", m->x, 16, 3, 3);
+    m->b = bn(g, "bn_b", m->a, 16, -1, relu, 0);
+    m->c = conv(g, "c", m->b, 16, 16, 3);
+    m->d = bn(g, "bn_d", m->c, 16, m->b, relu, 0);
+    m->e = pool ? dt_maxpool2d(g, m->d, 2, 2, 2, 2, 0, 0) : m->d;
+    m->f = conv(g, "f", m->e, 24, 16, 1);
+    m->gg = bn(g, "bn_g", m->f, 24, -1, 0, 1);
+    m->h = conv(g, "h", m->gg, 32, 24, 3);
+    m->i = bn(g, "bn_i", m->h, 32, -1, relu, 0);
+    m->j = dt_global_avgpool(g, m->i);
+    m->loss = dt_test_dotloss(g, m->j, &m->r);
+    CHECK(m->loss >= 0, "build: %s", dt_last_error());
+    if (keep_b) CHECK_OK(dt_graph_keep(g, m->b));
+    CHECK_OK(dt_graph_keep(g, m->j));
+    return g;
+}
+
+/* Deterministic leaves: N(0, 1); running variances 0.5 + |N(0, 1)|. */
+static void fill(dt_graph *g, const net *m) {
+    for (int i = 0; i < dt_graph_param_count(g); i++) {
+        const dt_param_info *p = dt_graph_param_info(g, i);
+        dt_test_randn(g, p->id, 100 + (uint64_t)i, p->flags & DT_PARAM_STATE ? 0.5f : 0.3f);
+        if (strstr(p->name, ".rv")) {
+            float *v = dt_graph_value(g, p->id)->data;
+            for (size_t k = 0; k < p->numel; k++) v[k] = 0.5f + fabsf(v[k]);
+        }
+    }
+    dt_test_randn(g, m->x, 7, 1.0f);
+    dt_test_randn(g, m->r, 8, 1.0f);
+}
+
+static int layout(dt_graph *g, int id) {
+    return dt_graph_node_(g, id)->layout;
+}
+
+static void expect(dt_graph *g, const char *cs, const char *name, int id, int want) {
+    CHECK(layout(g, id) == want, "%s: %s is %s, expected %s", cs, name,
+          layout(g, id) ? "C16" : "plain", want ? "C16" : "plain");
+}
+
+static void choice(void) {
+    net m;
+    dt_graph *g = build(&m, 2, 8, 1, 1, 0);
+    CHECK_OK(dt_graph_compile(g, m.loss, NULL));
+    const char *cs = "default";
+    expect(g, cs, "input x", m.x, 0);
+    expect(g, cs, "conv a", m.a, 1);
+    expect(g, cs, "bn b", m.b, 1);
+    expect(g, cs, "conv c", m.c, 1);
+    expect(g, cs, "bn d (residual b)", m.d, 1);
+    expect(g, cs, "maxpool e", m.e, 1);
+    expect(g, cs, "conv f (24 channels)", m.f, 0);
+    expect(g, cs, "bn gg (24 channels)", m.gg, 0);
+    expect(g, cs, "conv h", m.h, 1);
+    expect(g, cs, "bn i", m.i, 1);
+    expect(g, cs, "global pool j (2-D, kept)", m.j, 0);
+    dt_graph_free(g);
+
+    /* Keeping b (user-visible) makes it plain, and with it everything tied to it: the bn that
+     * produces it (and so conv a's output), the bn that adds it (d, so conv c's output) and the
+     * max pool tied to d. */
+    g = build(&m, 2, 8, 1, 1, 1);
+    CHECK_OK(dt_graph_compile(g, m.loss, NULL));
+    cs = "b kept";
+    expect(g, cs, "conv a", m.a, 0);
+    expect(g, cs, "bn b", m.b, 0);
+    expect(g, cs, "conv c", m.c, 0);
+    expect(g, cs, "bn d", m.d, 0);
+    expect(g, cs, "maxpool e", m.e, 0);
+    expect(g, cs, "conv h", m.h, 1);
+    expect(g, cs, "bn i", m.i, 1);
+    dt_graph_free(g);
+
+    /* A consumer that reads plain values only (add) keeps its input plain, and batchnorm's tie
+     * carries that back to the conv before it. */
+    g = dt_graph_init();
+    int x = dt_graph_input(g, "x", DT_F32, 4, (int64_t[]){2, 16, 4, 4}, 1);
+    int a = conv(g, "a", x, 16, 16, 3);
+    int b = bn(g, "bn", a, 16, -1, 1, 0);
+    int s = dt_add(g, b, x), r;
+    int loss = dt_test_dotloss(g, dt_global_avgpool(g, s), &r);
+    CHECK_OK(dt_graph_compile(g, loss, NULL));
+    expect(g, "add consumer", "conv", a, 0);
+    expect(g, "add consumer", "bn", b, 0);
+    dt_graph_free(g);
+
+    g = build(&m, 2, 8, 1, 1, 0);
+    CHECK_OK(dt_graph_compile(g, m.loss, &(dt_graph_opts){.plain_layout = 1}));
+    int any = 0;
+    for (int i = 0; i < dt_graph_node_count(g); i++) any |= layout(g, i);
+    CHECK(!any, "plain_layout: no value is channel-blocked");
+    dt_graph_free(g);
+}
+
+static dt_status sync_alone(void *ud, double *buf, size_t n) {
+    (void)ud, (void)buf, (void)n;
+    return DT_OK;
+}
+
+/* One compiled, filled network after forward (mode 0 eval, 1 training, 2 synchronised) and, in
+ * training, backward. */
+static dt_graph *run(net *m, int N, int HW, int relu, int pool, int mode, int plain, int poison) {
+    dt_graph *g = build(m, N, HW, relu, pool, 0);
+    CHECK_OK(
+        dt_graph_compile(g, m->loss, &(dt_graph_opts){.plain_layout = plain, .poison = poison}));
+    fill(g, m);
+    if (mode == 2) dt_graph_set_sync_batchnorm(g, sync_alone, NULL);
+    CHECK_OK(dt_graph_forward(g, mode != 0));
+    if (mode) CHECK_OK(dt_graph_backward(g));
+    return g;
+}
+
+static void equivalence(int mode, int poison) {
+    static const char *modes[] = {"eval", "training", "sync batchnorm"};
+    net m, p;
+    dt_graph *gb = run(&m, 4, 16, 1, 1, mode, 0, poison), *gp = run(&p, 4, 16, 1, 1, mode, 1, 0);
+    char what[160];
+    const dt_tensor *jb = dt_graph_value(gb, m.j), *jp = dt_graph_value(gp, p.j);
+    snprintf(what, sizeof what, "%s%s: pooled features, blocked vs plain", modes[mode],
+             poison ? " (poisoned)" : "");
+    dt_check_close(what, jb->data, jp->data, dt_tensor_numel(jb), 1e-5, 1e-4);
+    for (int i = 0; i < dt_graph_param_count(gb); i++) {
+        const dt_param_info *pi = dt_graph_param_info(gb, i);
+        int state = pi->flags & DT_PARAM_STATE;
+        if (!state && !mode) continue;
+        const dt_tensor *a = state ? dt_graph_value(gb, pi->id) : dt_graph_grad(gb, pi->id);
+        const dt_tensor *b = state ? dt_graph_value(gp, pi->id) : dt_graph_grad(gp, pi->id);
+        snprintf(what, sizeof what, "%s%s: %s %s, blocked vs plain", modes[mode],
+                 poison ? " (poisoned)" : "", pi->name, state ? "value" : "gradient");
+        dt_check_close(what, a->data, b->data, (int64_t)pi->numel, 1e-5, 1e-4);
+    }
+    if (mode) {
+        const dt_tensor *a = dt_graph_grad(gb, m.x), *b = dt_graph_grad(gp, p.x);
+        snprintf(what, sizeof what, "%s: input gradient, blocked vs plain", modes[mode]);
+        dt_check_close(what, a->data, b->data, dt_tensor_numel(a), 1e-5, 1e-4);
+    }
+    dt_graph_free(gb), dt_graph_free(gp);
+}
+
+/* x -> conv (16) -> maxpool -> conv (32) -> global pool: the convolutions and the max pool
+ * compute the same bits in either layout, and so do all gradients (the global pool's backward
+ * divides by the same P); only the pooled sums (forward) run in another order. */
+static void same_bits_through_pool(void) {
+    dt_graph *g[2];
+    int ids[2][4];
+    for (int k = 0; k < 2; k++) {
+        dt_graph *h = g[k] = dt_graph_init();
+        int x = dt_graph_input(h, "x", DT_F32, 4, (int64_t[]){2, 3, 12, 12}, 1);
+        int a = conv(h, "w1", x, 16, 3, 3);
+        int e = dt_maxpool2d(h, a, 3, 3, 2, 2, 1, 1);
+        int c = conv(h, "w2", e, 32, 16, 3), r;
+        int loss = dt_test_dotloss(h, dt_global_avgpool(h, c), &r);
+        CHECK_OK(dt_graph_compile(h, loss, &(dt_graph_opts){.plain_layout = k}));
+        dt_test_randn(h, x, 1, 1.0f), dt_test_randn(h, r, 2, 1.0f);
+        dt_test_randn(h, dt_graph_find(h, "w1"), 3, 0.3f);
+        dt_test_randn(h, dt_graph_find(h, "w2"), 4, 0.3f);
+        CHECK_OK(dt_graph_forward(h, 1));
+        CHECK_OK(dt_graph_backward(h));
+        ids[k][0] = x, ids[k][1] = dt_graph_find(h, "w1"), ids[k][2] = dt_graph_find(h, "w2");
+        ids[k][3] = e;
+    }
+    CHECK(layout(g[0], ids[0][3]) == DT_LAYOUT_C16, "the max pool runs channel-blocked");
+    static const char *names[3] = {"x", "w1", "w2"};
+    for (int k = 0; k < 3; k++) {
+        const dt_tensor *a = dt_graph_grad(g[0], ids[0][k]), *b = dt_graph_grad(g[1], ids[1][k]);
+        CHECK(memcmp(a->data, b->data, dt_tensor_nbytes(a)) == 0,
+              "conv + maxpool: gradient of %s, blocked vs plain: same bits", names[k]);
+    }
+    dt_graph_free(g[0]), dt_graph_free(g[1]);
+}
+
+static void finite_differences(int training) {
+    net m;
+    dt_graph *g = build(&m, 2, 6, 0, 0, 0);
+    CHECK_OK(dt_graph_compile(g, m.loss, NULL));
+    CHECK(layout(g, m.b) == DT_LAYOUT_C16 && layout(g, m.d) == DT_LAYOUT_C16 &&
+              layout(g, m.i) == DT_LAYOUT_C16,
+          "finite differences: the batchnorms run channel-blocked");
+    fill(g, &m);
+    dt_gradcheck_opts o = {.training = training};
+    int bad = dt_gradcheck(g, m.loss, &o);
+    CHECK(bad == 0, "blocked network (%s): %d tensors failed the gradient check",
+          training ? "training" : "eval", bad);
+    dt_graph_free(g);
+}
+
+int main(void) {
+    choice();
+    for (int mode = 0; mode < 3; mode++) equivalence(mode, 0);
+    equivalence(1, 1);
+    same_bits_through_pool();
+    finite_differences(1);
+    finite_differences(0);
+    return dt_test_finish("cnn_layout");
+}
