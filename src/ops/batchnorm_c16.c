@@ -108,23 +108,48 @@ void bn16_apply(float *y, const float *x, const float *mean, const float *rstd, 
         }
 }
 
+/* One 16-lane row of the first backward sweep: gy through the ReLU mask (written back when
+ * RELU), a += gy, d += gy * (x - m). */
+static inline void grad_sums_row(float *gp, const float *op, const float *xp, const float *mb,
+                                 int relu, float *a, float *d) {
+#pragma omp simd
+    for (int l = 0; l < L; l++) {
+        float g = gp[l];
+        if (relu) gp[l] = g = g * (op[l] > 0.0f ? 1.0f : 0.0f);
+        a[l] += g;
+        d[l] += g * (xp[l] - mb[l]);
+    }
+}
+
+/* One [P, 16] block: the mask and both sums in one pass over memory, with BLOCK_SUM's four
+ * partials per lane (the same additions as separate passes would make). */
+static inline void grad_sums_block(float *gp, const float *op, const float *xp, const float *mb,
+                                   int64_t P, int relu, float *sa, float *sd) {
+    float a[4][L] = {{0}}, d[4][L] = {{0}};
+    int64_t i = 0;
+    for (; i + 4 <= P; i += 4)
+        for (int k = 0; k < 4; k++)
+            grad_sums_row(gp + (i + k) * L, relu ? op + (i + k) * L : NULL, xp + (i + k) * L, mb,
+                          relu, a[k], d[k]);
+    for (; i < P; i++)
+        grad_sums_row(gp + i * L, relu ? op + i * L : NULL, xp + i * L, mb, relu, a[0], d[0]);
+    for (int l = 0; l < L; l++) {
+        sa[l] = (a[0][l] + a[1][l]) + (a[2][l] + a[3][l]);
+        sd[l] = (d[0][l] + d[1][l]) + (d[2][l] + d[3][l]);
+    }
+}
+
 void bn16_block_grad_sums(float *gy, const float *x, const float *mean, const bn_geom *g,
                           int64_t c0, int64_t c1, double *sg, double *sgx, const bn_epi *e) {
-    int64_t P = g->P;
     for (int64_t c = c0; c < c1; c++) sg[c - c0] = 0.0, sgx[c - c0] = 0.0;
     for (int64_t n = 0; n < g->N; n++)
         for (int64_t cb = c0 / L; cb < c1 / L; cb++) {
             int64_t off = blk(g, n, cb);
-            float *gp = gy + off;
-            const float *xp = x + off, *mb = mean + cb * L;
-            if (e->relu) { /* relu's backward, in place (each block passes here once) */
-                const float *op = e->out + off;
-#pragma omp simd
-                for (int64_t i = 0; i < P * L; i++) gp[i] = gp[i] * (op[i] > 0.0f ? 1.0f : 0.0f);
-            }
             float a[L], d[L];
-            BLOCK_SUM(a, P, gp[p_ * L + l]);
-            BLOCK_SUM(d, P, gp[p_ * L + l] * (xp[p_ * L + l] - mb[l]));
+            if (e->relu) /* relu's backward, in place (each block passes here once) */
+                grad_sums_block(gy + off, e->out + off, x + off, mean + cb * L, g->P, 1, a, d);
+            else
+                grad_sums_block(gy + off, NULL, x + off, mean + cb * L, g->P, 0, a, d);
             for (int l = 0; l < L; l++) sg[cb * L + l - c0] += a[l], sgx[cb * L + l - c0] += d[l];
         }
 }

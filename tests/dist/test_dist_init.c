@@ -75,6 +75,54 @@ static void ddp_fake_backend(void) {
     dt_graph_free(g);
 }
 
+/* Tail bucket: the first parameters (the ones backward finishes last) that fit in 1 MiB get a
+ * bucket of their own, so the all-reduce after backward's end is small; the others fill 25 MiB
+ * buckets from the last parameter back. Parameters (floats): a 1,000, b 100,000 (with a
+ * non-trainable state between), c 300,000, d 7,000,000 (28 MB: alone), e 10. Buckets, last
+ * parameter first: [e], [d], [c], tail [a, b]. */
+static void ddp_tail_bucket(dt_comm *c) {
+    dt_graph *g = dt_graph_init();
+    static const int64_t sz[] = {1000, 100000, 300000, 7000000, 10};
+    static const char *nm[] = {"a", "b", "c", "d", "e"};
+    int x = dt_graph_input(g, "x", DT_F32, 1, (int64_t[]){1}, 0), p[5], sum = -1;
+    for (int i = 0; i < 5; i++) {
+        p[i] = dt_graph_param(g, nm[i], DT_F32, 1, &sz[i], 0);
+        if (i == 1) dt_graph_param(g, "state", DT_F32, 1, (int64_t[]){8}, DT_PARAM_STATE);
+        int t = dt_sum(g, dt_mul(g, p[i], x));
+        sum = sum < 0 ? t : dt_add(g, sum, t);
+    }
+    CHECK_OK(dt_graph_compile(g, sum, NULL));
+    dt_ddp *d = NULL;
+    CHECK_OK(dt_ddp_init(g, c, NULL, &d));
+    if (d) {
+        size_t lo[4], hi[4], n;
+        dt_graph_flat_grad(g, &n);
+        int nb = dt_ddp_bucket_count(d);
+        CHECK(nb == 4, "%d buckets, expected 4: e, d (larger than 25 MiB), c, tail a + b", nb);
+        for (int k = 0; k < nb && k < 4; k++) dt_ddp_bucket_range(d, k, &lo[k], &hi[k]);
+        if (nb == 4) {
+            const dt_param_info *pb = dt_graph_param_info(g, 1), *pc = dt_graph_param_info(g, 3);
+            CHECK(lo[3] == 0 && hi[3] == pb->offset + pb->numel,
+                  "tail bucket [%zu, %zu) holds exactly a and b", lo[3], hi[3]);
+            CHECK(lo[2] == pc->offset && hi[2] == pc->offset + pc->numel && hi[0] == n,
+                  "c alone before the tail, e first");
+        }
+        dt_ddp_free(d);
+    }
+    /* A model that fits the tail whole keeps one bucket. */
+    dt_ddp_opts o = dt_ddp_opts_default();
+    o.bucket_mb = 0.5; /* below the tail size: the tail shrinks to it */
+    CHECK_OK(dt_ddp_init(g, c, &o, &d));
+    if (d) {
+        size_t lo, hi;
+        dt_ddp_bucket_range(d, dt_ddp_bucket_count(d) - 1, &lo, &hi);
+        CHECK(lo == 0 && (hi - lo) * sizeof(float) <= (size_t)(0.5 * 1048576),
+              "tail bucket of %zu floats within a 0.5 MiB bucket size", hi - lo);
+        dt_ddp_free(d);
+    }
+    dt_graph_free(g);
+}
+
 int main(int argc, char **argv) {
     dt_threads_set(1);
     /* Test-only: make sure no launcher variable leaks in from the environment. */
@@ -130,6 +178,8 @@ int main(int argc, char **argv) {
     CHECK_OK(dt_comm_broadcast(c, a, sizeof a, 0));
     CHECK(dt_comm_broadcast(c, a, sizeof a, 1) == DT_ERR_RANGE, "root 1 of 1 accepted");
     CHECK_OK(dt_comm_barrier(c));
+
+    ddp_tail_bucket(c);
 
     /* dt_ddp on one process: gradients stay as backward left them. */
     dt_graph *g = dt_graph_init();

@@ -104,6 +104,16 @@ static void check_same_on_all_ranks(const char *what, const float *p, size_t n) 
     }
 }
 
+/* ||a - b|| / ||b|| over all n values. */
+static double rel_l2(const float *a, const float *b, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)a[i] - b[i];
+        d += e * e, r += (double)b[i] * b[i];
+    }
+    return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
 static double max_diff(const float *a, const float *b, size_t n) {
     double m = 0;
     for (size_t i = 0; i < n; i++)
@@ -190,9 +200,13 @@ int main(int argc, char **argv) {
     /* 3. ResNet with SyncBatchNorm: N x b == 1 x N*b; without sync, far away. A small-batch
      * ResNet amplifies rounding differences step by step (measured: 1e-7 after 1 step, 2e-6
      * after 5, 6e-4 after 20, where they reach the size of the effect tested), so this runs 5
-     * steps: there the same process with 2 threads instead of 1 (the same sums in another order)
-     * differs by ~3e-6, SyncBatchNorm by ~1e-7 and per-rank statistics by ~1e-3 (NCHW
-     * activations, DT_GRAPH_PLAIN=1: ~3e-5, ~1e-5 and ~1e-3). */
+     * steps and compares relative L2 distances of all parameters (a single ReLU input within
+     * rounding of 0 can flip and move one value by 1e-5; the norm is not fooled by that).
+     * Measured (2, 3, 4 ranks): SyncBatchNorm 7e-9, 4e-6, 3e-8; per-rank statistics 2.3e-4,
+     * 2.4e-4, 1.4e-4; the same process with 2 threads instead of 1 (the same sums in another
+     * order) 4e-7, 1.4e-6, 4.5e-7. The N partial gradients summed by MPI are another such order,
+     * so SyncBatchNorm must stay within 10x the thread-count distance, and the per-rank
+     * statistics at least 30x above SyncBatchNorm. */
     const char *S5 = "train.steps=5";
     float *rs = train(RESNET, "mpi", 16, "dist.sync_batchnorm=true", S5, &n);
     float *rn = train(RESNET, "mpi", 16, S5, NULL, &n1);
@@ -204,13 +218,14 @@ int main(int argc, char **argv) {
         float *one = train(RESNET, "single", 16 * world, S5, NULL, &n2);
         float *two = train(RESNET, "single", 16 * world, "train.threads=2", S5, &n3);
         if (rs && rn && one && two && CHECK(n == n2 && n1 == n2 && n3 == n2, "parameter count")) {
-            double ds = max_diff(rs, one, n), dn = max_diff(rn, one, n), dt = max_diff(two, one, n);
-            printf("  resnet, 5 steps, max |diff| from 1 process x 1 thread: %.3g with "
-                   "SyncBatchNorm, %.3g without; 1 process x 2 threads: %.3g\n",
-                   ds, dn, dt);
-            CHECK(ds <= 3 * dt + 1e-6,
+            double ds = rel_l2(rs, one, n), dn = rel_l2(rn, one, n), dt = rel_l2(two, one, n);
+            printf("  resnet, 5 steps, relative L2 distance from 1 process x 1 thread: %.3g with "
+                   "SyncBatchNorm, %.3g without; 1 process x 2 threads: %.3g (max |diff| %.3g, "
+                   "%.3g, %.3g)\n",
+                   ds, dn, dt, max_diff(rs, one, n), max_diff(rn, one, n), max_diff(two, one, n));
+            CHECK(ds <= 10 * dt + 1e-7,
                   "resnet + SyncBatchNorm: N ranks x b vs 1 process x N*b "
-                  "(%.3g) within 3x the thread-count difference (%.3g) + 1e-6",
+                  "(%.3g) within 10x the thread-count distance (%.3g) + 1e-7",
                   ds, dt);
             CHECK(dn > 1e-4 && dn > 30 * ds,
                   "per-rank batch statistics (%.3g) differ from the global batch's, by far more "
