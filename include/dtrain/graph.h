@@ -133,7 +133,9 @@ typedef dt_status (*dt_graph_allreduce_fn)(void *ud, double *buf, size_t n);
 void dt_graph_set_sync_batchnorm(dt_graph *g, dt_graph_allreduce_fn fn, void *ud);
 
 /* Access after compile: the node's value / gradient (NULL data if it has none or its memory
- * was reused; values of kept nodes, inputs and params are always valid). */
+ * was reused; values of kept nodes, inputs and params are always valid, and always in the
+ * shape's plain row-major layout. Other intermediate 4-D values between convolutions may be
+ * stored channel-blocked (nChw16c) under the same shape: keep a node to read it). */
 const dt_tensor *dt_graph_value(dt_graph *g, int id);
 const dt_tensor *dt_graph_grad(dt_graph *g, int id);
 int dt_graph_find(const dt_graph *g, const char *name); /* input/param by name, -1 if none */

@@ -364,8 +364,10 @@ static inline void bn_gres_row(float *gr, float br, const float *g, int64_t P) {
  * from gy already through the ReLU. */
 static inline void bn_gx_row(float *gx, const float *gy, const float *x, int64_t off, float k,
                              float u, float m, float v, float bx, int64_t P, const bn_epi *e) {
-    if (e->gres) bn_gres_row(e->gres + off, e->bres, gy + off, P);
+    /* gx before the residual's: when the residual is x itself, both are one buffer, which the
+     * graph has x's slot write first (beta 0) and the residual's add to (beta 1). */
     if (gx) bn_gx_row_plain(gx + off, gy + off, x + off, k, u, m, v, bx, P);
+    if (e->gres) bn_gres_row(e->gres + off, e->bres, gy + off, P);
 }
 
 /* The second sweep over channels [c0, c1) (k, u, v indexed from c0): gx (+)= k * gy + u * (x -

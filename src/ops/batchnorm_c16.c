@@ -163,6 +163,20 @@ void bn16_block_gx(float *gx, float bx, const float *gy, const float *x, const f
             int64_t off = blk(g, n, cb);
             const float *gp = gy + off, *xp = x + off, *mb = mean + cb * L;
             const float *kb = k + cb * L - c0, *ub = u + cb * L - c0, *vb = v + cb * L - c0;
+            /* gx before the residual's gradient, which may be the same buffer (batchnorm.c) */
+            for (int64_t i = 0; gx && i < P; i++) {
+                float *o = gx + off + i * L;
+                const float *gi = gp + i * L, *xi = xp + i * L;
+                if (bx != 0.0f) {
+#pragma omp simd
+                    for (int l = 0; l < L; l++)
+                        o[l] += kb[l] * gi[l] + ub[l] * (xi[l] - mb[l]) + vb[l];
+                } else {
+#pragma omp simd
+                    for (int l = 0; l < L; l++)
+                        o[l] = kb[l] * gi[l] + ub[l] * (xi[l] - mb[l]) + vb[l];
+                }
+            }
             if (e->gres) {
                 float *gr = e->gres + off;
                 if (e->bres != 0.0f) {
@@ -170,21 +184,6 @@ void bn16_block_gx(float *gx, float bx, const float *gy, const float *x, const f
                     for (int64_t i = 0; i < P * L; i++) gr[i] += gp[i];
                 } else {
                     memcpy(gr, gp, (size_t)(P * L) * sizeof *gr);
-                }
-            }
-            if (!gx) continue;
-            float *o = gx + off;
-            for (int64_t i = 0; i < P; i++) {
-                if (bx != 0.0f) {
-#pragma omp simd
-                    for (int l = 0; l < L; l++)
-                        o[i * L + l] +=
-                            kb[l] * gp[i * L + l] + ub[l] * (xp[i * L + l] - mb[l]) + vb[l];
-                } else {
-#pragma omp simd
-                    for (int l = 0; l < L; l++)
-                        o[i * L + l] =
-                            kb[l] * gp[i * L + l] + ub[l] * (xp[i * L + l] - mb[l]) + vb[l];
                 }
             }
         }

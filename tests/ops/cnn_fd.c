@@ -167,7 +167,7 @@ typedef struct fused_case {
     const char *name;
     int ndim;
     int64_t shape[4];
-    int relu, res; /* the epilogue */
+    int relu, res; /* the epilogue; res 2: the residual is x itself */
     int reuse;     /* x and the residual also feed a later add: their gradients accumulate */
     int mode;      /* 0 eval, 1 training, 2 training with synchronised statistics */
     int recompute; /* the op in a recompute segment */
@@ -184,7 +184,9 @@ static dt_graph *fused_run(const fused_case *c, int fused, int ids[4]) {
     dt_graph *g = dt_graph_init();
     int64_t C = c->shape[1];
     int x = dt_graph_input(g, "x", DT_F32, c->ndim, c->shape, 1);
-    int r = c->res ? dt_graph_input(g, "r", DT_F32, c->ndim, c->shape, 1) : -1;
+    int r = c->res == 1   ? dt_graph_input(g, "r", DT_F32, c->ndim, c->shape, 1)
+            : c->res == 2 ? x
+                          : -1;
     int w = dt_graph_param(g, "w", DT_F32, 1, &C, DT_PARAM_NO_DECAY);
     int b = dt_graph_param(g, "b", DT_F32, 1, &C, DT_PARAM_NO_DECAY);
     int rm = dt_graph_param(g, "rm", DT_F32, 1, &C, DT_PARAM_STATE);
@@ -249,6 +251,15 @@ static void fd_fused_residual(void) {
     check_graph(g, dt_batchnorm2d_fused(g, x, w, b, rm, rv, 0.1f, 1e-5f, r, 0),
                 "batchnorm2d_fused + residual train", 1);
     dt_graph_free(g);
+    g = dt_graph_init();
+    x = dt_graph_input(g, "x", DT_F32, 4, sh, 1);
+    w = dt_graph_param(g, "w", DT_F32, 1, &C, DT_PARAM_NO_DECAY);
+    b = dt_graph_param(g, "b", DT_F32, 1, &C, DT_PARAM_NO_DECAY);
+    rm = dt_graph_param(g, "rm", DT_F32, 1, &C, DT_PARAM_STATE);
+    rv = dt_graph_param(g, "rv", DT_F32, 1, &C, DT_PARAM_STATE);
+    check_graph(g, dt_batchnorm2d_fused(g, x, w, b, rm, rv, 0.1f, 1e-5f, x, 0),
+                "batchnorm2d_fused + x itself as the residual, train", 1);
+    dt_graph_free(g);
 }
 
 int main(void) {
@@ -291,6 +302,9 @@ int main(void) {
         {"fused add+relu 70 channels", 4, {2, 70, 5, 5}, 1, 1, 0, 1, 0},
         {"fused relu [N, C]", 2, {16, 3}, 1, 0, 0, 1, 0},
         {"fused add+relu [N, C] sync", 2, {16, 3}, 1, 1, 1, 2, 0},
+        /* relu(bn(x) + x): x's one gradient buffer gets both contributions */
+        {"fused add x itself + relu train", 4, {2, 5, 4, 4}, 1, 2, 0, 1, 0},
+        {"fused add x itself sync", 4, {2, 5, 4, 4}, 0, 2, 0, 2, 0},
     };
     for (size_t i = 0; i < sizeof fc / sizeof fc[0]; i++) fused_vs_separate(&fc[i]);
     fd_fused_residual();

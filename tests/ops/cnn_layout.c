@@ -220,6 +220,44 @@ static void same_bits_through_pool(void) {
     dt_graph_free(g[0]), dt_graph_free(g[1]);
 }
 
+/* relu(bn(a) + a) on a blocked conv output a: a's one gradient buffer takes both the
+ * batchnorm's input gradient and the residual's; blocked vs plain. */
+static void residual_is_input(void) {
+    dt_graph *g[2];
+    int ids[2][3];
+    for (int k = 0; k < 2; k++) {
+        dt_graph *h = g[k] = dt_graph_init();
+        int x = dt_graph_input(h, "x", DT_F32, 4, (int64_t[]){2, 3, 8, 8}, 1);
+        int a = conv(h, "w1", x, 16, 3, 3), p[4];
+        bn_params(h, "bn", 16, p);
+        int d = dt_batchnorm2d_fused(h, a, p[0], p[1], p[2], p[3], 0.1f, 1e-5f, a, 1);
+        int c = conv(h, "w2", d, 16, 16, 3), r;
+        int loss = dt_test_dotloss(h, dt_global_avgpool(h, c), &r);
+        CHECK_OK(dt_graph_compile(h, loss, &(dt_graph_opts){.plain_layout = k}));
+        for (int i = 0; i < dt_graph_param_count(h); i++) {
+            const dt_param_info *pi = dt_graph_param_info(h, i);
+            dt_test_randn(h, pi->id, 50 + (uint64_t)i, 0.3f);
+            if (strstr(pi->name, ".rv")) {
+                float *v = dt_graph_value(h, pi->id)->data;
+                for (size_t j = 0; j < pi->numel; j++) v[j] = 0.5f + fabsf(v[j]);
+            }
+        }
+        dt_test_randn(h, x, 1, 1.0f), dt_test_randn(h, r, 2, 1.0f);
+        CHECK_OK(dt_graph_forward(h, 1));
+        CHECK_OK(dt_graph_backward(h));
+        ids[k][0] = x, ids[k][1] = dt_graph_find(h, "w1"), ids[k][2] = a;
+    }
+    CHECK(layout(g[0], ids[0][2]) == DT_LAYOUT_C16, "residual = input: a runs channel-blocked");
+    static const char *names[2] = {"x", "w1"};
+    for (int k = 0; k < 2; k++) {
+        const dt_tensor *a = dt_graph_grad(g[0], ids[0][k]), *b = dt_graph_grad(g[1], ids[1][k]);
+        char what[96];
+        snprintf(what, sizeof what, "residual = input: gradient of %s, blocked vs plain", names[k]);
+        dt_check_close(what, a->data, b->data, dt_tensor_numel(a), 1e-5, 1e-4);
+    }
+    dt_graph_free(g[0]), dt_graph_free(g[1]);
+}
+
 static void finite_differences(int training) {
     net m;
     dt_graph *g = build(&m, 2, 6, 0, 0, 0);
@@ -240,6 +278,7 @@ int main(void) {
     for (int mode = 0; mode < 3; mode++) equivalence(mode, 0);
     equivalence(1, 1);
     same_bits_through_pool();
+    residual_is_input();
     finite_differences(1);
     finite_differences(0);
     return dt_test_finish("cnn_layout");
