@@ -10,6 +10,7 @@
  * - finite differences on a blocked network (convolutions, batchnorm with and without a
  *   residual, global pooling), in training and eval mode. */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "graph/graph_impl.h"
@@ -89,42 +90,43 @@ static void expect(dt_graph *g, const char *cs, const char *name, int id, int wa
           layout(g, id) ? "C16" : "plain", want ? "C16" : "plain");
 }
 
+/* Expected layout (1: C16) of each value of build()'s network, by default and with b kept.
+ * Keeping b (user-visible) makes it plain, and with it everything tied to it: the bn that
+ * produces it (and so conv a's output), the bn that adds it (d, so conv c's output) and the
+ * max pool tied to d. */
+static const struct {
+    const char *name;
+    size_t off;
+    int dflt, b_kept;
+} WANT[] = {
+    {"input x", offsetof(net, x), 0, 0},
+    {"conv a", offsetof(net, a), 1, 0},
+    {"bn b", offsetof(net, b), 1, 0},
+    {"conv c", offsetof(net, c), 1, 0},
+    {"bn d (residual b)", offsetof(net, d), 1, 0},
+    {"maxpool e", offsetof(net, e), 1, 0},
+    {"conv f (24 channels)", offsetof(net, f), 0, 0},
+    {"bn gg (24 channels)", offsetof(net, gg), 0, 0},
+    {"conv h", offsetof(net, h), 1, 1},
+    {"bn i", offsetof(net, i), 1, 1},
+    {"global pool j (2-D, kept)", offsetof(net, j), 0, 0},
+};
+
 static void choice(void) {
     net m;
-    dt_graph *g = build(&m, 2, 8, 1, 1, 0);
-    CHECK_OK(dt_graph_compile(g, m.loss, NULL));
-    const char *cs = "default";
-    expect(g, cs, "input x", m.x, 0);
-    expect(g, cs, "conv a", m.a, 1);
-    expect(g, cs, "bn b", m.b, 1);
-    expect(g, cs, "conv c", m.c, 1);
-    expect(g, cs, "bn d (residual b)", m.d, 1);
-    expect(g, cs, "maxpool e", m.e, 1);
-    expect(g, cs, "conv f (24 channels)", m.f, 0);
-    expect(g, cs, "bn gg (24 channels)", m.gg, 0);
-    expect(g, cs, "conv h", m.h, 1);
-    expect(g, cs, "bn i", m.i, 1);
-    expect(g, cs, "global pool j (2-D, kept)", m.j, 0);
-    dt_graph_free(g);
-
-    /* Keeping b (user-visible) makes it plain, and with it everything tied to it: the bn that
-     * produces it (and so conv a's output), the bn that adds it (d, so conv c's output) and the
-     * max pool tied to d. */
-    g = build(&m, 2, 8, 1, 1, 1);
-    CHECK_OK(dt_graph_compile(g, m.loss, NULL));
-    cs = "b kept";
-    expect(g, cs, "conv a", m.a, 0);
-    expect(g, cs, "bn b", m.b, 0);
-    expect(g, cs, "conv c", m.c, 0);
-    expect(g, cs, "bn d", m.d, 0);
-    expect(g, cs, "maxpool e", m.e, 0);
-    expect(g, cs, "conv h", m.h, 1);
-    expect(g, cs, "bn i", m.i, 1);
-    dt_graph_free(g);
+    for (int kept = 0; kept < 2; kept++) {
+        dt_graph *g = build(&m, 2, 8, 1, 1, kept);
+        CHECK_OK(dt_graph_compile(g, m.loss, NULL));
+        for (size_t k = 0; k < sizeof WANT / sizeof WANT[0]; k++)
+            expect(g, kept ? "b kept" : "default", WANT[k].name,
+                   *(const int *)((const char *)&m + WANT[k].off),
+                   kept ? WANT[k].b_kept : WANT[k].dflt);
+        dt_graph_free(g);
+    }
 
     /* A consumer that reads plain values only (add) keeps its input plain, and batchnorm's tie
      * carries that back to the conv before it. */
-    g = dt_graph_init();
+    dt_graph *g = dt_graph_init();
     int x = dt_graph_input(g, "x", DT_F32, 4, (int64_t[]){2, 16, 4, 4}, 1);
     int a = conv(g, "a", x, 16, 16, 3);
     int b = bn(g, "bn", a, 16, -1, 1, 0);
