@@ -6,15 +6,28 @@
  * Backward: gb = bf16(g) (into ws); dx = gb w (f32 out, added to dx with a sum post-op when
  *           gin_beta = 1); db = sum_r g. There is no dW: the weight is frozen.
  * All primitives are created once in prepare (node->state) with a user-managed scratchpad that
- * lives in the node's workspace, so a step allocates nothing. */
+ * lives in the node's workspace, so a step allocates nothing.
+ *
+ * Without bf16 matmul kernels (oneDNN 2.6 has none for AVX2-only CPUs such as AMD Zen 3; its
+ * matmul then reports dnnl_unimplemented) -- or with DT_LINEAR_BF16=f32 -- the same products
+ * run as f32 GEMMs: xr = x rounded to bf16 and kept as f32 (in ws), the weight widened to f32
+ * a block of FB_ROWS rows at a time (exact), y = xr w^T + b; backward dx = gr w over the same
+ * blocks (g rounded per block of columns). Every product of two bf16 values is exact in f32, so
+ * only the summation order differs from the bf16 kernels (tests/ops/linear_parity checks both
+ * against PyTorch). */
 #include <dnnl.h>
 #include <stdlib.h>
+#include <string.h>
 #include "dtrain/ops_linear.h"
+#include "dtrain/tensor.h"
 #include "graph/op.h"
 #include "ops/dnnl_util.h"
 
 /* linear.c */
 void dt_linear_bias_grad(float *db, const float *g, int64_t R, int64_t O, float beta);
+dt_status dt_linear_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                          int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                          int64_t ldc);
 
 enum { CVT_X, FWD, CVT_G, BWD, BWD_ACC, NPRIM };
 
@@ -25,6 +38,7 @@ typedef struct lin_bf16 {
     size_t sp_bytes[NPRIM];
     /* memory objects without buffers; handles are set at execution */
     dnnl_memory_t x, xb, wt, bias, y, g, gb, w, dx;
+    int64_t fb_rows; /* > 0: the f32 fallback, widening this many weight rows at a time */
 } lin_bf16;
 
 static size_t align64(size_t n) {
@@ -128,6 +142,21 @@ static dt_status lin_bf16_prepare(dt_graph *g, dt_node *n) {
                 {&s->g, &y}, {&s->gb, &gb}, {&s->w, &w},   {&s->dx, &x}};
     for (size_t i = 0; i < sizeof(mems) / sizeof(mems[0]) && !st; i++)
         st = dnnl_memory_create(mems[i].m, mems[i].md, s->eng, DNNL_MEMORY_NONE);
+    const char *force = getenv("DT_LINEAR_BF16");
+    if (st == dnnl_unimplemented || (force && !strcmp(force, "f32"))) {
+        /* No bf16 kernels here: the f32 fallback. ws: the rounded copy of x (or g), then the
+         * widened weight block of about 1 MiB. */
+        lin_bf16_destroy(n);
+        if (!(s = calloc(1, sizeof(*s))))
+            return dt_error_set(DT_ERR_NOMEM, "linear: out of memory for oneDNN state");
+        n->state = s;
+        s->fb_rows = in > 0 && (1 << 18) / in > 16 ? (1 << 18) / in : 16;
+        if (s->fb_rows > out) s->fb_rows = out > 0 ? out : 1;
+        size_t blk = align64((size_t)(s->fb_rows * in) * sizeof(float));
+        n->ws_fwd = align64((size_t)(R * in) * sizeof(float)) + blk;
+        n->ws_bwd = align64((size_t)(R * s->fb_rows) * sizeof(float)) + blk;
+        return DT_OK;
+    }
     if (st) {
         lin_bf16_destroy(n);
         return dt_error_set(
@@ -160,8 +189,56 @@ static dt_status run(lin_bf16 *s, int k, int nargs, dnnl_exec_arg_t *args, void 
     return dt_dnnl_check(st, "linear", "bf16 matmul execution");
 }
 
+/* x [n] -> its bf16 rounding, as f32 (what the bf16 kernels multiply). */
+static void round_bf16(float *dst, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = dt_bf16_to_f32(dt_bf16_from_f32(x[i]));
+}
+
+/* Fallback forward: y [R, out] = xr [R, in] wf^T (+ b), wf widened fb_rows rows at a time. */
+static dt_status fb_forward(const dt_op_ctx *c, const lin_bf16 *s) {
+    int64_t R = c->node->ip[0], in = c->node->ip[1], out = c->node->ip[2];
+    float *xr = c->ws, *wf = (float *)((char *)c->ws + align64((size_t)(R * in) * sizeof(float)));
+    const uint16_t *w = c->in[1].data;
+    float *y = c->out.data, beta = 0.0f;
+    round_bf16(xr, c->in[0].data, (size_t)(R * in));
+    if (c->node->ip[3]) {
+        for (int64_t r = 0; r < R; r++) memcpy(y + r * out, c->in[2].data, (size_t)out * 4);
+        beta = 1.0f;
+    }
+    for (int64_t o0 = 0; o0 < out; o0 += s->fb_rows) {
+        int64_t k = out - o0 < s->fb_rows ? out - o0 : s->fb_rows;
+        dt_bf16_to_f32_n(wf, w + o0 * in, (size_t)(k * in));
+        dt_status st = dt_linear_sgemm(0, 1, R, k, in, xr, in, wf, in, beta, y + o0, out);
+        if (st) return st;
+    }
+    return DT_OK;
+}
+
+/* Fallback backward: dx [R, in] (+)= gr [R, out] wf [out, in], block by block of wf's rows;
+ * gr's matching columns [R, k] are rounded into ws per block (a whole rounded copy of g would
+ * be R x out floats: 128 MiB for a 32000-token vocabulary and 1024 rows). */
+static dt_status fb_backward(const dt_op_ctx *c, const lin_bf16 *s) {
+    int64_t R = c->node->ip[0], in = c->node->ip[1], out = c->node->ip[2];
+    float *gr = c->ws;
+    float *wf = (float *)((char *)c->ws + align64((size_t)(R * s->fb_rows) * sizeof(float)));
+    const uint16_t *w = c->in[1].data;
+    const float *g = c->gout.data;
+    float beta = c->gin_beta[0] != 0.0f ? 1.0f : 0.0f;
+    for (int64_t o0 = 0; o0 < out; o0 += s->fb_rows) {
+        int64_t k = out - o0 < s->fb_rows ? out - o0 : s->fb_rows;
+        for (int64_t r = 0; r < R; r++) round_bf16(gr + r * k, g + r * out + o0, (size_t)k);
+        dt_bf16_to_f32_n(wf, w + o0 * in, (size_t)(k * in));
+        dt_status st = dt_linear_sgemm(0, 0, R, in, k, gr, k, wf, in, beta, c->gin[0].data, in);
+        if (st) return st;
+        beta = 1.0f;
+    }
+    if (out == 0 && beta == 0.0f) memset(c->gin[0].data, 0, (size_t)(R * in) * sizeof(float));
+    return DT_OK;
+}
+
 static dt_status lin_bf16_forward(const dt_op_ctx *c) {
     lin_bf16 *s = c->node->state;
+    if (s->fb_rows) return fb_forward(c, s);
     int64_t R = c->node->ip[0], in = c->node->ip[1];
     char *xb = c->ws, *sp = xb + align64((size_t)(R * in) * 2);
     dnnl_memory_set_data_handle(s->x, c->in[0].data);
@@ -188,7 +265,10 @@ static dt_status lin_bf16_backward(const dt_op_ctx *c) {
         return dt_error_set(DT_ERR_STATE,
                             "linear: a bf16 weight [%lld, %lld] cannot have a gradient",
                             (long long)out, (long long)c->node->ip[1]);
-    if (c->gin[0].data) {
+    if (c->gin[0].data && s->fb_rows) {
+        dt_status st = fb_backward(c, s);
+        if (st) return st;
+    } else if (c->gin[0].data) {
         char *gb = c->ws, *sp = gb + align64((size_t)(R * out) * 2);
         dnnl_memory_set_data_handle(s->g, c->gout.data);
         dnnl_memory_set_data_handle(s->gb, gb);

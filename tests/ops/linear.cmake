@@ -7,3 +7,6 @@ dt_test(NAME linear_parity SOURCES ops/linear_parity.c LABELS parity
 # The same with OpenBLAS as the f32 GEMM (DT_SGEMM=openblas; the default is oneDNN).
 dt_test(NAME linear_parity_openblas SOURCES ops/linear_parity.c LABELS parity
         FIXTURES_REQUIRED ref_linear ENV DT_SGEMM=openblas)
+# The f32 fallback of the bf16 linear (CPUs without bf16 kernels), forced on any CPU.
+dt_test(NAME linear_parity_bf16_f32 SOURCES ops/linear_parity.c LABELS parity
+        FIXTURES_REQUIRED ref_linear ENV DT_LINEAR_BF16=f32)

@@ -9,9 +9,13 @@
  *   bf16 linear vs exact reference:    atol 1e-4, rtol 1e-4 (bf16 products are exact in f32;
  *                                      only the f32 accumulation order differs)
  *   bf16 linear vs PyTorch's bf16 path: atol 2e-2, rtol 1e-2 (PyTorch rounds its result to
- *                                      bf16: relative error up to 2^-8)
+ *                                      bf16: relative error up to 2^-8), plus PyTorch's own
+ *                                      distance from the exact reference: on CPUs without
+ *                                      AVX-512 bf16 its kernels also round partial sums (seen
+ *                                      on AMD Zen 3: 5 bf16 ulps off the exact product)
  * A second backward with dt_graph_set_accumulate(g, 1) must double every parameter gradient
  * (the gin_beta = 1 path of each kernel). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "harness.h"
@@ -37,6 +41,24 @@ static const dt_tensor *get(const char *cs, const char *key, int raw) {
     const dt_tensor *t = raw ? dt_ref_raw(ref, name) : dt_ref_get(ref, name);
     CHECK(t != NULL, "reference %s missing", name);
     return t;
+}
+
+/* mine vs PyTorch's bf16 result `torch`, allowing atol + rtol |torch| plus PyTorch's own
+ * distance from the exact reference. */
+static void check_vs_torch(const char *what, const dt_tensor *mine, const dt_tensor *torch,
+                           const dt_tensor *exact, double atol, double rtol) {
+    if (!mine || !torch || !exact) return;
+    int64_t n = dt_tensor_numel(torch), bad = 0;
+    const float *m = mine->data, *t = torch->data, *e = exact->data;
+    double dev = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)t[i] - e[i]);
+        dev = d > dev ? d : dev;
+        bad += !(fabs((double)m[i] - t[i]) <= atol + rtol * fabs(t[i]) + d);
+    }
+    CHECK(dt_tensor_numel(mine) == n && bad == 0, "%s: %lld of %lld outside the tolerance", what,
+          (long long)bad, (long long)n);
+    printf("  %s: PyTorch's largest distance from the exact reference %.3g\n", what, dev);
 }
 
 /* Builds the case, runs forward/backward, compares out (against each of outs[]) and grads
@@ -73,7 +95,8 @@ static void run_case(const char *cs, int nleaf, const leaf *lv, build_fn build, 
     dt_check_tensor(what, dt_graph_value(g, out), get(cs, out_key, 0), atol, rtol);
     if (out_key2) {
         snprintf(what, sizeof what, "%s %s", cs, out_key2);
-        dt_check_tensor(what, dt_graph_value(g, out), get(cs, out_key2, 0), atol2, rtol2);
+        check_vs_torch(what, dt_graph_value(g, out), get(cs, out_key2, 0), get(cs, out_key, 0),
+                       atol2, rtol2);
     }
     for (int i = 0; i < nleaf; i++) {
         if (!lv[i].gkey) continue;
@@ -82,7 +105,8 @@ static void run_case(const char *cs, int nleaf, const leaf *lv, build_fn build, 
         dt_check_tensor(what, dt_graph_grad(g, ids[i]), get(cs, lv[i].gkey, 0), atol, rtol);
         if (exact_in) {
             snprintf(what, sizeof what, "%s %s", cs, gkey2);
-            dt_check_tensor(what, dt_graph_grad(g, ids[i]), get(cs, gkey2, 0), atol2, rtol2);
+            check_vs_torch(what, dt_graph_grad(g, ids[i]), get(cs, gkey2, 0),
+                           get(cs, lv[i].gkey, 0), atol2, rtol2);
         }
     }
     /* Accumulation: a second backward adds the same parameter gradients again. */
