@@ -70,8 +70,10 @@ typedef struct dt_graph_opts {
      * the shards are equal slices; the extra elements are zero and belong to no parameter. */
     size_t flat_capacity;
     /* Keep every activation in its plain layout (NCHW) instead of letting chains of
-     * convolutions, batchnorms and pools pass channel-blocked ones (the default; the results
-     * agree to rounding). For tests and A/B measurements; also set by DT_GRAPH_PLAIN=1. */
+     * convolutions, batchnorms and pools pass channel-blocked ones (the default where the CPU
+     * has AVX-512; the results agree to rounding). For tests and A/B measurements; also set by
+     * DT_GRAPH_PLAIN=1, and on CPUs without AVX-512, where oneDNN's convolutions use 8-channel
+     * blocks (DT_GRAPH_PLAIN=0 blocks anyway: tests of the blocked kernels). */
     int plain_layout;
 } dt_graph_opts;
 
@@ -146,6 +148,8 @@ const dt_tensor *dt_graph_shape(const dt_graph *g, int id);
 
 /* Flat buffers. */
 float *dt_graph_flat_param(dt_graph *g, size_t *n);
+/* Page-aligned, and its allocation a whole number of pages (dt_ddp shares it with the other
+ * ranks of the host: dt_comm_share). */
 float *dt_graph_flat_grad(dt_graph *g, size_t *n);
 /* Elements allocated in the flat parameter and gradient buffers (>= n; dt_graph_opts). */
 size_t dt_graph_flat_capacity(const dt_graph *g);

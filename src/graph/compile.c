@@ -12,6 +12,7 @@
  * offset that does not collide with a buffer whose lifetime overlaps). */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "dtrain/runtime.h"
 #include "graph/graph_impl.h"
 
@@ -122,6 +123,16 @@ static size_t pack(buf *bs, int n, int no_reuse) {
 static void *alloc_touched(size_t bytes) {
     void *p = aligned_alloc(ALIGN, align_up(bytes ? bytes : 1));
     if (p) memset(p, 0, align_up(bytes ? bytes : 1)); /* pay first-touch faults now */
+    return p;
+}
+
+/* The flat gradient buffer: page-aligned and a whole number of pages, so that dt_ddp can move
+ * its pages into memory the other ranks of the host can map (dt_comm_share). */
+static void *alloc_pages(size_t bytes) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE),
+           sz = bytes ? (bytes + page - 1) / page * page : page;
+    void *p = aligned_alloc(page, sz);
+    if (p) memset(p, 0, sz);
     return p;
 }
 
@@ -444,8 +455,10 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
     if (getenv("DT_PLAN_NO_REUSE")) o.no_reuse = 1; /* debugging aid: rule the planner out */
     const char *pz = getenv("DT_GRAPH_POISON");
     if (pz && pz[0] && strcmp(pz, "0")) o.poison = 1;
+    /* DT_GRAPH_PLAIN: 1 plain, 0 blocked even without AVX-512 (tests), unset: by the CPU */
     const char *pl = getenv("DT_GRAPH_PLAIN");
     if (pl && pl[0] && strcmp(pl, "0")) o.plain_layout = 1;
+    if (!(pl && pl[0]) && !dt_graph_layout_c16_native()) o.plain_layout = 1;
     g->loss = loss;
     g->poison = o.poison;
     g->no_backward = o.no_backward;
@@ -484,7 +497,7 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
     g->flat_cap = o.flat_capacity > g->n_flat ? o.flat_capacity : g->n_flat;
     g->flat_param = alloc_touched(g->flat_cap * sizeof(float));
     /* Forward-only graphs (inference, evaluation) need no gradient memory at all. */
-    g->flat_grad = g->no_backward ? NULL : alloc_touched(g->flat_cap * sizeof(float));
+    g->flat_grad = g->no_backward ? NULL : alloc_pages(g->flat_cap * sizeof(float));
     g->flat_state = alloc_touched(g->n_state * sizeof(float));
     g->flat_frozen = alloc_touched(g->frozen_bytes);
     g->input_mem = alloc_touched(g->input_bytes);

@@ -62,5 +62,7 @@ struct dt_graph {
 dt_node *dt_graph_node_(const dt_graph *g, int id);
 /* Sets every node's layout (src/graph/layout.c); plain_only: all DT_LAYOUT_PLAIN. */
 void dt_graph_choose_layouts(dt_graph *g, int plain_only);
+/* 1 when oneDNN's convolutions use nChw16c on this CPU (AVX-512): blocked values pay off. */
+int dt_graph_layout_c16_native(void);
 
 #endif
