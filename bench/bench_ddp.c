@@ -6,7 +6,7 @@
  *
  *   mpirun -np N bench_ddp [--model resnet18|llama56m] [--batch B] [--steps K] [--warmup W]
  *                          [--overlap 0|1] [--bucket-mb MB] [--threads T] [--broadcast-buffers 0|1]
- *                          [--sparse 0|1] [--plain 1]
+ *                          [--sparse 0|1] [--shm 0|1] [--plain 1]
  *
  * Models (the configurations of bench/bench_models.sh):
  *   resnet18  small stem, x [B, 3, 32, 32], 10 classes, SGD momentum 0.9 wd 5e-4; default B 64
@@ -22,6 +22,8 @@
  * Batchnorm buffers are broadcast from rank 0 before each forward, as torch DDP does by default
  * (broadcast_buffers=True); --broadcast-buffers 0 turns that off. Threads per rank: 1 unless
  * --threads says otherwise. --sparse 0 sends the embedding's gradient dense (dt_ddp_opts.sparse).
+ * --shm 0: MPI_Allreduce instead of the host's shared memory (dt_ddp_opts.shm; shm=1 in the
+ * output when the shared path is in use).
  * --plain 1: no dt_ddp at all. With one process, the step dtrain's trainer runs on a single
  * worker, the baseline of weak scaling (bench_ddp.py --plain is the peer's). With N processes,
  * N independent trainings kept in lockstep by the barriers around each step and exchanging
@@ -41,14 +43,14 @@ static double median(double *v, int n) {
 
 typedef struct args {
     const char *model;
-    int batch, steps, warmup, overlap, threads, bcast_buffers, sparse, plain;
+    int batch, steps, warmup, overlap, threads, bcast_buffers, sparse, shm, plain;
     double bucket_mb;
 } args;
 
 static int usage(void) {
     fprintf(stderr, "usage: bench_ddp [--model resnet18|llama56m] [--batch B] [--steps K] "
                     "[--warmup W] [--overlap 0|1] [--bucket-mb MB] [--threads T] "
-                    "[--broadcast-buffers 0|1] [--sparse 0|1] [--plain 1]\n");
+                    "[--broadcast-buffers 0|1] [--sparse 0|1] [--shm 0|1] [--plain 1]\n");
     return 2;
 }
 
@@ -62,6 +64,7 @@ static int parse(int argc, char **argv, args *a) {
                 .threads = 1,
                 .bcast_buffers = 1,
                 .sparse = 1,
+                .shm = 1,
                 .bucket_mb = 25.0};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -82,6 +85,8 @@ static int parse(int argc, char **argv, args *a) {
             a->bcast_buffers = atoi(v);
         else if (!strcmp(k, "--sparse"))
             a->sparse = atoi(v);
+        else if (!strcmp(k, "--shm"))
+            a->shm = atoi(v);
         else if (!strcmp(k, "--plain"))
             a->plain = atoi(v);
         else if (!strcmp(k, "--bucket-mb"))
@@ -217,7 +222,7 @@ int main(int argc, char **argv) {
     const char *what = "build";
     if (!ts || build(&a, rank, &r)) goto fail;
     dt_ddp_opts o = dt_ddp_opts_default();
-    o.bucket_mb = a.bucket_mb, o.overlap = a.overlap, o.sparse = a.sparse;
+    o.bucket_mb = a.bucket_mb, o.overlap = a.overlap, o.sparse = a.sparse, o.shm = a.shm;
     /* as dtrain's trainer: the loss scaled by 1/world and the gradients summed (the mean) */
     o.average = 0;
     if (!a.plain) dt_graph_set_loss_scale(r.g, 1.0f / (float)world);
@@ -248,6 +253,9 @@ int main(int argc, char **argv) {
     }
     double anon_mib, thp_mib;
     bench_anon_mib(&anon_mib, &thp_mib);
+    dt_ddp_stats fin;
+    dt_ddp_get_stats(d, &fin);
+    int shared = fin.shared;
     if (rank == 0) {
         double med = median(ts, a.steps), mn = ts[0];
         printf(
@@ -257,7 +265,7 @@ int main(int argc, char **argv) {
             "ddp_comm_ms=%.1f comm_cpu_ms=%.1f mpi_thread=%s fwd_ms=%.1f bwd_ms=%.1f wait_ms=%.1f "
             "opt_ms=%.1f "
             "barrier_ms=%.1f fwd_cpu_ms=%.1f bwd_cpu_ms=%.1f sparse=%d sent_MiB=%.1f anon_MiB=%.0f "
-            "thp_MiB=%.0f\n",
+            "thp_MiB=%.0f shm=%d\n",
             a.plain ? "plain" : "DDP", r.desc, world, a.threads, a.batch, a.overlap, a.bucket_mb,
             dt_ddp_bucket_count(d), (double)r.n * 4 / 1048576.0, a.steps, tw, med, mn, r.unit,
             world * r.items / med, r.unit, r.items / med, 1e3 * median(wait, a.steps),
@@ -265,7 +273,8 @@ int main(int argc, char **argv) {
             1e3 * median(phase, a.steps), 1e3 * median(phase + a.steps, a.steps),
             1e3 * median(phase + 2 * a.steps, a.steps), 1e3 * median(phase + 3 * a.steps, a.steps),
             1e3 * median(phase + 4 * a.steps, a.steps), 1e3 * median(phase + 5 * a.steps, a.steps),
-            1e3 * median(phase + 6 * a.steps, a.steps), a.sparse, sent_mib, anon_mib, thp_mib);
+            1e3 * median(phase + 6 * a.steps, a.steps), a.sparse, sent_mib, anon_mib, thp_mib,
+            shared);
         fflush(stdout);
     }
     dt_ddp_free(d);

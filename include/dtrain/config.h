@@ -103,6 +103,7 @@ typedef struct dt_config_values {
         int overlap;
         int sync_batchnorm;
         int sparse_embedding;
+        int shared_memory;
     } dist;
     struct {
         int enabled;

@@ -126,6 +126,9 @@ static const dt_config_key keys[] = {
     {"dist.sparse_embedding", DT_CFG_BOOL, "true", 0, 0, 0, NULL,
      "all-reduce only the embedding rows some worker looked up (false: the whole table)",
      OFF(dist.sparse_embedding)},
+    {"dist.shared_memory", DT_CFG_BOOL, "true", 0, 0, 0, NULL,
+     "workers on one host all-reduce gradients by reading each other's buffers (false: MPI)",
+     OFF(dist.shared_memory)},
     /* lora */
     {"lora.enabled", DT_CFG_BOOL, "false", 0, 0, 0, NULL,
      "train LoRA adapters on a frozen base model (Llama)", OFF(lora.enabled)},

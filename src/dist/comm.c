@@ -1,6 +1,7 @@
 /* The communicator's public face: backend choice, argument checks (done before any
  * communication, so every rank refuses a bad call the same way), averaging, failure state. */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "dist/comm_impl.h"
@@ -270,4 +271,56 @@ dt_status dt_comm_allgather_range(dt_comm *c, float *buf, size_t lo, size_t hi, 
 dt_status dt_comm_barrier(dt_comm *c) {
     if (!c) return dt_error_set(DT_ERR_INVALID, "comm barrier: comm is NULL");
     return done(c, c->ops->barrier(c));
+}
+
+/* ---- shared buffers (comm_shm.c) ---------------------------------------------------------- */
+
+dt_status dt_comm_share(dt_comm *c, float *buf, size_t n, dt_comm_shared **out) {
+    if (!out) return dt_error_set(DT_ERR_INVALID, "comm share: out is NULL");
+    *out = NULL;
+    dt_status st = check(c, "share", buf, n);
+    if (st != DT_OK) return st;
+    snprintf(c->share_note, sizeof c->share_note, "MPI all-reduce (%s)",
+             c->size < 2 ? "one process" : "the backend has no shared buffers");
+    if (c->size < 2 || !c->ops->share || !n) return DT_OK;
+    dt_comm_shared *s = calloc(1, sizeof *s);
+    if (!s) return dt_error_set(DT_ERR_NOMEM, "comm share: out of memory");
+    s->c = c, s->buf = buf, s->n = n;
+    st = c->ops->share(s);
+    if (st != DT_OK || !s->impl) {
+        free(s);
+        return done(c, st);
+    }
+    *out = s;
+    return DT_OK;
+}
+
+const char *dt_comm_share_note(const dt_comm *c) {
+    return c && c->share_note[0] ? c->share_note : "MPI all-reduce (not shared)";
+}
+
+dt_status dt_comm_allreduce_shared(dt_comm_shared *s, size_t lo, size_t hi, unsigned flags) {
+    if (!s) return dt_error_set(DT_ERR_INVALID, "comm allreduce_shared: handle is NULL");
+    dt_comm *c = s->c;
+    if (lo > hi || hi > s->n)
+        return dt_error_set(DT_ERR_RANGE,
+                            "comm allreduce_shared: rank %d of %d: range [%zu, %zu) is not within "
+                            "the shared buffer of %zu elements",
+                            c->rank, c->size, lo, hi, s->n);
+    if (hi == lo) return DT_OK;
+    /* The backend scales its own slice before the others copy it: afterwards they may still be
+     * reading this rank's buffer. */
+    float mul = (flags & DT_COMM_AVG) && c->size > 1 ? 1.0f / (float)c->size : 1.0f;
+    return done(c, c->ops->allreduce_shared(s, lo, hi, mul));
+}
+
+dt_status dt_comm_shared_fence(dt_comm_shared *s) {
+    if (!s) return dt_error_set(DT_ERR_INVALID, "comm shared_fence: handle is NULL");
+    return done(s->c, s->c->ops->shared_fence(s));
+}
+
+void dt_comm_unshare(dt_comm_shared *s) {
+    if (!s) return;
+    s->c->ops->unshare(s);
+    free(s);
 }

@@ -27,6 +27,14 @@ typedef struct dt_comm_ops {
     dt_status (*reduce_scatterv)(dt_comm *c, const float *send, float *recv, const int *counts);
     dt_status (*allgatherv)(dt_comm *c, float *buf, const int *counts, const int *displs);
     dt_status (*barrier)(dt_comm *c);
+    /* Optional (NULL: not offered; single process, a future GPU backend). A buffer that the
+     * ranks of one host read from each other's memory (comm_shm.c, dt_comm_share in dist.h):
+     * share leaves s->impl NULL, with c->share_note saying why, where it cannot be used. */
+    dt_status (*share)(dt_comm_shared *s); /* sets s->impl, or leaves it NULL */
+    /* buf [lo, hi) <- sum over ranks times mul (unless mul == 1), in place on every rank */
+    dt_status (*allreduce_shared)(dt_comm_shared *s, size_t lo, size_t hi, float mul);
+    dt_status (*shared_fence)(dt_comm_shared *s);
+    void (*unshare)(dt_comm_shared *s);
     /* Releases the backend; finalize = 0 after an error (see dt_comm_free). */
     void (*destroy)(dt_comm *c, int finalize);
 } dt_comm_ops;
@@ -38,7 +46,16 @@ struct dt_comm {
     const char *thread_level;
     int *counts, *displs; /* [size] scratch of the range collectives, allocated at init */
     int failed; /* a collective failed: MPI_Finalize would wait for ranks that may be gone */
-    void *impl; /* backend state */
+    char share_note[160]; /* how the last dt_comm_share went: which path, or why not shared */
+    void *impl;           /* backend state */
+};
+
+/* A shared buffer (dt_comm_share): the caller's buffer and the backend's state. */
+struct dt_comm_shared {
+    dt_comm *c;
+    float *buf; /* [n] */
+    size_t n;
+    void *impl;
 };
 
 /* Backends fill c (ops, rank, size, local_*, thread_level, impl). */

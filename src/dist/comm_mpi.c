@@ -25,14 +25,6 @@ static dt_mpi *state(dt_comm *c) {
     return (dt_mpi *)c->impl;
 }
 
-/* Under MPI_THREAD_SERIALIZED two threads must not be inside MPI at once. */
-static void lock(dt_mpi *m) {
-    if (!m->multiple) pthread_mutex_lock(&m->lock);
-}
-static void unlock(dt_mpi *m) {
-    if (!m->multiple) pthread_mutex_unlock(&m->lock);
-}
-
 dt_status dt_mpi_fail(dt_comm *c, const char *op, int err) {
     char s[MPI_MAX_ERROR_STRING + 1];
     int len = 0;
@@ -45,37 +37,38 @@ dt_status dt_mpi_fail(dt_comm *c, const char *op, int err) {
 static dt_status mpi_broadcast(dt_comm *c, void *buf, size_t bytes, int root) {
     dt_mpi *m = state(c);
     int err = MPI_SUCCESS;
-    lock(m);
+    dt_mpi_lock(m);
     for (size_t off = 0; off < bytes && err == MPI_SUCCESS; off += MPI_PIECE) {
         size_t k = bytes - off < MPI_PIECE ? bytes - off : MPI_PIECE;
         err = MPI_Bcast((char *)buf + off, (int)k, MPI_BYTE, root, m->comm);
     }
-    unlock(m);
+    dt_mpi_unlock(m);
     return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "broadcast", err);
 }
 
 /* MPI_Allreduce in place on buf [n] elements of esz bytes, in pieces of MPI_PIECE (counts are
  * ints). The caller holds the lock. */
-static int allreduce_pieces(dt_mpi *m, void *buf, size_t n, size_t esz, MPI_Datatype t, MPI_Op op) {
+int dt_mpi_allreduce_pieces(MPI_Comm comm, void *buf, size_t n, size_t esz, MPI_Datatype t,
+                            MPI_Op op) {
     int err = MPI_SUCCESS;
     for (size_t off = 0; off < n && err == MPI_SUCCESS; off += MPI_PIECE) {
         size_t k = n - off < MPI_PIECE ? n - off : MPI_PIECE;
-        err = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * esz, (int)k, t, op, m->comm);
+        err = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * esz, (int)k, t, op, comm);
     }
     return err;
 }
 
 static dt_status mpi_allreduce_f32(dt_comm *c, float *buf, size_t n) {
     dt_mpi *m = state(c);
-    lock(m);
+    dt_mpi_lock(m);
     dt_status st = DT_OK;
     if (c->algo == DT_COMM_ALGO_RING) {
         st = dt_mpi_ring_allreduce(c, m, buf, n);
     } else {
-        int err = allreduce_pieces(m, buf, n, sizeof *buf, MPI_FLOAT, MPI_SUM);
+        int err = dt_mpi_allreduce_pieces(m->comm, buf, n, sizeof *buf, MPI_FLOAT, MPI_SUM);
         if (err != MPI_SUCCESS) st = dt_mpi_fail(c, "allreduce", err);
     }
-    unlock(m);
+    dt_mpi_unlock(m);
     return st;
 }
 
@@ -83,9 +76,9 @@ static dt_status mpi_allreduce_f32(dt_comm *c, float *buf, size_t n) {
 static dt_status allreduce_locked(dt_comm *c, void *buf, size_t n, size_t esz, MPI_Datatype t,
                                   MPI_Op op, const char *name) {
     dt_mpi *m = state(c);
-    lock(m);
-    int err = allreduce_pieces(m, buf, n, esz, t, op);
-    unlock(m);
+    dt_mpi_lock(m);
+    int err = dt_mpi_allreduce_pieces(m->comm, buf, n, esz, t, op);
+    dt_mpi_unlock(m);
     return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, name, err);
 }
 
@@ -105,9 +98,9 @@ static dt_status mpi_reduce_scatter(dt_comm *c, const float *send, float *recv, 
                             "MPI's int count",
                             c->rank, c->size, shard);
     dt_mpi *m = state(c);
-    lock(m);
+    dt_mpi_lock(m);
     int err = MPI_Reduce_scatter_block(send, recv, (int)shard, MPI_FLOAT, MPI_SUM, m->comm);
-    unlock(m);
+    dt_mpi_unlock(m);
     return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "reduce_scatter", err);
 }
 
@@ -120,37 +113,37 @@ static dt_status mpi_allgather(dt_comm *c, const float *send, float *recv, size_
                             c->rank, c->size, shard);
     dt_mpi *m = state(c);
     const void *s = send == recv + (size_t)c->rank * shard ? MPI_IN_PLACE : (const void *)send;
-    lock(m);
+    dt_mpi_lock(m);
     int err = MPI_Allgather(s, (int)shard, MPI_FLOAT, recv, (int)shard, MPI_FLOAT, m->comm);
-    unlock(m);
+    dt_mpi_unlock(m);
     return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "allgather", err);
 }
 
 static dt_status mpi_reduce_scatterv(dt_comm *c, const float *send, float *recv,
                                      const int *counts) {
     dt_mpi *m = state(c);
-    lock(m);
+    dt_mpi_lock(m);
     /* recv == send: in place, the result lands at the start of the buffer */
     const void *sb = send == recv ? MPI_IN_PLACE : (const void *)send;
     int err = MPI_Reduce_scatter(sb, recv, counts, MPI_FLOAT, MPI_SUM, m->comm);
-    unlock(m);
+    dt_mpi_unlock(m);
     return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "reduce_scatter_range", err);
 }
 
 static dt_status mpi_allgatherv(dt_comm *c, float *buf, const int *counts, const int *displs) {
     dt_mpi *m = state(c);
-    lock(m);
+    dt_mpi_lock(m);
     int err =
         MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, m->comm);
-    unlock(m);
+    dt_mpi_unlock(m);
     return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "allgather_range", err);
 }
 
 static dt_status mpi_barrier(dt_comm *c) {
     dt_mpi *m = state(c);
-    lock(m);
+    dt_mpi_lock(m);
     int err = MPI_Barrier(m->comm);
-    unlock(m);
+    dt_mpi_unlock(m);
     return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "barrier", err);
 }
 
@@ -182,6 +175,10 @@ static const dt_comm_ops mpi_ops = {
     .reduce_scatterv = mpi_reduce_scatterv,
     .allgatherv = mpi_allgatherv,
     .barrier = mpi_barrier,
+    .share = dt_mpi_share,
+    .allreduce_shared = dt_mpi_allreduce_shared,
+    .shared_fence = dt_mpi_shared_fence,
+    .unshare = dt_mpi_unshare,
     .destroy = mpi_destroy,
 };
 

@@ -36,7 +36,9 @@ dt_status dt_ddp_run_job(dt_ddp *d, const ddp_job *j) {
     if (bk->mask) return dt_ddp_sparse_reduce(d, j->bucket);
     d->sent += bk->hi - bk->lo;
     if (d->stage >= 2) return dt_zero_reduce_bucket(d, j->bucket);
-    return dt_comm_allreduce(d->c, d->grad + bk->lo, bk->hi - bk->lo, d->average ? DT_COMM_AVG : 0);
+    unsigned flags = d->average ? DT_COMM_AVG : 0;
+    if (d->shared) return dt_comm_allreduce_shared(d->shared, bk->lo, bk->hi, flags);
+    return dt_comm_allreduce(d->c, d->grad + bk->lo, bk->hi - bk->lo, flags);
 }
 
 /* The communication thread: runs queued jobs in queue order until told to quit. After a
@@ -125,7 +127,8 @@ static void on_ready(void *ud, const int *params, int n) {
 }
 
 dt_ddp_opts dt_ddp_opts_default(void) {
-    dt_ddp_opts o = {.bucket_mb = 25.0, .overlap = 1, .average = 1, .zero_stage = 0, .sparse = 1};
+    dt_ddp_opts o = {
+        .bucket_mb = 25.0, .overlap = 1, .average = 1, .zero_stage = 0, .sparse = 1, .shm = 1};
     return o;
 }
 
@@ -206,6 +209,7 @@ void dt_ddp_free(dt_ddp *d) {
         pthread_mutex_destroy(&d->mu);
     }
     if (d->g) dt_graph_on_grad_ready(d->g, NULL, NULL);
+    dt_comm_unshare(d->shared);
     dt_zero_free(d);
     dt_ddp_sparse_free(d);
     free(d->bucket_of), free(d->b), free(d->queue);
@@ -240,11 +244,16 @@ dt_status dt_ddp_init(dt_graph *g, dt_comm *c, const dt_ddp_opts *opts, dt_ddp *
     dt_status st = make_buckets(d, cap ? cap : 1);
     if (st == DT_OK) st = dt_zero_init(d);
     if (st == DT_OK) st = dt_ddp_sparse_init(d);
+    /* Shared memory between the host's ranks for plain all-reduces (ZeRO-2/3 reduce-scatter
+     * through MPI; an explicitly chosen ring all-reduce stays the ring). */
+    if (st == DT_OK && o.shm && d->stage < 2 && n && dt_comm_get_algo(c) == DT_COMM_ALGO_NATIVE)
+        st = dt_comm_share(c, grad, n, &d->shared);
     if (st != DT_OK) {
         dt_ddp_free(d);
         return st;
     }
     d->stats.bytes_per_step = n * sizeof(float);
+    d->stats.shared = d->shared != NULL;
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->work, NULL), pthread_cond_init(&d->done, NULL);
     if (pthread_create(&d->thread, NULL, comm_main, d) != 0) {
@@ -279,6 +288,10 @@ dt_status dt_ddp_wait(dt_ddp *d) {
         if (d->b[k].pending == 0 && !d->b[k].queued) dt_ddp_enqueue(d, JOB_REDUCE, k);
     pthread_mutex_lock(&d->mu);
     while (d->n_done < d->q_tail) pthread_cond_wait(&d->done, &d->mu);
+    /* The comm thread is idle: the others may still copy from this rank's buffer, and the
+     * caller is about to change it (clipping, the next backward). */
+    if (d->shared && d->err == DT_OK && (d->err = dt_comm_shared_fence(d->shared)) != DT_OK)
+        snprintf(d->err_msg, sizeof d->err_msg, "ddp: %s", dt_last_error());
     dt_status st = d->err;
     char msg[sizeof d->err_msg];
     memcpy(msg, d->err_msg, sizeof msg);
@@ -293,6 +306,7 @@ dt_status dt_ddp_wait(dt_ddp *d) {
     double w = dt_ddp_now() - t0;
     d->stats.wait_s = w, d->stats.comm_s = comm, d->stats.comm_cpu_s = comm_cpu;
     d->stats.sent_bytes = sent * sizeof(float);
+    d->stats.shared = d->shared != NULL;
     d->stats.wait_total_s += w, d->stats.comm_total_s += comm;
     d->stats.comm_cpu_total_s += comm_cpu;
     d->stats.steps++;

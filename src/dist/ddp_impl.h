@@ -50,6 +50,7 @@ struct dt_ddp {
     ddp_bucket *b;
     int nb;
     int enabled, overlap, average, sparse;
+    dt_comm_shared *shared; /* the gradient buffer shared with this host's ranks, or NULL */
     /* ZeRO: stage, this rank's shard [own_lo, own_hi) of the flat buffers (clamped to n),
      * shard size (padded layout: rank r owns [r*shard, (r+1)*shard)). */
     int stage;

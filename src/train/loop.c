@@ -300,6 +300,15 @@ dt_status dt_trainer_run(dt_trainer *t) {
                 (long long)t->B, (long long)v->train.grad_accum,
                 (long long)(t->world * t->B * v->train.grad_accum), (long long)t->prog.total_steps,
                 t->run_dir);
+        if (t->ddp) {
+            dt_ddp_stats ds;
+            dt_ddp_get_stats(t->ddp, &ds);
+            fprintf(t->log, "gradient all-reduce: %s\n",
+                    ds.shared                 ? dt_comm_share_note(t->comm)
+                    : v->dist.zero_stage >= 2 ? "MPI reduce-scatter (ZeRO-2/3)"
+                    : !v->dist.shared_memory  ? "MPI (dist.shared_memory=false)"
+                                              : dt_comm_share_note(t->comm));
+        }
         fflush(t->log);
     }
     dt_status st = DT_OK;

@@ -318,7 +318,8 @@ static dt_status make_ddp(dt_trainer *t) {
                      .overlap = t->v.dist.overlap,
                      .average = 0,
                      .zero_stage = (int)t->v.dist.zero_stage,
-                     .sparse = t->v.dist.sparse_embedding};
+                     .sparse = t->v.dist.sparse_embedding,
+                     .shm = t->v.dist.shared_memory};
     dt_status st = dt_ddp_init(t->g, t->comm, &o, &t->ddp);
     if (st == DT_OK && t->v.dist.sync_batchnorm)
         dt_graph_set_sync_batchnorm(t->g, sync_sum, t->ddp);

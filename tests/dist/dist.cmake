@@ -49,6 +49,18 @@ add_test(NAME test_dist_rank_dies
 set_tests_properties(test_dist_rank_dies PROPERTIES LABELS dist TIMEOUT 90 PROCESSORS 3
                      ENVIRONMENT "${DT_DIST_ENV}")
 
+# Shared-memory all-reduce over several "hosts" on one machine (DT_COMM_NODE_SIZE=k: every k
+# consecutive ranks count as one host): 2 hosts of 2 ranks take the hierarchical path (sum on
+# the host, MPI across hosts); 1 rank per host falls back to MPI_Allreduce and says why.
+foreach(t test_dist_comm test_dist_ddp)
+  add_test(NAME ${t}_2hosts COMMAND ${DT_MPIRUN} -np 4 $<TARGET_FILE:${t}> 4)
+  set_tests_properties(${t}_2hosts PROPERTIES LABELS dist TIMEOUT 120 PROCESSORS 4
+                       ENVIRONMENT "${DT_DIST_ENV};DT_COMM_NODE_SIZE=2")
+endforeach()
+add_test(NAME test_dist_comm_1perhost COMMAND ${DT_MPIRUN} -np 2 $<TARGET_FILE:test_dist_comm> 2)
+set_tests_properties(test_dist_comm_1perhost PROPERTIES LABELS dist TIMEOUT 120 PROCESSORS 2
+                     ENVIRONMENT "${DT_DIST_ENV};DT_COMM_NODE_SIZE=1")
+
 # The MPI_THREAD_SERIALIZED path (calls serialised by a lock) on 2 ranks.
 add_test(NAME test_dist_ddp_serialized COMMAND ${DT_MPIRUN} -np 2 $<TARGET_FILE:test_dist_ddp> 2)
 set_tests_properties(test_dist_ddp_serialized PROPERTIES LABELS dist TIMEOUT 120 PROCESSORS 2

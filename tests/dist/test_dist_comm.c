@@ -190,6 +190,98 @@ static void test_errors(dt_comm *c) {
     CHECK_OK(dt_comm_barrier(c));            /* and the ranks are still in step */
 }
 
+/* ---- shared buffers (dt_comm_share) ------------------------------------------------------ */
+
+/* H hosts of L ranks (DT_COMM_NODE_SIZE = L, or all on one): rank r is local rank r % L. */
+static int shared_L(void) {
+    const char *e = getenv("DT_COMM_NODE_SIZE");
+    int k = e && *e ? atoi(e) : 0;
+    return k > 0 && k < N ? k : N;
+}
+
+/* Expected bits of element i summed over ranks: each host sums its L ranks in local rank order;
+ * with 2 hosts MPI adds the two host sums (a + b is commutative: exact). */
+static float shared_want(const float *const *x, size_t i, int L) {
+    float host[4];
+    for (int h = 0; h < N / L; h++) {
+        host[h] = x[h * L][i];
+        for (int q = 1; q < L; q++) host[h] = host[h] + x[h * L + q][i];
+    }
+    return N / L == 2 ? host[0] + host[1] : host[0];
+}
+
+static void test_shared(dt_comm *c) {
+    size_t page = 4096, n = 262147 + 1000, bytes = (n * sizeof(float) + page - 1) / page * page;
+    float *buf = aligned_alloc(page, bytes), *x[4];
+    for (int r = 0; r < N; r++) {
+        x[r] = malloc(n * sizeof(float));
+        rand_val(x[r], n, r);
+    }
+    memcpy(buf, x[R], n * sizeof(float));
+    dt_comm_shared *s = NULL;
+    CHECK_OK(dt_comm_share(c, buf, n, &s));
+    int L = shared_L();
+    const char *note = dt_comm_share_note(c);
+    if (R == 0) printf("share: %s\n", note);
+    if (N == 1 || L == 1) {
+        CHECK(s == NULL && strstr(note, N == 1 ? "one process" : "one rank per host"),
+              "share with %d ranks, %d per host: handle %p, note '%s'", N, L, (void *)s, note);
+        free(buf);
+        for (int r = 0; r < N; r++) free(x[r]);
+        return;
+    }
+    CHECK(s != NULL && strstr(note, "shared memory"), "share on %d ranks: no handle, note '%s'", N,
+          note);
+    if (!s) return;
+    CHECK(!memcmp(buf, x[R], n * sizeof(float)), "share changed the buffer's contents");
+    /* Ranges: the whole buffer, then odd pieces (slices of 1..L elements, unaligned ends); the
+     * elements outside a range must not change. */
+    const size_t lo_[] = {0, 5, 1000, 77, n - 3}, hi_[] = {n, 6, 1003, 262147, n};
+    for (size_t t = 0; t < sizeof lo_ / sizeof lo_[0]; t++) {
+        size_t lo = lo_[t], hi = hi_[t];
+        memcpy(buf, x[R], n * sizeof(float));
+        CHECK_OK(dt_comm_shared_fence(s)); /* every rank has refilled before anyone reads */
+        CHECK_OK(dt_comm_allreduce_shared(s, lo, hi, 0));
+        int bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            float w = i >= lo && i < hi ? shared_want((const float *const *)x, i, L) : x[R][i];
+            bad += memcmp(&w, &buf[i], sizeof w) != 0;
+        }
+        CHECK(bad == 0, "allreduce_shared [%zu, %zu), %d per host: %d elements wrong", lo, hi, L,
+              bad);
+        CHECK_OK(dt_comm_shared_fence(s));
+    }
+    /* DT_COMM_AVG, and with 2 ranks the same bits as MPI_Allreduce */
+    memcpy(buf, x[R], n * sizeof(float));
+    CHECK_OK(dt_comm_shared_fence(s));
+    CHECK_OK(dt_comm_allreduce_shared(s, 0, n, DT_COMM_AVG));
+    CHECK_OK(dt_comm_shared_fence(s));
+    float *ref = malloc(n * sizeof(float));
+    memcpy(ref, x[R], n * sizeof(float));
+    CHECK_OK(dt_comm_allreduce(c, ref, n, DT_COMM_AVG));
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float w = shared_want((const float *const *)x, i, L) * (1.0f / (float)N);
+        bad += memcmp(&w, &buf[i], sizeof w) != 0;
+    }
+    CHECK(bad == 0, "allreduce_shared avg: %d elements wrong", bad);
+    if (N == 2) CHECK(!memcmp(ref, buf, n * sizeof(float)), "2 ranks: differs from MPI_Allreduce");
+    CHECK(dt_comm_allreduce_shared(s, 5, n + 1, 0) == DT_ERR_RANGE, "range past the buffer");
+    /* unshare keeps the contents */
+    memcpy(ref, buf, n * sizeof(float));
+    dt_comm_unshare(s);
+    CHECK(!memcmp(ref, buf, n * sizeof(float)), "unshare changed the buffer's contents");
+    buf[0] = (float)R; /* private again: writable, and nobody else maps it */
+    /* One rank's buffer is not page-aligned: nobody shares, and everyone says why. */
+    CHECK_OK(dt_comm_share(c, R == N - 1 ? buf + 1 : buf, n - 1, &s));
+    CHECK(s == NULL && strstr(dt_comm_share_note(c), "page-aligned"),
+          "unaligned buffer on rank %d: handle %p, note '%s'", N - 1, (void *)s,
+          dt_comm_share_note(c));
+    dt_comm_unshare(s);
+    free(ref), free(buf);
+    for (int r = 0; r < N; r++) free(x[r]);
+}
+
 int main(int argc, char **argv) {
     dt_threads_set(1);
     int want = argc > 1 ? atoi(argv[1]) : 1;
@@ -220,6 +312,7 @@ int main(int argc, char **argv) {
     test_broadcast(c);
     test_shards(c);
     test_errors(c);
+    test_shared(c);
     free(buf), free(want_b), free(tmp), free(copy);
     dt_comm_free(c);
     return dt_test_finish("test_dist_comm");

@@ -12,6 +12,9 @@
  *       run_twice.sh compares the "params-hash" lines rank 0 prints);
  *   (e) 2 accumulation micro-steps of b rows with communication on the last only equal one step
  *       of 2 b rows (within tolerance: the same sums in another order);
+ *   (h) the host's ranks all-reduce through shared memory by default (dt_comm_share): the same
+ *       bits as MPI_Allreduce on 2 ranks, within tolerance on more (DT_COMM_NODE_SIZE=2 on 4
+ *       ranks: two "hosts" of 2, the hierarchical path);
  *   (g) the Llama's embedding gradient sends only the rows some rank looked up (dt_ddp_opts.sparse,
  *       on in every run above): fewer bytes, and the same parameters as sending it dense;
  *   the bucket table tiles the flat buffer in reverse parameter order; wait statistics count;
@@ -135,6 +138,7 @@ typedef struct run_cfg {
     int kind, adamw, batch, accum, overlap, dense; /* dense: dt_ddp_opts.sparse = 0 */
     int prescale; /* the loss scaled by 1/N and the gradients summed (as the trainer), not
                    * averaged after the all-reduce */
+    int mpi_only; /* dt_ddp_opts.shm = 0: MPI_Allreduce, not the host's shared memory */
     dt_comm_algo algo;
     double bucket_mb;
     float clip;
@@ -159,7 +163,8 @@ static run_out train(dt_comm *c, const run_cfg *rc) {
     dt_ddp_opts dopt = {.bucket_mb = rc->bucket_mb,
                         .overlap = rc->overlap,
                         .average = !rc->prescale,
-                        .sparse = !rc->dense};
+                        .sparse = !rc->dense,
+                        .shm = !rc->mpi_only};
     dt_ddp *d = NULL;
     CHECK_OK(dt_ddp_init(m.g, c, &dopt, &d));
     if (!d) return o;
@@ -305,7 +310,23 @@ static void equivalence(dt_comm *c, dt_comm *single, run_cfg rc, const char *nam
     compare(what, &o4, &ref, rc.adamw);
     snprintf(what, sizeof what, "%s (ring)", name);
     check_same_everywhere(c, &o4, what);
-    free_out(&dist), free_out(&ref), free_out(&o2), free_out(&o3), free_out(&o4);
+
+    /* Shared memory (the default on one host) vs MPI_Allreduce: each element is a + b either
+     * way with 2 ranks; with more, sums in local rank order vs MPI's grouping. */
+    run_cfg mpi = rc;
+    mpi.mpi_only = 1;
+    run_out o5 = train(c, &mpi);
+    int want_shared =
+        N > 1 && !(getenv("DT_COMM_NODE_SIZE") && atoi(getenv("DT_COMM_NODE_SIZE")) == 1);
+    CHECK(dist.stats.shared == want_shared && !o5.stats.shared && !o4.stats.shared,
+          "%s: shared memory used %d (expected %d), with shm off %d, with the ring %d", name,
+          dist.stats.shared, want_shared, o5.stats.shared, o4.stats.shared);
+    snprintf(what, sizeof what, "%s: shared memory vs MPI_Allreduce", name);
+    if (N <= 2)
+        same_bits(what, &dist, &o5);
+    else
+        compare(what, &dist, &o5, rc.adamw);
+    free_out(&dist), free_out(&ref), free_out(&o2), free_out(&o3), free_out(&o4), free_out(&o5);
 }
 
 /* The Llama's embedding table (64 rows, alone in its bucket) sends only the rows some rank
