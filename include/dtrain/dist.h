@@ -146,6 +146,10 @@ dt_status dt_comm_shared_fence(dt_comm_shared *s);
 /* Local (no communication): the buffer gets private pages again, contents kept. Before freeing
  * the buffer. NULL is fine. */
 void dt_comm_unshare(dt_comm_shared *s);
+/* Bytes of the other local ranks' shared buffers resident in this process's page tables: its
+ * RSS counts them once read, although they are theirs (and counted in their RSS too). Memory
+ * reports subtract them. 0 without shared buffers. */
+size_t dt_comm_peer_rss(void);
 
 /* Equal shards of a flat buffer of n elements over `world` ranks: shard = ceil(n / world)
  * rounded up to 16 elements (so every shard starts 64-byte aligned), padded = world * shard. No

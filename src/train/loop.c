@@ -241,14 +241,20 @@ static dt_status run_loop(dt_trainer *t) {
         if (t->prog.step == t->prog.total_steps) {
             /* Memory between steps: what ZeRO keeps resident (evaluation, the final gather
              * and export come after). */
-            double rss, peak;
+            double rss, peak, peer = (double)dt_comm_peer_rss() / 1048576.0;
             dt_train_rss(&rss, &peak);
+            rss -= peer, peak -= peer; /* the other workers' gradients, mapped here */
             t->rss_step_mib = rss;
             if (t->log) {
                 fprintf(t->log,
                         "memory per worker: %.0f MiB resident after the last step, peak "
                         "%.0f MiB (%.0f before the model was built)",
                         rss, peak, t->rss_base_mib);
+                if (peer > 0)
+                    fprintf(t->log,
+                            "; not counted: %.0f MiB of other workers' gradient buffers mapped "
+                            "for the shared-memory all-reduce",
+                            peer);
                 if (t->have_plan)
                     fprintf(t->log,
                             "; plan %.0f MiB (parameters %.0f, gradients %.0f, optimizer %.0f, "
