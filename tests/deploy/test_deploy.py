@@ -872,6 +872,7 @@ def fake_worker(tmp, name, exit_code=75, delay=1.0):
         fh.write('[ -z "$DTFK_REEXEC" ] && DTFK_REEXEC=1 exec /proc/self/exe "$0" "$@"\n'
                  f"trap 'echo > \"{exe}.got\"; sleep {delay}; echo > \"{exe}.saved\"; "
                  f"exit {exit_code}' TERM\n"
+                 f"echo > \"{exe}.ready\"\n"  # the trap is set: SIGTERM now means "save"
                  "while :; do sleep 0.1; done\n")
     return [exe, script]
 
@@ -1044,11 +1045,14 @@ def wrapper_indexed_job():
         assert open(os.path.join(tmp, "peer-done")).read().strip() == "3"
         # SIGTERM to index 0 reaches the launch process, which saves (exit 75); peers get 75
         os.remove(ssh_log)
+        if os.path.exists(launch[0] + ".ready"):
+            os.remove(launch[0] + ".ready")
         w = subprocess.Popen([WRAPPER, "indexed", *launch, "--hosts", hosts], env=env0,
                              stderr=subprocess.PIPE, text=True)
         assert wait_for(lambda: any(runs_exe(p, name) for p in os.listdir("/proc")
                                     if p.isdigit())), "launch did not start"
-        time.sleep(0.3)
+        # a SIGTERM before the stand-in has set its trap kills it (143: seen under ASan's load)
+        assert wait_for(lambda: os.path.exists(launch[0] + ".ready")), "launch set no trap"
         w.send_signal(signal.SIGTERM)
         rc = w.wait(timeout=20)
         err = w.stderr.read()
