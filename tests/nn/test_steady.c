@@ -1,7 +1,14 @@
 /* Steady state: once a model has taken its first steps, further training steps (forward,
  * backward, optimizer) take no page faults at all -- nothing is allocated and touched anew, by
  * us or by the libraries we call (oneDNN allocates per sgemm call; see dt_runtime_tune_malloc).
- * Checked on a small Llama and a small ResNet, after 8 warm-up steps. */
+ * Checked on a small Llama and a small ResNet, after 16 warm-up steps.
+ *
+ * Why 16: on AVX2-only CPUs oneDNN's sgemm takes a 10.7 MB 128-byte-aligned packing buffer per
+ * call on each thread. glibc serves an aligned block with padding and frees the padding back;
+ * small blocks then cached in the thread's tcache sit in that padding, so the next call's block
+ * no longer fits and comes from the top of the heap: fresh pages (3016 faults a step here) for
+ * 9 steps, until the freed blocks coalesce (about 90 MB more heap, then no faults at all;
+ * GLIBC_TUNABLES=glibc.malloc.tcache_count=0 avoids it). With AVX-512 it settled within 8. */
 #include <stdlib.h>
 #include <sys/resource.h>
 #include "dtrain/dtrain.h"
@@ -22,9 +29,9 @@ static void steady(const char *what, dt_graph *g, int loss) {
     dt_optim *opt;
     CHECK_OK(dt_optim_init(&c, n, 0, n, NULL, 0, &opt));
     long f0 = 0;
-    /* oneDNN's sgemm settles its per-call buffers over the first few steps. */
-    for (int s = 0; s < 11; s++) {
-        if (s == 8) f0 = faults();
+    /* oneDNN's sgemm settles its per-call buffers over the first steps (see above). */
+    for (int s = 0; s < 19; s++) {
+        if (s == 16) f0 = faults();
         CHECK_OK(dt_graph_forward(g, 1));
         CHECK_OK(dt_graph_backward(g));
         dt_grad_clip_norm(gr, n, 1.0f);
