@@ -6,7 +6,7 @@
  *
  *   mpirun -np N bench_ddp [--model resnet18|llama56m] [--batch B] [--steps K] [--warmup W]
  *                          [--overlap 0|1] [--bucket-mb MB] [--threads T] [--broadcast-buffers 0|1]
- *                          [--sparse 0|1] [--shm 0|1] [--plain 1]
+ *                          [--sparse 0|1] [--shm 0|1] [--plain 1] [--profile 1]
  *
  * Models (the configurations of bench/bench_models.sh):
  *   resnet18  small stem, x [B, 3, 32, 32], 10 classes, SGD momentum 0.9 wd 5e-4; default B 64
@@ -28,7 +28,10 @@
  * worker, the baseline of weak scaling (bench_ddp.py --plain is the peer's). With N processes,
  * N independent trainings kept in lockstep by the barriers around each step and exchanging
  * nothing: what N workers cost each other by sharing this machine (memory bandwidth, caches),
- * which separates that from what the gradient exchange costs (DDP at N against this). */
+ * which separates that from what the gradient exchange costs (DDP at N against this).
+ * --profile 1: each rank also prints, per op and pass, the wall time its entries took per
+ * measured step ("profile rank=R op=conv2d pass=bwd ms=..."), sorted by time: which kernels a
+ * second worker slows down. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,14 +46,15 @@ static double median(double *v, int n) {
 
 typedef struct args {
     const char *model;
-    int batch, steps, warmup, overlap, threads, bcast_buffers, sparse, shm, plain;
+    int batch, steps, warmup, overlap, threads, bcast_buffers, sparse, shm, plain, profile;
     double bucket_mb;
 } args;
 
 static int usage(void) {
     fprintf(stderr, "usage: bench_ddp [--model resnet18|llama56m] [--batch B] [--steps K] "
                     "[--warmup W] [--overlap 0|1] [--bucket-mb MB] [--threads T] "
-                    "[--broadcast-buffers 0|1] [--sparse 0|1] [--shm 0|1] [--plain 1]\n");
+                    "[--broadcast-buffers 0|1] [--sparse 0|1] [--shm 0|1] [--plain 1] "
+                    "[--profile 1]\n");
     return 2;
 }
 
@@ -89,6 +93,8 @@ static int parse(int argc, char **argv, args *a) {
             a->shm = atoi(v);
         else if (!strcmp(k, "--plain"))
             a->plain = atoi(v);
+        else if (!strcmp(k, "--profile"))
+            a->profile = atoi(v);
         else if (!strcmp(k, "--bucket-mb"))
             a->bucket_mb = atof(v);
         else
@@ -179,6 +185,58 @@ static int build(const args *a, int rank, run *r) {
     return dt_optim_init(&oc, r->n, 0, r->n, NULL, 0, &r->opt) == DT_OK ? 0 : -1;
 }
 
+/* --profile: wall time per schedule entry, summed over the measured steps. */
+typedef struct prof {
+    dt_graph *g;
+    double *sum, t0;
+    int on;
+} prof;
+
+static dt_status prof_entry(void *ud, int k, int after) {
+    prof *p = ud;
+    if (!after)
+        p->t0 = bench_now();
+    else if (p->on)
+        p->sum[k] += bench_now() - p->t0;
+    return DT_OK;
+}
+
+typedef struct prof_row {
+    const char *op;
+    int pass;
+    double s;
+} prof_row;
+
+static int prof_cmp(const void *a, const void *b) {
+    double x = ((const prof_row *)a)->s, y = ((const prof_row *)b)->s;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* One line per (op, pass) in decreasing time, ms per step; then the total. */
+static void prof_print(const prof *p, int rank, int steps) {
+    int n = dt_graph_entry_count(p->g, NULL), m = 0;
+    prof_row *rows = calloc((size_t)n + 1, sizeof *rows);
+    if (!rows) return;
+    double total = 0;
+    for (int k = 0; k < n; k++) {
+        int pass = 0;
+        const char *op = dt_graph_entry_op(p->g, k, &pass);
+        int j = 0;
+        while (j < m && !(rows[j].pass == pass && !strcmp(rows[j].op, op))) j++;
+        if (j == m) rows[m++] = (prof_row){op, pass, 0};
+        rows[j].s += p->sum[k];
+        total += p->sum[k];
+    }
+    qsort(rows, (size_t)m, sizeof *rows, prof_cmp);
+    static const char *pass_name[] = {"fwd", "bwd", "recomp"};
+    for (int j = 0; j < m; j++)
+        printf("profile rank=%d op=%s pass=%s ms=%.2f\n", rank, rows[j].op,
+               pass_name[rows[j].pass < 3 ? rows[j].pass : 0], 1e3 * rows[j].s / steps);
+    printf("profile rank=%d op=all pass=all ms=%.2f\n", rank, 1e3 * total / steps);
+    fflush(stdout);
+    free(rows);
+}
+
 /* Phase times of one step (seconds): where a 2-rank step spends what a 1-rank one does not. */
 enum { PH_FWD, PH_BWD, PH_WAIT, PH_OPT, PH_BAR, PH_FWD_CPU, PH_BWD_CPU, PH_N };
 
@@ -214,6 +272,7 @@ int main(int argc, char **argv) {
     dt_threads_set(a.threads);
     int rank = dt_comm_rank(c), world = dt_comm_size(c);
     run r = {0};
+    prof pr = {0};
     dt_ddp *d = NULL;
     /* per step: total, ddp wait, comm-thread time and CPU time, then PH_N phase times */
     double *ts = calloc((size_t)a.steps * (4 + PH_N), sizeof *ts), *wait = ts + a.steps,
@@ -230,6 +289,13 @@ int main(int argc, char **argv) {
     if (!a.plain && (dt_ddp_init(r.g, c, &o, &d) != DT_OK || dt_ddp_broadcast_params(d) != DT_OK))
         goto fail;
     int bcast = a.bcast_buffers && dt_graph_flat_state(r.g, NULL) != NULL;
+    pr.g = r.g;
+    if (a.profile) {
+        what = "profile";
+        if (!(pr.sum = calloc((size_t)dt_graph_entry_count(r.g, NULL) + 1, sizeof *pr.sum)))
+            goto fail;
+        dt_graph_on_entry(r.g, prof_entry, &pr);
+    }
 
     what = "warm-up step";
     double t0 = bench_now();
@@ -237,6 +303,7 @@ int main(int argc, char **argv) {
         if (step(&r, d, bcast, ph)) goto fail;
     double tw = bench_now() - t0;
     what = "step";
+    pr.on = 1;
     for (int i = 0; i < a.steps; i++) {
         if (dt_comm_barrier(c) != DT_OK) goto fail;
         double t = bench_now();
@@ -277,6 +344,12 @@ int main(int argc, char **argv) {
             shared);
         fflush(stdout);
     }
+    /* ranks in turn, so their lines do not interleave */
+    for (int q = 0; a.profile && q < world; q++) {
+        if (q == rank) prof_print(&pr, rank, a.steps);
+        if (dt_comm_barrier(c) != DT_OK) goto fail;
+    }
+    free(pr.sum);
     dt_ddp_free(d);
     dt_optim_free(r.opt);
     dt_graph_free(r.g);
@@ -288,6 +361,7 @@ fail:
     fprintf(stderr, "bench_ddp: rank %d of %d: %s failed: %s\n", rank, world, what,
             dt_last_error());
     dt_comm_set_failed(c);
+    free(pr.sum);
     dt_ddp_free(d);
     dt_optim_free(r.opt);
     dt_graph_free(r.g);

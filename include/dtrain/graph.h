@@ -104,6 +104,9 @@ void dt_graph_set_loss_scale(dt_graph *g, float s);
 #define DT_GRAPH_ENTRY_PARAMS 8
 int dt_graph_entry_count(const dt_graph *g, int *n_forward);
 int dt_graph_entry_params(const dt_graph *g, int k, int *params);
+/* The op entry k runs ("conv2d", "matmul", ...; NULL when k is out of range) and how:
+ * *phase = 0 forward, 1 backward, 2 recomputed forward. For profilers (bench_ddp --profile). */
+const char *dt_graph_entry_op(const dt_graph *g, int k, int *phase);
 /* Called on the executing thread before (after = 0) and after (after = 1) every entry of
  * forward and backward; a status other than DT_OK stops the pass and is returned by
  * dt_graph_forward/backward. NULL removes it. */

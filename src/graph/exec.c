@@ -118,6 +118,14 @@ int dt_graph_entry_params(const dt_graph *g, int k, int *params) {
     return n;
 }
 
+const char *dt_graph_entry_op(const dt_graph *g, int k, int *phase) {
+    if (!g || !g->compiled || k < 0 || k >= g->n_entries) return NULL;
+    const dt_entry *e = &g->entries[k];
+    if (phase) *phase = e->phase;
+    const dt_op_def *op = g->nodes[e->node].op;
+    return op ? op->name : "leaf";
+}
+
 void dt_graph_on_entry(dt_graph *g, dt_graph_entry_fn fn, void *ud) {
     if (!g) return;
     g->on_entry = fn;

@@ -226,6 +226,28 @@ static void test_grad_ready(void) {
     dt_graph_free(g);
 }
 
+/* dt_graph_entry_op names each schedule entry's op and pass (what profilers print): forward
+ * runs mul then sum, backward the same ops in reverse order. */
+static void test_entry_ops(void) {
+    dt_graph *g = dt_graph_init();
+    int x = dt_graph_input(g, "x", DT_F32, 1, (int64_t[]){4}, 0);
+    int w = dt_graph_param(g, "w", DT_F32, 1, (int64_t[]){4}, 0);
+    int loss = dt_sum(g, dt_mul(g, x, w));
+    CHECK(dt_graph_entry_op(g, 0, NULL) == NULL, "no entries before compile");
+    CHECK_OK(dt_graph_compile(g, loss, NULL));
+    int nf = 0, n = dt_graph_entry_count(g, &nf), ph = -1;
+    CHECK(n == 4 && nf == 2, "4 entries, 2 forward (got %d, %d)", n, nf);
+    const char *want[4] = {"mul", "sum", "sum", "mul"};
+    for (int k = 0; k < n && k < 4; k++) {
+        const char *op = dt_graph_entry_op(g, k, &ph);
+        CHECK(op && !strcmp(op, want[k]), "entry %d runs %s (got %s)", k, want[k], op ? op : "-");
+        CHECK(ph == (k < nf ? 0 : 1), "entry %d is %s (phase %d)", k, k < nf ? "fwd" : "bwd", ph);
+    }
+    CHECK(dt_graph_entry_op(g, n, &ph) == NULL && dt_graph_entry_op(g, -1, NULL) == NULL,
+          "out-of-range entries give NULL");
+    dt_graph_free(g);
+}
+
 /* dt_param_info.sparse_row: a table only embedding lookups read (twice, here) is row-sparse with
  * rows of D elements, and its gradient is +0.0 bits in every row no id named; the same table
  * also used in a matrix product (a tied lm_head) is dense, and so is everything else. */
@@ -300,6 +322,7 @@ int main(void) {
     test_basic_parity();
     test_recompute_and_planner();
     test_grad_ready();
+    test_entry_ops();
     test_sparse_rows();
     test_errors();
     return dt_test_finish("test_graph");
