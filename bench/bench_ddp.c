@@ -6,7 +6,7 @@
  *
  *   mpirun -np N bench_ddp [--model resnet18|llama56m] [--batch B] [--steps K] [--warmup W]
  *                          [--overlap 0|1] [--bucket-mb MB] [--threads T] [--broadcast-buffers 0|1]
- *                          [--sparse 0|1] [--shm 0|1] [--plain 1] [--profile 1]
+ *                          [--sparse 0|1] [--shm 0|1] [--plain 1] [--profile 1] [--alternate 1]
  *
  * Models (the configurations of bench/bench_models.sh):
  *   resnet18  small stem, x [B, 3, 32, 32], 10 classes, SGD momentum 0.9 wd 5e-4; default B 64
@@ -31,7 +31,13 @@
  * which separates that from what the gradient exchange costs (DDP at N against this).
  * --profile 1: each rank also prints, per op and pass, the wall time its entries took per
  * measured step ("profile rank=R op=conv2d pass=bwd ms=..."), sorted by time: which kernels a
- * second worker slows down. */
+ * second worker slows down.
+ * --alternate 1 (DDP only): weak-scaling efficiency from paired steps, immune to the slow drifts
+ * of a shared VM's speed (+-10% over minutes here) that separate runs of 1 and N ranks see.
+ * Each measured step becomes a pair: a "solo" step, in which rank 0 trains a second, plain copy
+ * of the model (no dt_ddp) while every other rank sleeps in the barrier, and a DDP step on every
+ * rank, in alternating order; efficiency = solo / DDP step time per pair (median over pairs:
+ * eff_paired=), the same definition as step_time(1 worker) / step_time(N ranks). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +52,8 @@ static double median(double *v, int n) {
 
 typedef struct args {
     const char *model;
-    int batch, steps, warmup, overlap, threads, bcast_buffers, sparse, shm, plain, profile;
+    int batch, steps, warmup, overlap, threads, bcast_buffers, sparse, shm, plain, profile,
+        alternate;
     double bucket_mb;
 } args;
 
@@ -54,7 +61,7 @@ static int usage(void) {
     fprintf(stderr, "usage: bench_ddp [--model resnet18|llama56m] [--batch B] [--steps K] "
                     "[--warmup W] [--overlap 0|1] [--bucket-mb MB] [--threads T] "
                     "[--broadcast-buffers 0|1] [--sparse 0|1] [--shm 0|1] [--plain 1] "
-                    "[--profile 1]\n");
+                    "[--profile 1] [--alternate 1]\n");
     return 2;
 }
 
@@ -95,6 +102,8 @@ static int parse(int argc, char **argv, args *a) {
             a->plain = atoi(v);
         else if (!strcmp(k, "--profile"))
             a->profile = atoi(v);
+        else if (!strcmp(k, "--alternate"))
+            a->alternate = atoi(v);
         else if (!strcmp(k, "--bucket-mb"))
             a->bucket_mb = atof(v);
         else
@@ -107,7 +116,9 @@ static int parse(int argc, char **argv, args *a) {
         return 2;
     }
     if (a->batch <= 0) a->batch = resnet ? 64 : 8;
-    if (a->steps < 1 || a->warmup < 0 || a->threads < 1 || !(a->bucket_mb > 0)) return usage();
+    if (a->steps < 1 || a->warmup < 0 || a->threads < 1 || !(a->bucket_mb > 0) ||
+        (a->alternate && a->plain))
+        return usage();
     return 0;
 }
 
@@ -240,6 +251,20 @@ static void prof_print(const prof *p, int rank, int steps) {
 /* Phase times of one step (seconds): where a 2-rank step spends what a 1-rank one does not. */
 enum { PH_FWD, PH_BWD, PH_WAIT, PH_OPT, PH_BAR, PH_FWD_CPU, PH_BWD_CPU, PH_N };
 
+static int step(run *r, dt_ddp *d, int bcast, double ph[PH_N]);
+
+/* --alternate: rank 0 trains the plain copy s alone, the others wait in the barriers (which
+ * sleep: dt_comm_barrier); *t = rank 0's step time, measured as a DDP step is. */
+static int solo_step(run *s, dt_comm *c, double *t) {
+    double ph[PH_N];
+    if (dt_comm_barrier(c) != DT_OK) return -1;
+    double t0 = bench_now();
+    if (s->g && step(s, NULL, 0, ph)) return -1;
+    if (dt_comm_barrier(c) != DT_OK) return -1;
+    *t = bench_now() - t0;
+    return 0;
+}
+
 static int step(run *r, dt_ddp *d, int bcast, double ph[PH_N]) {
     double t0 = bench_now(), c0 = bench_thread_cpu();
     if (d && bcast && dt_ddp_broadcast_state(d) != DT_OK) return -1;
@@ -271,12 +296,14 @@ int main(int argc, char **argv) {
     }
     dt_threads_set(a.threads);
     int rank = dt_comm_rank(c), world = dt_comm_size(c);
-    run r = {0};
+    run r = {0}, solo = {0};
     prof pr = {0};
     dt_ddp *d = NULL;
-    /* per step: total, ddp wait, comm-thread time and CPU time, then PH_N phase times */
-    double *ts = calloc((size_t)a.steps * (4 + PH_N), sizeof *ts), *wait = ts + a.steps,
-           *comm = ts + 2 * a.steps, *comm_cpu = ts + 3 * a.steps, *phase = ts + 4 * a.steps;
+    /* per step: total, ddp wait, comm-thread time and CPU time, then PH_N phase times, then
+     * (--alternate) the solo step and the solo / DDP ratio */
+    double *ts = calloc((size_t)a.steps * (6 + PH_N), sizeof *ts), *wait = ts + a.steps,
+           *comm = ts + 2 * a.steps, *comm_cpu = ts + 3 * a.steps, *phase = ts + 4 * a.steps,
+           *ts_solo = phase + PH_N * a.steps, *eff = ts_solo + a.steps;
     double ph[PH_N], sent_mib = 0;
     const char *what = "build";
     if (!ts || build(&a, rank, &r)) goto fail;
@@ -289,6 +316,8 @@ int main(int argc, char **argv) {
     if (!a.plain && (dt_ddp_init(r.g, c, &o, &d) != DT_OK || dt_ddp_broadcast_params(d) != DT_OK))
         goto fail;
     int bcast = a.bcast_buffers && dt_graph_flat_state(r.g, NULL) != NULL;
+    what = "build (solo copy)";
+    if (a.alternate && rank == 0 && build(&a, rank, &solo)) goto fail;
     pr.g = r.g;
     if (a.profile) {
         what = "profile";
@@ -300,11 +329,13 @@ int main(int argc, char **argv) {
     what = "warm-up step";
     double t0 = bench_now();
     for (int i = 0; i < a.warmup; i++)
-        if (step(&r, d, bcast, ph)) goto fail;
+        if (step(&r, d, bcast, ph) || (solo.g && step(&solo, NULL, 0, ph))) goto fail;
     double tw = bench_now() - t0;
     what = "step";
     pr.on = 1;
     for (int i = 0; i < a.steps; i++) {
+        /* --alternate: the solo step first in even pairs, second in odd ones */
+        if (a.alternate && !(i & 1) && solo_step(&solo, c, ts_solo + i)) goto fail;
         if (dt_comm_barrier(c) != DT_OK) goto fail;
         double t = bench_now();
         if (step(&r, d, bcast, ph)) goto fail;
@@ -317,6 +348,11 @@ int main(int argc, char **argv) {
         dt_ddp_get_stats(d, &st); /* zeros without d */
         wait[i] = st.wait_s, comm[i] = st.comm_s, comm_cpu[i] = st.comm_cpu_s;
         sent_mib = (double)st.sent_bytes / 1048576.0;
+        if (a.alternate && (i & 1) && solo_step(&solo, c, ts_solo + i)) goto fail;
+        if (a.alternate) eff[i] = ts_solo[i] / ts[i];
+        if (a.alternate && rank == 0 && getenv("BENCH_DEBUG"))
+            fprintf(stderr, "pair %d solo %.4f ddp %.4f fwd %.4f bwd %.4f\n", i, ts_solo[i], ts[i],
+                    ph[PH_FWD], ph[PH_BWD]);
     }
     double anon_mib, thp_mib;
     bench_anon_mib(&anon_mib, &thp_mib);
@@ -332,7 +368,7 @@ int main(int argc, char **argv) {
             "ddp_comm_ms=%.1f comm_cpu_ms=%.1f mpi_thread=%s fwd_ms=%.1f bwd_ms=%.1f wait_ms=%.1f "
             "opt_ms=%.1f "
             "barrier_ms=%.1f fwd_cpu_ms=%.1f bwd_cpu_ms=%.1f sparse=%d sent_MiB=%.1f anon_MiB=%.0f "
-            "thp_MiB=%.0f shm=%d\n",
+            "thp_MiB=%.0f shm=%d",
             a.plain ? "plain" : "DDP", r.desc, world, a.threads, a.batch, a.overlap, a.bucket_mb,
             dt_ddp_bucket_count(d), (double)r.n * 4 / 1048576.0, a.steps, tw, med, mn, r.unit,
             world * r.items / med, r.unit, r.items / med, 1e3 * median(wait, a.steps),
@@ -342,6 +378,13 @@ int main(int argc, char **argv) {
             1e3 * median(phase + 4 * a.steps, a.steps), 1e3 * median(phase + 5 * a.steps, a.steps),
             1e3 * median(phase + 6 * a.steps, a.steps), a.sparse, sent_mib, anon_mib, thp_mib,
             shared);
+        if (a.alternate) { /* the pairs in order first: median() sorts */
+            printf(" eff_pairs=");
+            for (int i = 0; i < a.steps; i++) printf("%s%.3f", i ? "," : "", eff[i]);
+            printf(" solo_step_s=%.4f eff_paired=%.4f", median(ts_solo, a.steps),
+                   median(eff, a.steps));
+        }
+        printf("\n");
         fflush(stdout);
     }
     /* ranks in turn, so their lines do not interleave */
@@ -350,6 +393,8 @@ int main(int argc, char **argv) {
         if (dt_comm_barrier(c) != DT_OK) goto fail;
     }
     free(pr.sum);
+    dt_optim_free(solo.opt);
+    dt_graph_free(solo.g);
     dt_ddp_free(d);
     dt_optim_free(r.opt);
     dt_graph_free(r.g);
@@ -362,6 +407,8 @@ fail:
             dt_last_error());
     dt_comm_set_failed(c);
     free(pr.sum);
+    dt_optim_free(solo.opt);
+    dt_graph_free(solo.g);
     dt_ddp_free(d);
     dt_optim_free(r.opt);
     dt_graph_free(r.g);

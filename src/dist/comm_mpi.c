@@ -15,6 +15,7 @@ dt_status dt_comm_mpi_open(dt_comm *c, int *argc, char ***argv) {
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "dist/comm_mpi.h"
 #include "dtrain/runtime.h"
 
@@ -139,11 +140,23 @@ static dt_status mpi_allgatherv(dt_comm *c, float *buf, const int *counts, const
     return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "allgather_range", err);
 }
 
+/* A rank that waits here (for a slower rank, for rank 0's checkpoint) sleeps rather than spin:
+ * Open MPI's MPI_Barrier polls at full speed, a core's worth of CPU taken from whatever else
+ * runs there (the other workers of a host, our own communication thread). MPI_Ibarrier, then
+ * MPI_Test with 20 us sleeps after the first 32 polls; the lock is held per call only, so the
+ * communication thread can go on meanwhile. */
 static dt_status mpi_barrier(dt_comm *c) {
     dt_mpi *m = state(c);
+    MPI_Request rq;
     dt_mpi_lock(m);
-    int err = MPI_Barrier(m->comm);
+    int err = MPI_Ibarrier(m->comm, &rq), done = 0;
     dt_mpi_unlock(m);
+    for (int k = 0; err == MPI_SUCCESS && !done; k++) {
+        if (k >= 32) nanosleep(&(struct timespec){0, 20000}, NULL);
+        dt_mpi_lock(m);
+        err = MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
+        dt_mpi_unlock(m);
+    }
     return err == MPI_SUCCESS ? DT_OK : dt_mpi_fail(c, "barrier", err);
 }
 
