@@ -1032,7 +1032,10 @@ def wrapper_indexed_job():
                                   f"DTRAIN_DONE_FILE={tmp}/peer-done exec \"$@\"\n")
         os.chmod(fake_ssh, 0o755)
         name = f"dtfk{os.getpid() % 100000}i"
-        launch = fake_worker(tmp, name, exit_code=75, delay=0.5)
+        # saves at once: it exits while the wrapper's SIGTERM handler still scans /proc, and the
+        # wrapper must still report its 75 (it reported 143 when it asked `kill -0` whether the
+        # child was alive after its interrupted `wait`: bash had reaped it already)
+        launch = fake_worker(tmp, name, exit_code=75, delay=0.0)
         env0 = wrapper_env(tmp, JOB_COMPLETION_INDEX="0", DTRAIN_SSH_PORT=str(port),
                            DTRAIN_SSH=fake_ssh, DTRAIN_PROC_NAME=name,
                            PATH=bindir + os.pathsep + os.environ["PATH"])
