@@ -23,17 +23,11 @@
 set -uo pipefail
 build=${1:-build}
 here=$(cd "$(dirname "$0")" && pwd)
-bin="$build/bench/bench_ddp"
 log=/tmp/bench_paired.log
-[[ -x "$bin" ]] || { echo "bench_paired.sh: $bin not found (needs MPI: libopenmpi-dev); build first" >&2; exit 2; }
-command -v mpirun >/dev/null || { echo "bench_paired.sh: mpirun not found (openmpi-bin)" >&2; exit 2; }
-py=${DT_VENV:-$HOME/.cache/dtrain/venv}/bin/python
-"$py" -c 'import torch, torchvision' 2>/dev/null || { echo "bench_paired.sh: $py has no torch/torchvision (make venv)" >&2; exit 2; }
-root=()
-[[ $(id -u) -eq 0 ]] && root=(--allow-run-as-root)
-tuned=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE MALLOC_MMAP_MAX_=0
-       MALLOC_TRIM_THRESHOLD_=100000000000 GLIBC_TUNABLES=glibc.malloc.hugetlb=1 OMP_NUM_THREADS=1
-       DT_BENCH_PIN=1)
+. "$here/ddp_common.bash"
+ddp_common bench_paired.sh "$build"
+((py_ok)) || { echo "bench_paired.sh: $py has no torch/torchvision (make venv)" >&2; exit 2; }
+tuned+=(DT_BENCH_PIN=1)
 rounds=${ROUNDS:-3}
 port=29633
 : > "$log"

@@ -25,16 +25,10 @@ set -uo pipefail
 build=${1:-build}
 quick=${2:-}
 here=$(cd "$(dirname "$0")" && pwd)
-bin="$build/bench/bench_ddp"
 log=/tmp/bench_scaling.log
-[[ -x "$bin" ]] || { echo "bench_scaling.sh: $bin not found (needs MPI: libopenmpi-dev); build first" >&2; exit 2; }
-command -v mpirun >/dev/null || { echo "bench_scaling.sh: mpirun not found (openmpi-bin)" >&2; exit 2; }
-py=${DT_VENV:-$HOME/.cache/dtrain/venv}/bin/python
-if ! "$py" -c 'import torch, torchvision' 2>/dev/null; then py=/usr/bin/python3; fi
-root=()
-[[ $(id -u) -eq 0 ]] && root=(--allow-run-as-root)
-tuned=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE MALLOC_MMAP_MAX_=0
-       MALLOC_TRIM_THRESHOLD_=100000000000 GLIBC_TUNABLES=glibc.malloc.hugetlb=1 OMP_NUM_THREADS=1)
+. "$here/ddp_common.bash"
+ddp_common bench_scaling.sh "$build"
+((py_ok)) || py=/usr/bin/python3
 rb=${RESNET_BATCH:-64} lb=${LLAMA_BATCH:-8}
 # PIN=1: rank r runs on core r on both sides (mpirun --bind-to core; the peer's workers set their
 # affinity), so a lone 1-rank process cannot wander between cores; default: the scheduler places
