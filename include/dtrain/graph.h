@@ -71,10 +71,15 @@ typedef struct dt_graph_opts {
     size_t flat_capacity;
     /* Keep every activation in its plain layout (NCHW) instead of letting chains of
      * convolutions, batchnorms and pools pass channel-blocked ones (the default where the CPU
-     * has AVX-512; the results agree to rounding). For tests and A/B measurements; also set by
-     * DT_GRAPH_PLAIN=1, and on CPUs without AVX-512, where oneDNN's convolutions use 8-channel
-     * blocks (DT_GRAPH_PLAIN=0 blocks anyway: tests of the blocked kernels). */
+     * has AVX2 or AVX-512; the results agree to rounding). For tests and A/B measurements; also
+     * set by DT_GRAPH_PLAIN=1, and on CPUs without AVX2 (DT_GRAPH_PLAIN=0 blocks anyway: tests
+     * of the blocked kernels). */
     int plain_layout;
+    /* Channels per block of blocked activations: 0 for the CPU's convolutions' own (16 with
+     * AVX-512, nChw16c; 8 with AVX2, nChw8c), or 8 or 16 (tests, A/B runs; 0 also takes
+     * DT_GRAPH_BLOCK=8|16 from the environment). Any other value fails compile. Both widths
+     * give the same bits on one machine (the convolutions' kernels are the CPU's either way). */
+    int layout_block;
 } dt_graph_opts;
 
 /* Derives the backward schedule from `loss` (a scalar), plans memory, allocates every buffer
@@ -140,7 +145,7 @@ void dt_graph_set_sync_batchnorm(dt_graph *g, dt_graph_allreduce_fn fn, void *ud
 /* Access after compile: the node's value / gradient (NULL data if it has none or its memory
  * was reused; values of kept nodes, inputs and params are always valid, and always in the
  * shape's plain row-major layout. Other intermediate 4-D values between convolutions may be
- * stored channel-blocked (nChw16c) under the same shape: keep a node to read it). */
+ * stored channel-blocked (nChw16c or nChw8c) under the same shape: keep a node to read it). */
 const dt_tensor *dt_graph_value(dt_graph *g, int id);
 const dt_tensor *dt_graph_grad(dt_graph *g, int id);
 int dt_graph_find(const dt_graph *g, const char *name); /* input/param by name, -1 if none */

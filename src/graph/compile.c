@@ -455,10 +455,18 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
     if (getenv("DT_PLAN_NO_REUSE")) o.no_reuse = 1; /* debugging aid: rule the planner out */
     const char *pz = getenv("DT_GRAPH_POISON");
     if (pz && pz[0] && strcmp(pz, "0")) o.poison = 1;
-    /* DT_GRAPH_PLAIN: 1 plain, 0 blocked even without AVX-512 (tests), unset: by the CPU */
-    const char *pl = getenv("DT_GRAPH_PLAIN");
+    /* DT_GRAPH_PLAIN: 1 plain, 0 blocked even where the CPU has no AVX2 (tests), unset: by the
+     * CPU. DT_GRAPH_BLOCK=8|16: that block width where the options leave it to the CPU (tests,
+     * A/B runs). */
+    const char *pl = getenv("DT_GRAPH_PLAIN"), *pb = getenv("DT_GRAPH_BLOCK");
     if (pl && pl[0] && strcmp(pl, "0")) o.plain_layout = 1;
-    if (!(pl && pl[0]) && !dt_graph_layout_c16_native()) o.plain_layout = 1;
+    if (!o.layout_block && pb && (!strcmp(pb, "8") || !strcmp(pb, "16"))) o.layout_block = atoi(pb);
+    if (o.layout_block != 0 && o.layout_block != 8 && o.layout_block != 16)
+        return dt_error_set(DT_ERR_INVALID, "compile: layout_block %d is not 0, 8 or 16",
+                            o.layout_block);
+    int block = o.layout_block ? o.layout_block : dt_graph_layout_native_block();
+    if (!block && pl && pl[0] && !strcmp(pl, "0")) block = 16;
+    if (o.plain_layout) block = 0;
     g->loss = loss;
     g->poison = o.poison;
     g->no_backward = o.no_backward;
@@ -472,7 +480,7 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
         goto fail;
     }
 #undef NEWI
-    dt_graph_choose_layouts(g, o.plain_layout);
+    dt_graph_choose_layouts(g, block);
     for (int i = 0; i < n; i++) {
         dt_node *nd = &g->nodes[i];
         if (nd->kind == DT_NODE_OP && nd->op->prepare) {

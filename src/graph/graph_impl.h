@@ -60,9 +60,11 @@ struct dt_graph {
 };
 
 dt_node *dt_graph_node_(const dt_graph *g, int id);
-/* Sets every node's layout (src/graph/layout.c); plain_only: all DT_LAYOUT_PLAIN. */
-void dt_graph_choose_layouts(dt_graph *g, int plain_only);
-/* 1 when oneDNN's convolutions use nChw16c on this CPU (AVX-512): blocked values pay off. */
-int dt_graph_layout_c16_native(void);
+/* Sets every node's layout (src/graph/layout.c): channel blocks of `block` (16 or 8), or all
+ * DT_LAYOUT_PLAIN with block 0. */
+void dt_graph_choose_layouts(dt_graph *g, int block);
+/* The channel block of oneDNN's convolutions on this CPU: 16 with AVX-512, 8 with AVX2, 0 below
+ * (blocked values would only add reorders there). */
+int dt_graph_layout_native_block(void);
 
 #endif

@@ -6,29 +6,36 @@
  * it pure memory traffic. Keeping the values between convolutions blocked (batchnorm, ReLU, the
  * residual add and the pools read and write that layout too) removes them.
  *
- * Rule: a value is C16 when it is an op's 4-D f32 output with C % 16 == 0, its producer can
- * write C16, every consumer can read it in that input slot, and it is neither kept nor the loss
- * (user-visible values stay plain). Ops whose slots are tied (batchnorm: x, residual and output
- * share one layout) then demote the whole group to plain if any member is plain, until nothing
- * changes. Demotion only ever turns C16 into plain, so this ends after at most n rounds. */
+ * Block width: oneDNN's convolutions block 16 channels where the CPU has AVX-512 (nChw16c) and
+ * 8 on AVX2 (nChw8c); values blocked any other way would cost a reorder into each convolution
+ * and out again (measured on AMD Zen 3 with 16-channel values: ResNet-18 step 14% slower than
+ * plain NCHW), so a graph uses the CPU's width for all its blocked values.
+ *
+ * Rule: a value is blocked when it is an op's 4-D f32 output with C a multiple of the block, its
+ * producer can write it blocked, every consumer can read it in that input slot, and it is
+ * neither kept nor the loss (user-visible values stay plain). Ops whose slots are tied
+ * (batchnorm: x, residual and output share one layout) then demote the whole group to plain if
+ * any member is plain, until nothing changes. Demotion only ever turns blocked into plain, so
+ * this ends after at most n rounds. */
 #include <dnnl.h>
 #include "graph/graph_impl.h"
 
-/* oneDNN's convolutions use 16-channel blocks where the CPU has AVX-512; on AVX2-only CPUs they
- * use nChw8c, so nChw16c values would cost a reorder into each convolution and out of it again
- * (measured on AMD Zen 3: ResNet-18 step 14% slower than plain NCHW). There, values stay plain. */
-int dt_graph_layout_c16_native(void) {
+/* dnnl_get_effective_cpu_isa honours ONEDNN_MAX_CPU_ISA, so an AVX-512 machine told to run
+ * oneDNN as AVX2 gets 8-channel values too. */
+int dt_graph_layout_native_block(void) {
     dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-    return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+    if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core) return 16;
+    if ((isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2) return 8;
+    return 0;
 }
 
 static unsigned slots(const dt_graph *g, const dt_node *n) {
     return n->op && n->op->layouts ? n->op->layouts(g, n) : 0u;
 }
 
-static int candidate(const dt_graph *g, const dt_node *n) {
+static int candidate(const dt_graph *g, const dt_node *n, int block) {
     return n->kind == DT_NODE_OP && !(n->op->flags & DT_OPF_ALIAS) && n->t.dtype == DT_F32 &&
-           n->t.ndim == 4 && n->t.shape[1] % 16 == 0 && !g->keep[n->id] && n->id != g->loss &&
+           n->t.ndim == 4 && n->t.shape[1] % block == 0 && !g->keep[n->id] && n->id != g->loss &&
            (slots(g, n) & DT_LAY_OUT);
 }
 
@@ -50,11 +57,13 @@ static int untie(dt_graph *g, dt_node *n) {
     return changed;
 }
 
-void dt_graph_choose_layouts(dt_graph *g, int plain_only) {
+void dt_graph_choose_layouts(dt_graph *g, int block) {
+    int blocked = block == 16 ? DT_LAYOUT_C16 : block == 8 ? DT_LAYOUT_C8 : DT_LAYOUT_PLAIN;
     for (int i = 0; i < g->n_nodes; i++)
-        g->nodes[i].layout =
-            !plain_only && candidate(g, &g->nodes[i]) ? DT_LAYOUT_C16 : DT_LAYOUT_PLAIN;
-    if (plain_only) return;
+        g->nodes[i].layout = blocked != DT_LAYOUT_PLAIN && candidate(g, &g->nodes[i], block)
+                                 ? blocked
+                                 : DT_LAYOUT_PLAIN;
+    if (blocked == DT_LAYOUT_PLAIN) return;
     for (int j = 0; j < g->n_nodes; j++) {
         const dt_node *n = &g->nodes[j];
         if (n->kind != DT_NODE_OP) continue;

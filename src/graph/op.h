@@ -58,14 +58,20 @@ enum { DT_NODE_OP = 0, DT_NODE_INPUT = 1, DT_NODE_PARAM = 2 };
 
 /* Physical layouts of a node's value (and of its gradient, always the same). Shapes stay
  * logical: a C16 value of shape [N, C, H, W] is stored as [N, C/16, H, W, 16] (oneDNN's nChw16c),
- * the layout its AVX-512 convolutions read and write, so that a chain conv -> batchnorm -> conv
- * passes activations without reordering them. The compiler picks C16 for a 4-D f32 value with
- * C % 16 == 0 when its producer and every consumer accept it (dt_op_def.layouts) and the value
- * is not user-visible (kept or the loss); see src/graph/layout.c. */
-enum { DT_LAYOUT_PLAIN = 0, DT_LAYOUT_C16 = 1 };
-#define DT_LAY_IN(i) (1u << (i)) /* dt_op_def.layouts: input i may be C16 */
-#define DT_LAY_OUT (1u << 4)     /* the output may be C16 */
-#define DT_LAY_TIED (1u << 5)    /* the output and those inputs are C16 together or not at all */
+ * a C8 value as [N, C/8, H, W, 8] (nChw8c): the layouts oneDNN's AVX-512 and AVX2 convolutions
+ * read and write, so that a chain conv -> batchnorm -> conv passes activations without
+ * reordering them. The compiler picks one block width per graph (the CPU's) and blocks a 4-D f32
+ * value with C a multiple of it when its producer and every consumer accept it
+ * (dt_op_def.layouts) and the value is not user-visible (kept or the loss); see
+ * src/graph/layout.c. */
+enum { DT_LAYOUT_PLAIN = 0, DT_LAYOUT_C16 = 1, DT_LAYOUT_C8 = 2 };
+/* Channels per block of a layout: 16, 8, or 0 for plain. */
+static inline int dt_layout_block(int layout) {
+    return layout == DT_LAYOUT_C16 ? 16 : layout == DT_LAYOUT_C8 ? 8 : 0;
+}
+#define DT_LAY_IN(i) (1u << (i)) /* dt_op_def.layouts: input i may be blocked */
+#define DT_LAY_OUT (1u << 4)     /* the output may be blocked */
+#define DT_LAY_TIED (1u << 5)    /* the output and those inputs are blocked together or not at all */
 
 typedef struct dt_op_ctx {
     const dt_node *node;
@@ -101,8 +107,9 @@ struct dt_op_def {
     dt_status (*forward)(const dt_op_ctx *c);
     dt_status (*backward)(const dt_op_ctx *c);
     void (*destroy)(dt_node *n); /* optional */
-    /* Optional: DT_LAY_* bits of the slots this node can handle in DT_LAYOUT_C16 (NULL: plain
-     * only). Called before prepare, which then reads node->layout and its inputs' layouts. */
+    /* Optional: DT_LAY_* bits of the slots this node can handle channel-blocked, in either
+     * DT_LAYOUT_C16 or DT_LAYOUT_C8 (NULL: plain only). Called before prepare, which then reads
+     * node->layout and its inputs' layouts. */
     unsigned (*layouts)(const dt_graph *g, const dt_node *n);
 };
 

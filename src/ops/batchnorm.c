@@ -13,8 +13,9 @@
  * Own OpenMP kernels rather than oneDNN: this is a per-channel streaming reduction that is
  * memory-bound either way, and oneDNN would bring its own running-statistics handling. Sums are
  * per-row float SIMD partials accumulated in double. Values that the graph keeps channel-blocked
- * (DT_LAYOUT_C16, between convolutions) go through the same code with the sweeps in
- * batchnorm_c16.c, dispatched per channel block; x, the residual and the output share a layout.
+ * (DT_LAYOUT_C16 / C8, between convolutions) go through the same code with the sweeps in
+ * batchnorm_blocked.inc, dispatched per channel block; x, the residual and the output share a
+ * layout.
  *
  * Synchronised statistics (dt_graph_set_sync_batchnorm, torch.nn.SyncBatchNorm) in training:
  * forward all-reduces per-channel [sum x, sum x^2, count] (2C + 1 doubles, one call) and
@@ -95,17 +96,17 @@ static inline float row_sqdev(const float *p, int64_t n, float m) {
 enum { BN_BLOCK = 64 };
 
 /* Block size for C channels: at most BN_BLOCK, small enough to give every thread a block; a
- * multiple of 16 for channel-blocked values. */
+ * multiple of the channel block for blocked values. */
 static int64_t bn_block(const bn_geom *g) {
     int64_t t = omp_get_max_threads(), b = (g->C + t - 1) / t;
-    if (g->c16) b = (b + 15) / 16 * 16;
+    if (g->blk) b = (b + g->blk - 1) / g->blk * g->blk;
     return b < 1 ? 1 : b > BN_BLOCK ? BN_BLOCK : b;
 }
 
 /* The geometry of node c's x (layout: the node's, which its x and residual share). */
 static bn_geom bn_geom_of(const dt_op_ctx *c) {
     const dt_tensor *xt = &c->in[BN_X];
-    bn_geom g = {xt->shape[0], xt->shape[1], 0, c->node->layout == DT_LAYOUT_C16};
+    bn_geom g = {xt->shape[0], xt->shape[1], 0, dt_layout_block(c->node->layout)};
     g.P = dt_tensor_numel(xt) / (g.N * g.C);
     return g;
 }
@@ -114,8 +115,8 @@ static bn_geom bn_geom_of(const dt_op_ctx *c) {
  * v = sum (x - m)^2, M = N * P (arrays indexed from c0). */
 static void bn_block_moments(const float *x, const bn_geom *g, int64_t c0, int64_t c1, double *s,
                              float *m, double *v) {
-    if (g->c16) {
-        bn16_block_moments(x, g, c0, c1, s, m, v);
+    if (g->blk) {
+        (g->blk == 16 ? bn16_block_moments : bn8_block_moments)(x, g, c0, c1, s, m, v);
         return;
     }
     int64_t N = g->N, C = g->C, P = g->P;
@@ -157,8 +158,8 @@ static inline void bn_apply_row(float *yp, const float *xp, const float *rp, flo
  * (the same association as PyTorch's CPU kernel). */
 static void bn_apply(float *y, const float *x, const float *mean, const float *rstd, const float *w,
                      const float *b, const bn_geom *g, const bn_epi *e) {
-    if (g->c16) {
-        bn16_apply(y, x, mean, rstd, w, b, g, e);
+    if (g->blk) {
+        (g->blk == 16 ? bn16_apply : bn8_apply)(y, x, mean, rstd, w, b, g, e);
         return;
     }
     int64_t N = g->N, C = g->C, P = g->P;
@@ -312,8 +313,9 @@ static dt_status bn_forward(const dt_op_ctx *c) {
  * per row, summed in double; arrays indexed from c0). */
 static void bn_block_grad_sums(float *gy, const float *x, const float *mean, const bn_geom *gm,
                                int64_t c0, int64_t c1, double *sg, double *sgx, const bn_epi *e) {
-    if (gm->c16) {
-        bn16_block_grad_sums(gy, x, mean, gm, c0, c1, sg, sgx, e);
+    if (gm->blk) {
+        (gm->blk == 16 ? bn16_block_grad_sums : bn8_block_grad_sums)(gy, x, mean, gm, c0, c1, sg,
+                                                                     sgx, e);
         return;
     }
     int64_t N = gm->N, C = gm->C, P = gm->P;
@@ -375,8 +377,8 @@ static inline void bn_gx_row(float *gx, const float *gy, const float *x, int64_t
 static void bn_block_gx(float *gx, float bx, const float *gy, const float *x, const float *mean,
                         const float *k, const float *u, const float *v, const bn_geom *g,
                         int64_t c0, int64_t c1, const bn_epi *e) {
-    if (g->c16) {
-        bn16_block_gx(gx, bx, gy, x, mean, k, u, v, g, c0, c1, e);
+    if (g->blk) {
+        (g->blk == 16 ? bn16_block_gx : bn8_block_gx)(gx, bx, gy, x, mean, k, u, v, g, c0, c1, e);
         return;
     }
     for (int64_t n = 0; n < g->N; n++)

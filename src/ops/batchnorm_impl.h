@@ -1,14 +1,15 @@
 /* Batchnorm internals shared by the plain kernels (batchnorm.c) and the channel-blocked ones
- * (batchnorm_c16.c). */
+ * (batchnorm_blocked.inc, compiled as batchnorm_c16.c and batchnorm_c8.c). */
 #ifndef DTRAIN_OPS_BATCHNORM_IMPL_H
 #define DTRAIN_OPS_BATCHNORM_IMPL_H
 
 #include <stdint.h>
 
-/* x [N, C, P] (P = product of the trailing dims); c16: stored [N, C/16, P, 16] (nChw16c). */
+/* x [N, C, P] (P = product of the trailing dims); blk 16 or 8: stored [N, C/blk, P, blk]
+ * (nChw16c, nChw8c), blk 0: plain. */
 typedef struct bn_geom {
     int64_t N, C, P;
-    int c16;
+    int blk;
 } bn_geom;
 
 /* The fused epilogue of one call (all zero / NULL for plain batchnorm). Forward: y = relu?(bn(x)
@@ -25,22 +26,28 @@ typedef struct bn_epi {
     float bres;
 } bn_epi;
 
-/* Channel-blocked kernels; [c0, c1) are multiples of 16 and arrays are indexed from c0. Each
- * channel's sums run over n in order on the calling thread, as in the plain kernels, so results
- * do not depend on the thread count. */
-/* s = sum x, m = float(s / M), v = sum (x - m)^2 (two passes, M = N * P). */
-void bn16_block_moments(const float *x, const bn_geom *g, int64_t c0, int64_t c1, double *s,
-                        float *m, double *v);
-/* y = epilogue(x * alpha + beta), alpha = rstd * w, beta = b - mean * alpha (all channels,
- * parallel over samples and blocks). */
-void bn16_apply(float *y, const float *x, const float *mean, const float *rstd, const float *w,
-                const float *b, const bn_geom *g, const bn_epi *e);
-/* ReLU mask applied to gy in place (with e->relu), then sg = sum gy, sgx = sum gy * (x - mean). */
-void bn16_block_grad_sums(float *gy, const float *x, const float *mean, const bn_geom *g,
-                          int64_t c0, int64_t c1, double *sg, double *sgx, const bn_epi *e);
-/* gx (+)= k * gy + u * (x - mean) + v (bx 0 or 1; gx may be NULL) and e->gres (+)= gy. */
-void bn16_block_gx(float *gx, float bx, const float *gy, const float *x, const float *mean,
-                   const float *k, const float *u, const float *v, const bn_geom *g, int64_t c0,
-                   int64_t c1, const bn_epi *e);
+/* Channel-blocked kernels, bn16_* for blk 16 and bn8_* for blk 8; [c0, c1) are multiples of
+ * blk and arrays are indexed from c0. Each channel's sums run over n in order on the calling
+ * thread, as in the plain kernels, so results do not depend on the thread count.
+ *   block_moments    s = sum x, m = float(s / M), v = sum (x - m)^2 (two passes, M = N * P)
+ *   apply            y = epilogue(x * alpha + beta), alpha = rstd * w, beta = b - mean * alpha
+ *                    (all channels, parallel over samples and blocks)
+ *   block_grad_sums  ReLU mask applied to gy in place (with e->relu), then sg = sum gy,
+ *                    sgx = sum gy * (x - mean)
+ *   block_gx         gx (+)= k * gy + u * (x - mean) + v (bx 0 or 1; gx may be NULL) and
+ *                    e->gres (+)= gy */
+#define BN_BLOCKED_DECLARE(p)                                                                      \
+    void p##_block_moments(const float *x, const bn_geom *g, int64_t c0, int64_t c1, double *s,    \
+                           float *m, double *v);                                                   \
+    void p##_apply(float *y, const float *x, const float *mean, const float *rstd, const float *w, \
+                   const float *b, const bn_geom *g, const bn_epi *e);                             \
+    void p##_block_grad_sums(float *gy, const float *x, const float *mean, const bn_geom *g,       \
+                             int64_t c0, int64_t c1, double *sg, double *sgx, const bn_epi *e);    \
+    void p##_block_gx(float *gx, float bx, const float *gy, const float *x, const float *mean,     \
+                      const float *k, const float *u, const float *v, const bn_geom *g,            \
+                      int64_t c0, int64_t c1, const bn_epi *e);
+BN_BLOCKED_DECLARE(bn16)
+BN_BLOCKED_DECLARE(bn8)
+#undef BN_BLOCKED_DECLARE
 
 #endif

@@ -1,11 +1,12 @@
 /* 2-D convolution (NCHW, PyTorch semantics) on oneDNN primitives.
  *
  * Graph tensors: x [N, C, H, W], w [O, C/groups, KH, KW], bias [O], y [N, O, OH, OW].
- * oneDNN's fast AVX-512 kernels want blocked layouts (nChw16c activations, OIhw16i16o weights),
+ * oneDNN's fast kernels want blocked layouts (AVX-512: nChw16c activations, OIhw16i16o weights;
+ * AVX2: nChw8c, OIhw8i8o),
  * so the primitives are created with "any" layouts and a tensor whose layout differs from the
  * chosen one is reordered into the op's ws on the way in and back on the way out. Activations
- * that the graph keeps in DT_LAYOUT_C16 (nChw16c; src/graph/layout.c) usually match and pass
- * straight through; plain ones (the image batch, weights) are reordered, as PyTorch (ideep)
+ * that the graph keeps channel-blocked (DT_LAYOUT_C16 / C8; src/graph/layout.c) usually match and
+ * pass straight through; plain ones (the image batch, weights) are reordered, as PyTorch (ideep)
  * does for every NCHW tensor.
  * At ResNet shapes it measured 1.3-2.4x faster (forward + backward, batch 32, 2 threads) than
  * oneDNN's plain-layout path, which is im2col + sgemm ("gemm:jit"), so no im2col code is kept.
@@ -65,7 +66,13 @@ typedef struct conv_mds {
     dnnl_dims_t strides, dil, pad_l, pad_r;
 } conv_mds;
 
-static dt_status conv_mds_init(conv_mds *m, const conv_shape *s, int x_c16, int y_c16) {
+/* oneDNN's tag for a graph layout. */
+static dnnl_format_tag_t act_tag(int layout) {
+    int b = dt_layout_block(layout);
+    return b == 16 ? dnnl_nChw16c : b == 8 ? dnnl_nChw8c : dnnl_nchw;
+}
+
+static dt_status conv_mds_init(conv_mds *m, const conv_shape *s, int x_layout, int y_layout) {
     dnnl_dims_t xd = {s->N, s->C, s->H, s->W}, yd = {s->N, s->O, s->OH, s->OW}, bd = {s->O};
     /* Grouped weights are 5-D [G, O/G, C/G, KH, KW]: the same bytes as PyTorch's 4-D layout. */
     int g = s->groups > 1, wn = g ? 5 : 4;
@@ -74,10 +81,8 @@ static dt_status conv_mds_init(conv_mds *m, const conv_shape *s, int x_c16, int 
         dnnl_dims_t w5 = {s->groups, s->O / s->groups, s->C / s->groups, s->KH, s->KW};
         memcpy(wd, w5, sizeof w5);
     }
-    dnnl_status_t e =
-        dnnl_memory_desc_init_by_tag(&m->x, 4, xd, dnnl_f32, x_c16 ? dnnl_nChw16c : dnnl_nchw);
-    if (!e)
-        e = dnnl_memory_desc_init_by_tag(&m->y, 4, yd, dnnl_f32, y_c16 ? dnnl_nChw16c : dnnl_nchw);
+    dnnl_status_t e = dnnl_memory_desc_init_by_tag(&m->x, 4, xd, dnnl_f32, act_tag(x_layout));
+    if (!e) e = dnnl_memory_desc_init_by_tag(&m->y, 4, yd, dnnl_f32, act_tag(y_layout));
     if (!e) e = dnnl_memory_desc_init_by_tag(&m->b, 1, bd, dnnl_f32, dnnl_a);
     if (!e) e = dnnl_memory_desc_init_by_tag(&m->w, wn, wd, dnnl_f32, g ? dnnl_goihw : dnnl_oihw);
     dnnl_format_tag_t any = dnnl_format_tag_any;
@@ -239,8 +244,7 @@ static dt_status conv_prepare(dt_graph *g, dt_node *n) {
     if (!s) return dt_error_set(DT_ERR_NOMEM, "conv2d: out of memory");
     n->state = s;
     conv_mds m;
-    dt_status st = conv_mds_init(&m, &sh, dt_graph_node(g, n->in[0])->layout == DT_LAYOUT_C16,
-                                 n->layout == DT_LAYOUT_C16);
+    dt_status st = conv_mds_init(&m, &sh, dt_graph_node(g, n->in[0])->layout, n->layout);
     dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
     size_t wsf = 0, shared = 0, wsd = 0, wsw = 0;
     if (!st) st = prepare_fwd(s, &sh, &m, &fpd, &wsf);
@@ -278,18 +282,18 @@ static dt_status conv_forward(const dt_op_ctx *c) {
     return st;
 }
 
-/* gb [O] = beta * gb + sum over n, p of gy [N, O, P] (P = OH * OW); with c16, gy is stored
- * [N, O/16, P, 16] and channel o's values are 16 floats apart. */
+/* gb [O] = beta * gb + sum over n, p of gy [N, O, P] (P = OH * OW); blocked by L channels
+ * (L 16 or 8), gy is stored [N, O/L, P, L] and channel o's values are L floats apart. */
 static void conv_bias_backward(float *gb, const float *gy, int64_t N, int64_t O, int64_t P,
-                               float beta, int c16) {
+                               float beta, int L) {
 #pragma omp parallel for schedule(static)
     for (int64_t o = 0; o < O; o++) {
         double acc = 0.0; /* double: P * N can be large, keep the sum exact enough */
         for (int64_t n = 0; n < N; n++) {
             float part = 0.0f;
-            if (c16) {
-                const float *p = gy + ((n * (O / 16) + o / 16) * P) * 16 + o % 16;
-                for (int64_t i = 0; i < P; i++) part += p[16 * i];
+            if (L) {
+                const float *p = gy + ((n * (O / L) + o / L) * P) * L + o % L;
+                for (int64_t i = 0; i < P; i++) part += p[L * i];
             } else {
                 const float *p = gy + (n * O + o) * P;
 #pragma omp simd reduction(+ : part)
@@ -344,7 +348,7 @@ static dt_status conv_backward(const dt_op_ctx *c) {
         const dt_tensor *y = &c->gout;
         conv_bias_backward(c->gin[2].data, c->gout.data, y->shape[0], y->shape[1],
                            y->shape[2] * y->shape[3], c->gin_beta[2],
-                           c->node->layout == DT_LAYOUT_C16);
+                           dt_layout_block(c->node->layout));
     }
     return DT_OK;
 }

@@ -7,9 +7,10 @@
  *
  * Own OpenMP kernels, parallel over the N * C planes: pooling is memory-bound and runs once or
  * twice per ResNet, so plain loops on the NCHW tensors beat reordering for oneDNN. maxpool2d and
- * global_avgpool also read channel-blocked activations (DT_LAYOUT_C16, [N, C/16, H, W, 16]),
- * which is how a ResNet's stem and last stage reach them; maxpool then computes the same values
- * and gradients as in NCHW, bit for bit, with the 16 channels of a block in SIMD lanes. */
+ * global_avgpool also read channel-blocked activations (DT_LAYOUT_C16 / C8, [N, C/L, H, W, L]
+ * with L = 16 / 8), which is how a ResNet's stem and last stage reach them; maxpool then
+ * computes the same values and gradients as in NCHW, bit for bit, with the L channels of a block
+ * in SIMD lanes. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -91,58 +92,82 @@ static void maxpool_backward_kernel(float *gx, float beta, const float *gy, cons
     }
 }
 
-/* Channel-blocked maxpool: x [planes/16, H, W, 16] -> y [planes/16, OH, OW, 16], arg per lane
- * as in the plain kernel. Each lane visits its window in the plain kernel's order (rows, then
- * taps) with the same compare, so values and argmaxes are the plain ones. */
-static void maxpool16_forward_kernel(float *y, int32_t *arg, const float *x, const pool_geom *p) {
+/* Channel-blocked maxpool, block b of L channels (L = 16 for DT_LAYOUT_C16, 8 for C8; a
+ * constant at every call, so the lane loops vectorise): x [planes/L, H, W, L] -> y [planes/L,
+ * OH, OW, L], arg per lane as in the plain kernel. Each lane visits its window in the plain
+ * kernel's order (rows, then taps) with the same compare, so values and argmaxes are the plain
+ * ones. */
+static inline __attribute__((always_inline)) void
+maxpool_blk_forward(float *y, int32_t *arg, const float *x, const pool_geom *p, int64_t b, int L) {
     const int64_t H = p->H, W = p->W, OH = p->OH, OW = p->OW;
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < p->planes / 16; b++) {
-        const float *xp = x + b * H * W * 16;
-        for (int64_t oh = 0; oh < OH; oh++)
-            for (int64_t ow = 0; ow < OW; ow++) {
-                int64_t h0 = oh * p->sh - p->ph, h1 = h0 + p->kh;
-                int64_t w0 = ow * p->sw - p->pw, w1 = w0 + p->kw;
-                h0 = h0 < 0 ? 0 : h0, h1 = h1 > H ? H : h1;
-                w0 = w0 < 0 ? 0 : w0, w1 = w1 > W ? W : w1;
-                float *yv = y + ((b * OH + oh) * OW + ow) * 16;
-                int32_t *av = arg + ((b * OH + oh) * OW + ow) * 16;
-                for (int l = 0; l < 16; l++) yv[l] = -INFINITY, av[l] = (int32_t)(h0 * W + w0);
-                for (int64_t h = h0; h < h1; h++)
-                    for (int64_t w = w0; w < w1; w++) {
-                        const float *xv = xp + (h * W + w) * 16;
-                        int32_t at = (int32_t)(h * W + w);
+    const float *xp = x + b * H * W * L;
+    for (int64_t oh = 0; oh < OH; oh++)
+        for (int64_t ow = 0; ow < OW; ow++) {
+            int64_t h0 = oh * p->sh - p->ph, h1 = h0 + p->kh;
+            int64_t w0 = ow * p->sw - p->pw, w1 = w0 + p->kw;
+            h0 = h0 < 0 ? 0 : h0, h1 = h1 > H ? H : h1;
+            w0 = w0 < 0 ? 0 : w0, w1 = w1 > W ? W : w1;
+            float *yv = y + ((b * OH + oh) * OW + ow) * L;
+            int32_t *av = arg + ((b * OH + oh) * OW + ow) * L;
+            for (int l = 0; l < L; l++) yv[l] = -INFINITY, av[l] = (int32_t)(h0 * W + w0);
+            for (int64_t h = h0; h < h1; h++)
+                for (int64_t w = w0; w < w1; w++) {
+                    const float *xv = xp + (h * W + w) * L;
+                    int32_t at = (int32_t)(h * W + w);
 #pragma omp simd
-                        for (int l = 0; l < 16; l++) {
-                            float v = xv[l], cur = yv[l];
-                            int take = (v > cur) | isnan(v);
-                            yv[l] = take ? v : cur;
-                            av[l] = take ? at : av[l];
-                        }
+                    for (int l = 0; l < L; l++) {
+                        float v = xv[l], cur = yv[l];
+                        int take = (v > cur) | isnan(v);
+                        yv[l] = take ? v : cur;
+                        av[l] = take ? at : av[l];
                     }
-            }
+                }
+        }
+}
+
+/* Block b: gx [planes/L, H, W, L] = beta * gx + scatter-add of gy at arg, outputs in the plain
+ * order. */
+static inline __attribute__((always_inline)) void
+maxpool_blk_backward(float *gx, float beta, const float *gy, const int32_t *arg, const pool_geom *p,
+                     int64_t b, int L) {
+    const int64_t HW = p->H * p->W, OHW = p->OH * p->OW;
+    float *gp = gx + b * HW * L;
+    if (beta == 0.0f) memset(gp, 0, (size_t)(HW * L) * sizeof(float));
+    const float *g = gy + b * OHW * L;
+    const int32_t *a = arg + b * OHW * L;
+    for (int64_t i = 0; i < OHW * L; i++) gp[(int64_t)a[i] * L + i % L] += g[i];
+}
+
+static void maxpool_blocked_forward(float *y, int32_t *arg, const float *x, const pool_geom *p,
+                                    int L) {
+    int64_t nb = p->planes / L;
+    if (L == 16) {
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < nb; b++) maxpool_blk_forward(y, arg, x, p, b, 16);
+    } else {
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < nb; b++) maxpool_blk_forward(y, arg, x, p, b, 8);
     }
 }
 
-/* gx [planes/16, H, W, 16] = beta * gx + scatter-add of gy at arg, outputs in the plain order. */
-static void maxpool16_backward_kernel(float *gx, float beta, const float *gy, const int32_t *arg,
-                                      const pool_geom *p) {
-    const int64_t HW = p->H * p->W, OHW = p->OH * p->OW;
+static void maxpool_blocked_backward(float *gx, float beta, const float *gy, const int32_t *arg,
+                                     const pool_geom *p, int L) {
+    int64_t nb = p->planes / L;
+    if (L == 16) {
 #pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < p->planes / 16; b++) {
-        float *gp = gx + b * HW * 16;
-        if (beta == 0.0f) memset(gp, 0, (size_t)(HW * 16) * sizeof(float));
-        const float *g = gy + b * OHW * 16;
-        const int32_t *a = arg + b * OHW * 16;
-        for (int64_t i = 0; i < OHW * 16; i++) gp[(int64_t)a[i] * 16 + i % 16] += g[i];
+        for (int64_t b = 0; b < nb; b++) maxpool_blk_backward(gx, beta, gy, arg, p, b, 16);
+    } else {
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < nb; b++) maxpool_blk_backward(gx, beta, gy, arg, p, b, 8);
     }
 }
 
 static dt_status maxpool_forward(const dt_op_ctx *c) {
     pool_geom p;
     pool_geom_of(c, &p);
-    if (c->node->layout == DT_LAYOUT_C16)
-        maxpool16_forward_kernel(c->out.data, c->aux, c->in[0].data, &p);
+    int L = dt_layout_block(c->node->layout);
+    if (L)
+        maxpool_blocked_forward(c->out.data, c->aux, c->in[0].data, &p, L);
     else
         maxpool_forward_kernel(c->out.data, c->aux, c->in[0].data, &p);
     return DT_OK;
@@ -152,8 +177,9 @@ static dt_status maxpool_backward(const dt_op_ctx *c) {
     if (!c->gin[0].data) return DT_OK;
     pool_geom p;
     pool_geom_of(c, &p);
-    if (c->node->layout == DT_LAYOUT_C16)
-        maxpool16_backward_kernel(c->gin[0].data, c->gin_beta[0], c->gout.data, c->aux, &p);
+    int L = dt_layout_block(c->node->layout);
+    if (L)
+        maxpool_blocked_backward(c->gin[0].data, c->gin_beta[0], c->gout.data, c->aux, &p, L);
     else
         maxpool_backward_kernel(c->gin[0].data, c->gin_beta[0], c->gout.data, c->aux, &p);
     return DT_OK;
@@ -261,48 +287,67 @@ static void gap_backward_kernel(float *gx, float beta, const float *gy, int64_t 
     }
 }
 
-/* Channel-blocked: y [N, C] = mean over p of x [N, C/16, P, 16] (four partial sums per lane,
- * like the SIMD reduction above; the order differs, so plain and blocked agree to rounding). */
-static void gap16_forward_kernel(float *y, const float *x, int64_t blocks, int64_t P) {
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < blocks; b++) {
-        const float *xp = x + b * P * 16;
-        float a[4][16] = {{0}};
-        int64_t i = 0;
-        for (; i + 4 <= P; i += 4)
-            for (int k = 0; k < 4; k++) {
+/* Channel-blocked, block b of L channels: y [N, C] = mean over p of x [N, C/L, P, L] (four
+ * partial sums per lane, like the SIMD reduction above; the order differs, so plain and blocked
+ * agree to rounding, while both block widths make the same additions per channel). */
+static inline __attribute__((always_inline)) void gap_blk_forward(float *y, const float *x,
+                                                                  int64_t b, int64_t P, int L) {
+    const float *xp = x + b * P * L;
+    float a[4][16] = {{0}};
+    int64_t i = 0;
+    for (; i + 4 <= P; i += 4)
+        for (int k = 0; k < 4; k++) {
 #pragma omp simd
-                for (int l = 0; l < 16; l++) a[k][l] += xp[(i + k) * 16 + l];
-            }
-        for (; i < P; i++) {
-#pragma omp simd
-            for (int l = 0; l < 16; l++) a[0][l] += xp[i * 16 + l];
+            for (int l = 0; l < L; l++) a[k][l] += xp[(i + k) * L + l];
         }
-        for (int l = 0; l < 16; l++)
-            y[b * 16 + l] = ((a[0][l] + a[1][l]) + (a[2][l] + a[3][l])) / (float)P;
+    for (; i < P; i++) {
+#pragma omp simd
+        for (int l = 0; l < L; l++) a[0][l] += xp[i * L + l];
+    }
+    for (int l = 0; l < L; l++)
+        y[b * L + l] = ((a[0][l] + a[1][l]) + (a[2][l] + a[3][l])) / (float)P;
+}
+
+/* Block b: gx [N, C/L, P, L] = beta * gx + gy [N, C] / P. */
+static inline __attribute__((always_inline)) void
+gap_blk_backward(float *gx, float beta, const float *gy, int64_t b, int64_t P, int L) {
+    float v[16], *gp = gx + b * P * L;
+    for (int l = 0; l < L; l++) v[l] = gy[b * L + l] / (float)P;
+    for (int64_t i = 0; i < P; i++) {
+#pragma omp simd
+        for (int l = 0; l < L; l++) gp[i * L + l] = (beta != 0.0f ? gp[i * L + l] : 0.0f) + v[l];
     }
 }
 
-/* Channel-blocked: gx [N, C/16, P, 16] = beta * gx + gy [N, C] / P. */
-static void gap16_backward_kernel(float *gx, float beta, const float *gy, int64_t blocks,
-                                  int64_t P) {
+static void gap_blocked_forward(float *y, const float *x, int64_t planes, int64_t P, int L) {
+    int64_t nb = planes / L;
+    if (L == 16) {
 #pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < blocks; b++) {
-        float v[16], *gp = gx + b * P * 16;
-        for (int l = 0; l < 16; l++) v[l] = gy[b * 16 + l] / (float)P;
-        for (int64_t i = 0; i < P; i++) {
-#pragma omp simd
-            for (int l = 0; l < 16; l++)
-                gp[i * 16 + l] = (beta != 0.0f ? gp[i * 16 + l] : 0.0f) + v[l];
-        }
+        for (int64_t b = 0; b < nb; b++) gap_blk_forward(y, x, b, P, 16);
+    } else {
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < nb; b++) gap_blk_forward(y, x, b, P, 8);
+    }
+}
+
+static void gap_blocked_backward(float *gx, float beta, const float *gy, int64_t planes, int64_t P,
+                                 int L) {
+    int64_t nb = planes / L;
+    if (L == 16) {
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < nb; b++) gap_blk_backward(gx, beta, gy, b, P, 16);
+    } else {
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < nb; b++) gap_blk_backward(gx, beta, gy, b, P, 8);
     }
 }
 
 static dt_status gap_forward(const dt_op_ctx *c) {
     const dt_tensor *x = &c->in[0];
     int64_t planes = x->shape[0] * x->shape[1], P = x->shape[2] * x->shape[3];
-    if (dt_graph_node_(c->node->state, c->node->in[0])->layout == DT_LAYOUT_C16)
-        gap16_forward_kernel(c->out.data, x->data, planes / 16, P);
+    int L = dt_layout_block(dt_graph_node_(c->node->state, c->node->in[0])->layout);
+    if (L)
+        gap_blocked_forward(c->out.data, x->data, planes, P, L);
     else
         gap_forward_kernel(c->out.data, x->data, planes, P);
     return DT_OK;
@@ -312,8 +357,9 @@ static dt_status gap_backward(const dt_op_ctx *c) {
     if (!c->gin[0].data) return DT_OK;
     const dt_tensor *x = &c->in[0];
     int64_t planes = x->shape[0] * x->shape[1], P = x->shape[2] * x->shape[3];
-    if (dt_graph_node_(c->node->state, c->node->in[0])->layout == DT_LAYOUT_C16)
-        gap16_backward_kernel(c->gin[0].data, c->gin_beta[0], c->gout.data, planes / 16, P);
+    int L = dt_layout_block(dt_graph_node_(c->node->state, c->node->in[0])->layout);
+    if (L)
+        gap_blocked_backward(c->gin[0].data, c->gin_beta[0], c->gout.data, planes, P, L);
     else
         gap_backward_kernel(c->gin[0].data, c->gin_beta[0], c->gout.data, planes, P);
     return DT_OK;

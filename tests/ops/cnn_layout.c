@@ -1,20 +1,32 @@
-/* Channel-blocked activations (DT_LAYOUT_C16, src/graph/layout.c).
+/* Channel-blocked activations (DT_LAYOUT_C16 and DT_LAYOUT_C8, src/graph/layout.c). Everything
+ * below runs for both block widths (dt_graph_opts.layout_block 16 and 8, whatever the CPU's own):
  *
- * - choice: which values a compile blocks (4-D f32 with C % 16 == 0 between ops that read and
- *   write the layout), and what turns it off: a plain consumer, a kept value (user-visible),
- *   batchnorm's tie of x, residual and output, the plain_layout option;
+ * - choice: which values a compile blocks (4-D f32 with C a multiple of the block between ops
+ *   that read and write the layout), and what turns it off: a plain consumer, a kept value
+ *   (user-visible), batchnorm's tie of x, residual and output, the plain_layout option; a bad
+ *   layout_block is an error;
  * - equivalence: the same network compiled blocked and plain gives the same loss, gradients
  *   and running statistics to rounding (the batchnorm and global-pool sums run in another
  *   order), in training, eval and with synchronised batchnorm, also with poisoned buffers;
  *   through convolutions and max pooling only, the gradients are the same bits;
  * - finite differences on a blocked network (convolutions, batchnorm with and without a
- *   residual, global pooling), in training and eval mode. */
+ *   residual, global pooling), in training and eval mode;
+ * - the two widths against each other: the whole network's loss, gradients and running
+ *   statistics are the same bits (the convolutions run the CPU's kernels either way, the
+ *   blocked batchnorm and pool kernels make the same additions per channel). */
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "graph/graph_impl.h"
 #include "harness.h"
+
+static int BLOCK;   /* the block width under test: 16 or 8 */
+static int BLAYOUT; /* its layout: DT_LAYOUT_C16 or DT_LAYOUT_C8 */
+
+static dt_graph_opts opts(int plain, int poison) {
+    return (dt_graph_opts){.plain_layout = plain, .poison = poison, .layout_block = BLOCK};
+}
 
 typedef struct net {
     int x, a, b, c, d, e, f, gg, h, i, j, r, loss;
@@ -45,7 +57,7 @@ static int bn(dt_graph *g, const char *nm, int x, int64_t C, int res, int relu, 
 }
 
 /* x [N, 3, HW, HW] -> conv a (16) -> bn b (relu) -> conv c (16) -> bn d (+ b, relu) -> maxpool e
- * -> conv f (24 channels: stays plain) -> bn gg -> conv h (32) -> bn i (relu) -> global pool j
+ * -> conv f (20 channels: stays plain) -> bn gg -> conv h (32) -> bn i (relu) -> global pool j
  * [N, 32] -> loss. relu 0 and pool 0 (for finite differences): no ReLU, no max pooling. */
 static dt_graph *build(net *m, int N, int HW, int relu, int pool, int keep_b) {
     dt_graph *g = dt_graph_init();
@@ -55,9 +67,9 @@ static dt_graph *build(net *m, int N, int HW, int relu, int pool, int keep_b) {
     m->c = conv(g, "c", m->b, 16, 16, 3);
     m->d = bn(g, "bn_d", m->c, 16, m->b, relu, 0);
     m->e = pool ? dt_maxpool2d(g, m->d, 2, 2, 2, 2, 0, 0) : m->d;
-    m->f = conv(g, "f", m->e, 24, 16, 1);
-    m->gg = bn(g, "bn_g", m->f, 24, -1, 0, 1);
-    m->h = conv(g, "h", m->gg, 32, 24, 3);
+    m->f = conv(g, "f", m->e, 20, 16, 1);
+    m->gg = bn(g, "bn_g", m->f, 20, -1, 0, 1);
+    m->h = conv(g, "h", m->gg, 32, 20, 3);
     m->i = bn(g, "bn_i", m->h, 32, -1, relu, 0);
     m->j = dt_global_avgpool(g, m->i);
     m->loss = dt_test_dotloss(g, m->j, &m->r);
@@ -85,12 +97,18 @@ static int layout(dt_graph *g, int id) {
     return dt_graph_node_(g, id)->layout;
 }
 
-static void expect(dt_graph *g, const char *cs, const char *name, int id, int want) {
-    CHECK(layout(g, id) == want, "%s: %s is %s, expected %s", cs, name,
-          layout(g, id) ? "C16" : "plain", want ? "C16" : "plain");
+static const char *layout_name(int l) {
+    return l == DT_LAYOUT_C16 ? "C16" : l == DT_LAYOUT_C8 ? "C8" : "plain";
 }
 
-/* Expected layout (1: C16) of each value of build()'s network, by default and with b kept.
+/* want: 1 blocked (in the width under test), 0 plain */
+static void expect(dt_graph *g, const char *cs, const char *name, int id, int want) {
+    int w = want ? BLAYOUT : DT_LAYOUT_PLAIN;
+    CHECK(layout(g, id) == w, "block %d: %s: %s is %s, expected %s", BLOCK, cs, name,
+          layout_name(layout(g, id)), layout_name(w));
+}
+
+/* Expected layout (1: blocked) of each value of build()'s network, by default and with b kept.
  * Keeping b (user-visible) makes it plain, and with it everything tied to it: the bn that
  * produces it (and so conv a's output), the bn that adds it (d, so conv c's output) and the
  * max pool tied to d. */
@@ -105,8 +123,8 @@ static const struct {
     {"conv c", offsetof(net, c), 1, 0},
     {"bn d (residual b)", offsetof(net, d), 1, 0},
     {"maxpool e", offsetof(net, e), 1, 0},
-    {"conv f (24 channels)", offsetof(net, f), 0, 0},
-    {"bn gg (24 channels)", offsetof(net, gg), 0, 0},
+    {"conv f (20 channels)", offsetof(net, f), 0, 0},
+    {"bn gg (20 channels)", offsetof(net, gg), 0, 0},
     {"conv h", offsetof(net, h), 1, 1},
     {"bn i", offsetof(net, i), 1, 1},
     {"global pool j (2-D, kept)", offsetof(net, j), 0, 0},
@@ -116,7 +134,8 @@ static void choice(void) {
     net m;
     for (int kept = 0; kept < 2; kept++) {
         dt_graph *g = build(&m, 2, 8, 1, 1, kept);
-        CHECK_OK(dt_graph_compile(g, m.loss, NULL));
+        dt_graph_opts o = opts(0, 0);
+        CHECK_OK(dt_graph_compile(g, m.loss, &o));
         for (size_t k = 0; k < sizeof WANT / sizeof WANT[0]; k++)
             expect(g, kept ? "b kept" : "default", WANT[k].name,
                    *(const int *)((const char *)&m + WANT[k].off),
@@ -132,16 +151,25 @@ static void choice(void) {
     int b = bn(g, "bn", a, 16, -1, 1, 0);
     int s = dt_add(g, b, x), r;
     int loss = dt_test_dotloss(g, dt_global_avgpool(g, s), &r);
-    CHECK_OK(dt_graph_compile(g, loss, NULL));
+    dt_graph_opts o = opts(0, 0);
+    CHECK_OK(dt_graph_compile(g, loss, &o));
     expect(g, "add consumer", "conv", a, 0);
     expect(g, "add consumer", "bn", b, 0);
     dt_graph_free(g);
 
     g = build(&m, 2, 8, 1, 1, 0);
-    CHECK_OK(dt_graph_compile(g, m.loss, &(dt_graph_opts){.plain_layout = 1}));
+    o = opts(1, 0);
+    CHECK_OK(dt_graph_compile(g, m.loss, &o));
     int any = 0;
     for (int i = 0; i < dt_graph_node_count(g); i++) any |= layout(g, i);
     CHECK(!any, "plain_layout: no value is channel-blocked");
+    dt_graph_free(g);
+
+    /* A block width oneDNN has no activation layout for is refused, naming the option. */
+    g = build(&m, 2, 8, 1, 1, 0);
+    CHECK(dt_graph_compile(g, m.loss, &(dt_graph_opts){.layout_block = 4}) == DT_ERR_INVALID &&
+              strstr(dt_last_error(), "layout_block 4"),
+          "layout_block 4 is an error: %s", dt_last_error());
     dt_graph_free(g);
 }
 
@@ -154,8 +182,8 @@ static dt_status sync_alone(void *ud, double *buf, size_t n) {
  * training, backward. */
 static dt_graph *run(net *m, int N, int HW, int relu, int pool, int mode, int plain, int poison) {
     dt_graph *g = build(m, N, HW, relu, pool, 0);
-    CHECK_OK(
-        dt_graph_compile(g, m->loss, &(dt_graph_opts){.plain_layout = plain, .poison = poison}));
+    dt_graph_opts o = opts(plain, poison);
+    CHECK_OK(dt_graph_compile(g, m->loss, &o));
     fill(g, m);
     if (mode == 2) dt_graph_set_sync_batchnorm(g, sync_alone, NULL);
     CHECK_OK(dt_graph_forward(g, mode != 0));
@@ -203,7 +231,8 @@ static void same_bits_through_pool(void) {
         int e = dt_maxpool2d(h, a, 3, 3, 2, 2, 1, 1);
         int c = conv(h, "w2", e, 32, 16, 3), r;
         int loss = dt_test_dotloss(h, dt_global_avgpool(h, c), &r);
-        CHECK_OK(dt_graph_compile(h, loss, &(dt_graph_opts){.plain_layout = k}));
+        dt_graph_opts o = opts(k, 0);
+        CHECK_OK(dt_graph_compile(h, loss, &o));
         dt_test_randn(h, x, 1, 1.0f), dt_test_randn(h, r, 2, 1.0f);
         dt_test_randn(h, dt_graph_find(h, "w1"), 3, 0.3f);
         dt_test_randn(h, dt_graph_find(h, "w2"), 4, 0.3f);
@@ -212,7 +241,7 @@ static void same_bits_through_pool(void) {
         ids[k][0] = x, ids[k][1] = dt_graph_find(h, "w1"), ids[k][2] = dt_graph_find(h, "w2");
         ids[k][3] = e;
     }
-    CHECK(layout(g[0], ids[0][3]) == DT_LAYOUT_C16, "the max pool runs channel-blocked");
+    CHECK(layout(g[0], ids[0][3]) == BLAYOUT, "the max pool runs channel-blocked");
     static const char *names[3] = {"x", "w1", "w2"};
     for (int k = 0; k < 3; k++) {
         const dt_tensor *a = dt_graph_grad(g[0], ids[0][k]), *b = dt_graph_grad(g[1], ids[1][k]);
@@ -235,7 +264,8 @@ static void residual_is_input(void) {
         int d = dt_batchnorm2d_fused(h, a, p[0], p[1], p[2], p[3], 0.1f, 1e-5f, a, 1);
         int c = conv(h, "w2", d, 16, 16, 3), r;
         int loss = dt_test_dotloss(h, dt_global_avgpool(h, c), &r);
-        CHECK_OK(dt_graph_compile(h, loss, &(dt_graph_opts){.plain_layout = k}));
+        dt_graph_opts o = opts(k, 0);
+        CHECK_OK(dt_graph_compile(h, loss, &o));
         for (int i = 0; i < dt_graph_param_count(h); i++) {
             const dt_param_info *pi = dt_graph_param_info(h, i);
             dt_test_randn(h, pi->id, 50 + (uint64_t)i, 0.3f);
@@ -249,7 +279,7 @@ static void residual_is_input(void) {
         CHECK_OK(dt_graph_backward(h));
         ids[k][0] = x, ids[k][1] = dt_graph_find(h, "w1"), ids[k][2] = a;
     }
-    CHECK(layout(g[0], ids[0][2]) == DT_LAYOUT_C16, "residual = input: a runs channel-blocked");
+    CHECK(layout(g[0], ids[0][2]) == BLAYOUT, "residual = input: a runs channel-blocked");
     static const char *names[2] = {"x", "w1"};
     for (int k = 0; k < 2; k++) {
         const dt_tensor *a = dt_graph_grad(g[0], ids[0][k]), *b = dt_graph_grad(g[1], ids[1][k]);
@@ -263,25 +293,60 @@ static void residual_is_input(void) {
 static void finite_differences(int training) {
     net m;
     dt_graph *g = build(&m, 2, 6, 0, 0, 0);
-    CHECK_OK(dt_graph_compile(g, m.loss, NULL));
-    CHECK(layout(g, m.b) == DT_LAYOUT_C16 && layout(g, m.d) == DT_LAYOUT_C16 &&
-              layout(g, m.i) == DT_LAYOUT_C16,
+    dt_graph_opts o = opts(0, 0);
+    CHECK_OK(dt_graph_compile(g, m.loss, &o));
+    CHECK(layout(g, m.b) == BLAYOUT && layout(g, m.d) == BLAYOUT && layout(g, m.i) == BLAYOUT,
           "finite differences: the batchnorms run channel-blocked");
     fill(g, &m);
-    dt_gradcheck_opts o = {.training = training};
-    int bad = dt_gradcheck(g, m.loss, &o);
+    dt_gradcheck_opts go = {.training = training};
+    int bad = dt_gradcheck(g, m.loss, &go);
     CHECK(bad == 0, "blocked network (%s): %d tensors failed the gradient check",
           training ? "training" : "eval", bad);
     dt_graph_free(g);
 }
 
+/* The network in training (mode 1) or with synchronised batchnorm (2), compiled with blocks of
+ * 16 and of 8: loss, pooled features, every gradient and running statistic the same bits. */
+static void same_bits_across_blocks(int mode) {
+    net m[2];
+    dt_graph *g[2];
+    for (int k = 0; k < 2; k++) {
+        BLOCK = k ? 8 : 16, BLAYOUT = k ? DT_LAYOUT_C8 : DT_LAYOUT_C16;
+        g[k] = run(&m[k], 4, 16, 1, 1, mode, 0, 0);
+        CHECK(layout(g[k], m[k].d) == BLAYOUT, "block %d: bn d runs blocked", BLOCK);
+    }
+    int ids[3] = {m[0].loss, m[0].j, m[0].x};
+    static const char *names[3] = {"loss", "pooled features", "input gradient"};
+    for (int k = 0; k < 3; k++) {
+        const dt_tensor *a = k < 2 ? dt_graph_value(g[0], ids[k]) : dt_graph_grad(g[0], ids[k]);
+        const dt_tensor *b = k < 2 ? dt_graph_value(g[1], ids[k]) : dt_graph_grad(g[1], ids[k]);
+        CHECK(memcmp(a->data, b->data, dt_tensor_nbytes(a)) == 0,
+              "mode %d: %s, blocks of 16 vs 8: same bits", mode, names[k]);
+    }
+    for (int i = 0; i < dt_graph_param_count(g[0]); i++) {
+        const dt_param_info *pi = dt_graph_param_info(g[0], i);
+        int state = pi->flags & DT_PARAM_STATE;
+        const dt_tensor *a = state ? dt_graph_value(g[0], pi->id) : dt_graph_grad(g[0], pi->id);
+        const dt_tensor *b = state ? dt_graph_value(g[1], pi->id) : dt_graph_grad(g[1], pi->id);
+        CHECK(memcmp(a->data, b->data, dt_tensor_nbytes(a)) == 0,
+              "mode %d: %s %s, blocks of 16 vs 8: same bits", mode, pi->name,
+              state ? "value" : "gradient");
+    }
+    dt_graph_free(g[0]), dt_graph_free(g[1]);
+}
+
 int main(void) {
-    choice();
-    for (int mode = 0; mode < 3; mode++) equivalence(mode, 0);
-    equivalence(1, 1);
-    same_bits_through_pool();
-    residual_is_input();
-    finite_differences(1);
-    finite_differences(0);
+    for (int k = 0; k < 2; k++) {
+        BLOCK = k ? 8 : 16, BLAYOUT = k ? DT_LAYOUT_C8 : DT_LAYOUT_C16;
+        choice();
+        for (int mode = 0; mode < 3; mode++) equivalence(mode, 0);
+        equivalence(1, 1);
+        same_bits_through_pool();
+        residual_is_input();
+        finite_differences(1);
+        finite_differences(0);
+    }
+    same_bits_across_blocks(1);
+    same_bits_across_blocks(2);
     return dt_test_finish("cnn_layout");
 }
