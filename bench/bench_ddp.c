@@ -37,7 +37,10 @@
  * Each measured step becomes a pair: a "solo" step, in which rank 0 trains a second, plain copy
  * of the model (no dt_ddp) while every other rank sleeps in the barrier, and a DDP step on every
  * rank, in alternating order; efficiency = solo / DDP step time per pair (median over pairs:
- * eff_paired=), the same definition as step_time(1 worker) / step_time(N ranks). */
+ * eff_paired=), the same definition as step_time(1 worker) / step_time(N ranks).
+ * BENCH_DEBUG=1 in the environment: every rank prints every measured step's times to stderr
+ * ("rank R step I ... bwd S bwd_cpu S ..."): a backward whose wall time exceeds its CPU time
+ * lost the core (to the comm thread, or to the VM). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -350,9 +353,12 @@ int main(int argc, char **argv) {
         sent_mib = (double)st.sent_bytes / 1048576.0;
         if (a.alternate && (i & 1) && solo_step(&solo, c, ts_solo + i)) goto fail;
         if (a.alternate) eff[i] = ts_solo[i] / ts[i];
-        if (a.alternate && rank == 0 && getenv("BENCH_DEBUG"))
-            fprintf(stderr, "pair %d solo %.4f ddp %.4f fwd %.4f bwd %.4f\n", i, ts_solo[i], ts[i],
-                    ph[PH_FWD], ph[PH_BWD]);
+        if (getenv("BENCH_DEBUG")) /* every step of every rank */
+            fprintf(stderr,
+                    "rank %d step %d solo %.4f step %.4f fwd %.4f bwd %.4f bwd_cpu %.4f wait %.4f "
+                    "comm %.4f comm_cpu %.4f barrier %.4f\n",
+                    rank, i, a.alternate ? ts_solo[i] : 0.0, ts[i], ph[PH_FWD], ph[PH_BWD],
+                    ph[PH_BWD_CPU], wait[i], comm[i], comm_cpu[i], ph[PH_BAR]);
     }
     double anon_mib, thp_mib;
     bench_anon_mib(&anon_mib, &thp_mib);
