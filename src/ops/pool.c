@@ -92,6 +92,19 @@ static void maxpool_backward_kernel(float *gx, float beta, const float *gy, cons
     }
 }
 
+/* for every block b of nb, in parallel: f(args..., b, L) with L = 16 or 8 spelled out in each
+ * loop, so that the always-inline kernel below it is compiled for that lane count */
+#define FOR_BLOCKS(nb, L, f, ...)                                                                  \
+    do {                                                                                           \
+        if ((L) == 16) {                                                                           \
+            _Pragma("omp parallel for schedule(static)") for (int64_t b = 0; b < (nb); b++)        \
+                f(__VA_ARGS__, b, 16);                                                             \
+        } else {                                                                                   \
+            _Pragma("omp parallel for schedule(static)") for (int64_t b = 0; b < (nb); b++)        \
+                f(__VA_ARGS__, b, 8);                                                              \
+        }                                                                                          \
+    } while (0)
+
 /* Channel-blocked maxpool, block b of L channels (L = 16 for DT_LAYOUT_C16, 8 for C8; a
  * constant at every call, so the lane loops vectorise): x [planes/L, H, W, L] -> y [planes/L,
  * OH, OW, L], arg per lane as in the plain kernel. Each lane visits its window in the plain
@@ -138,36 +151,12 @@ maxpool_blk_backward(float *gx, float beta, const float *gy, const int32_t *arg,
     for (int64_t i = 0; i < OHW * L; i++) gp[(int64_t)a[i] * L + i % L] += g[i];
 }
 
-static void maxpool_blocked_forward(float *y, int32_t *arg, const float *x, const pool_geom *p,
-                                    int L) {
-    int64_t nb = p->planes / L;
-    if (L == 16) {
-#pragma omp parallel for schedule(static)
-        for (int64_t b = 0; b < nb; b++) maxpool_blk_forward(y, arg, x, p, b, 16);
-    } else {
-#pragma omp parallel for schedule(static)
-        for (int64_t b = 0; b < nb; b++) maxpool_blk_forward(y, arg, x, p, b, 8);
-    }
-}
-
-static void maxpool_blocked_backward(float *gx, float beta, const float *gy, const int32_t *arg,
-                                     const pool_geom *p, int L) {
-    int64_t nb = p->planes / L;
-    if (L == 16) {
-#pragma omp parallel for schedule(static)
-        for (int64_t b = 0; b < nb; b++) maxpool_blk_backward(gx, beta, gy, arg, p, b, 16);
-    } else {
-#pragma omp parallel for schedule(static)
-        for (int64_t b = 0; b < nb; b++) maxpool_blk_backward(gx, beta, gy, arg, p, b, 8);
-    }
-}
-
 static dt_status maxpool_forward(const dt_op_ctx *c) {
     pool_geom p;
     pool_geom_of(c, &p);
     int L = dt_layout_block(c->node->layout);
     if (L)
-        maxpool_blocked_forward(c->out.data, c->aux, c->in[0].data, &p, L);
+        FOR_BLOCKS(p.planes / L, L, maxpool_blk_forward, c->out.data, c->aux, c->in[0].data, &p);
     else
         maxpool_forward_kernel(c->out.data, c->aux, c->in[0].data, &p);
     return DT_OK;
@@ -179,7 +168,8 @@ static dt_status maxpool_backward(const dt_op_ctx *c) {
     pool_geom_of(c, &p);
     int L = dt_layout_block(c->node->layout);
     if (L)
-        maxpool_blocked_backward(c->gin[0].data, c->gin_beta[0], c->gout.data, c->aux, &p, L);
+        FOR_BLOCKS(p.planes / L, L, maxpool_blk_backward, c->gin[0].data, c->gin_beta[0],
+                   c->gout.data, c->aux, &p);
     else
         maxpool_backward_kernel(c->gin[0].data, c->gin_beta[0], c->gout.data, c->aux, &p);
     return DT_OK;
@@ -291,7 +281,7 @@ static void gap_backward_kernel(float *gx, float beta, const float *gy, int64_t 
  * partial sums per lane, like the SIMD reduction above; the order differs, so plain and blocked
  * agree to rounding, while both block widths make the same additions per channel). */
 static inline __attribute__((always_inline)) void gap_blk_forward(float *y, const float *x,
-                                                                  int64_t b, int64_t P, int L) {
+                                                                  int64_t P, int64_t b, int L) {
     const float *xp = x + b * P * L;
     float a[4][16] = {{0}};
     int64_t i = 0;
@@ -310,7 +300,7 @@ static inline __attribute__((always_inline)) void gap_blk_forward(float *y, cons
 
 /* Block b: gx [N, C/L, P, L] = beta * gx + gy [N, C] / P. */
 static inline __attribute__((always_inline)) void
-gap_blk_backward(float *gx, float beta, const float *gy, int64_t b, int64_t P, int L) {
+gap_blk_backward(float *gx, float beta, const float *gy, int64_t P, int64_t b, int L) {
     float v[16], *gp = gx + b * P * L;
     for (int l = 0; l < L; l++) v[l] = gy[b * L + l] / (float)P;
     for (int64_t i = 0; i < P; i++) {
@@ -319,35 +309,12 @@ gap_blk_backward(float *gx, float beta, const float *gy, int64_t b, int64_t P, i
     }
 }
 
-static void gap_blocked_forward(float *y, const float *x, int64_t planes, int64_t P, int L) {
-    int64_t nb = planes / L;
-    if (L == 16) {
-#pragma omp parallel for schedule(static)
-        for (int64_t b = 0; b < nb; b++) gap_blk_forward(y, x, b, P, 16);
-    } else {
-#pragma omp parallel for schedule(static)
-        for (int64_t b = 0; b < nb; b++) gap_blk_forward(y, x, b, P, 8);
-    }
-}
-
-static void gap_blocked_backward(float *gx, float beta, const float *gy, int64_t planes, int64_t P,
-                                 int L) {
-    int64_t nb = planes / L;
-    if (L == 16) {
-#pragma omp parallel for schedule(static)
-        for (int64_t b = 0; b < nb; b++) gap_blk_backward(gx, beta, gy, b, P, 16);
-    } else {
-#pragma omp parallel for schedule(static)
-        for (int64_t b = 0; b < nb; b++) gap_blk_backward(gx, beta, gy, b, P, 8);
-    }
-}
-
 static dt_status gap_forward(const dt_op_ctx *c) {
     const dt_tensor *x = &c->in[0];
     int64_t planes = x->shape[0] * x->shape[1], P = x->shape[2] * x->shape[3];
     int L = dt_layout_block(dt_graph_node_(c->node->state, c->node->in[0])->layout);
     if (L)
-        gap_blocked_forward(c->out.data, x->data, planes, P, L);
+        FOR_BLOCKS(planes / L, L, gap_blk_forward, c->out.data, x->data, P);
     else
         gap_forward_kernel(c->out.data, x->data, planes, P);
     return DT_OK;
@@ -359,7 +326,8 @@ static dt_status gap_backward(const dt_op_ctx *c) {
     int64_t planes = x->shape[0] * x->shape[1], P = x->shape[2] * x->shape[3];
     int L = dt_layout_block(dt_graph_node_(c->node->state, c->node->in[0])->layout);
     if (L)
-        gap_blocked_backward(c->gin[0].data, c->gin_beta[0], c->gout.data, planes, P, L);
+        FOR_BLOCKS(planes / L, L, gap_blk_backward, c->gin[0].data, c->gin_beta[0], c->gout.data,
+                   P);
     else
         gap_backward_kernel(c->gin[0].data, c->gin_beta[0], c->gout.data, planes, P);
     return DT_OK;
