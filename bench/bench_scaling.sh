@@ -60,28 +60,39 @@ ratio() { awk -v a="$1" -v b="$2" -v s="${3:-1}" 'BEGIN { if (a == "" || b == ""
 # rank counts alike; the table takes each configuration's best round (lowest median step: noise
 # only ever slows a step), and the per-round efficiencies are printed below it.
 declare -A med wait comm ccpu mib sent ph phases
+run_ours() { # model round args...
+  local m=$1 r=$2 o; shift 2
+  for np in 1 2; do
+    o=$(ours $np "$@")
+    med[$m,dt,$np,$r]=$(field median_step_s <<<"$o"); wait[$m,$np,$r]=$(field ddp_wait_ms <<<"$o")
+    comm[$m,$np,$r]=$(field ddp_comm_ms <<<"$o"); ccpu[$m,$np,$r]=$(field comm_cpu_ms <<<"$o"); mib[$m]=$(field grad_MiB <<<"$o")
+    [[ $np == 2 ]] && sent[$m]=$(field sent_MiB <<<"$o")
+    ph[$m,$np,$r]="fwd $(field fwd_ms <<<"$o") bwd $(field bwd_ms <<<"$o") wait $(field wait_ms <<<"$o") opt $(field opt_ms <<<"$o") barrier $(field barrier_ms <<<"$o") fwd_cpu $(field fwd_cpu_ms <<<"$o") bwd_cpu $(field bwd_cpu_ms <<<"$o")"
+  done
+  o=$(ours 1 "$@" --plain 1); med[$m,dt,p,$r]=$(field median_step_s <<<"$o")
+  o=$(ours 2 "$@" --plain 1); med[$m,dt,l,$r]=$(field median_step_s <<<"$o")
+}
+run_peer() { # model round args...
+  local m=$1 r=$2 o; shift 2
+  for np in 1 2; do
+    o=$(peer $np "$@")
+    med[$m,pt,$np,$r]=$(field median_step_s <<<"$o")
+  done
+  o=$(peer 1 "$@" --plain); med[$m,pt,p,$r]=$(field median_step_s <<<"$o")
+  o=$(peer 2 "$@" --plain); med[$m,pt,l,$r]=$(field median_step_s <<<"$o")
+}
+# Which side goes first swaps every round, so that each side's jobs follow the other side's as
+# often as their own: a job that starts right after a large one (PyTorch's Llama) can run slower
+# for a while (session 12, bench/RESULTS.md), and with a fixed order only dtrain's ResNet runs
+# followed a Llama job of the other side.
 run_round() { # round
-  local r=$1 o
+  local r=$1
   for m in resnet18 llama56m; do
-    local oa=(--model "$m") pa=(--model "$m")
-    if [[ $m == resnet18 ]]; then oa+=(--batch "$rb" --steps $r_steps); pa+=(--batch "$rb" --steps $r_steps)
-    else oa+=(--batch "$lb" --steps $l_steps); pa+=(--batch "$lb" --steps $l_steps); fi
-    oa+=(--warmup $warm); pa+=(--warmup $warm)
-    for np in 1 2; do
-      o=$(ours $np "${oa[@]}")
-      med[$m,dt,$np,$r]=$(field median_step_s <<<"$o"); wait[$m,$np,$r]=$(field ddp_wait_ms <<<"$o")
-      comm[$m,$np,$r]=$(field ddp_comm_ms <<<"$o"); ccpu[$m,$np,$r]=$(field comm_cpu_ms <<<"$o"); mib[$m]=$(field grad_MiB <<<"$o")
-      [[ $np == 2 ]] && sent[$m]=$(field sent_MiB <<<"$o")
-      ph[$m,$np,$r]="fwd $(field fwd_ms <<<"$o") bwd $(field bwd_ms <<<"$o") wait $(field wait_ms <<<"$o") opt $(field opt_ms <<<"$o") barrier $(field barrier_ms <<<"$o") fwd_cpu $(field fwd_cpu_ms <<<"$o") bwd_cpu $(field bwd_cpu_ms <<<"$o")"
-    done
-    o=$(ours 1 "${oa[@]}" --plain 1); med[$m,dt,p,$r]=$(field median_step_s <<<"$o")
-    o=$(ours 2 "${oa[@]}" --plain 1); med[$m,dt,l,$r]=$(field median_step_s <<<"$o")
-    for np in 1 2; do
-      o=$(peer $np "${pa[@]}")
-      med[$m,pt,$np,$r]=$(field median_step_s <<<"$o")
-    done
-    o=$(peer 1 "${pa[@]}" --plain); med[$m,pt,p,$r]=$(field median_step_s <<<"$o")
-    o=$(peer 2 "${pa[@]}" --plain); med[$m,pt,l,$r]=$(field median_step_s <<<"$o")
+    local a=(--model "$m")
+    if [[ $m == resnet18 ]]; then a+=(--batch "$rb" --steps $r_steps); else a+=(--batch "$lb" --steps $l_steps); fi
+    a+=(--warmup $warm)
+    if ((r % 2)); then run_ours "$m" "$r" "${a[@]}"; run_peer "$m" "$r" "${a[@]}"
+    else run_peer "$m" "$r" "${a[@]}"; run_ours "$m" "$r" "${a[@]}"; fi
   done
 }
 
