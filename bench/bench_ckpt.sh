@@ -13,6 +13,8 @@
 # Runs as root to drop the page cache before reads (else reads may come from memory: noted).
 # About 3-4 minutes on 2 cores. Not a test: it prints numbers and exits 0 unless a run fails.
 set -euo pipefail
+. "$(dirname "$0")/header.inc"
+bench_header
 build=$(cd "${1:-build}" && pwd)
 repo=$(cd "$(dirname "$0")/.." && pwd)
 dtrain=$build/dtrain io=$build/bench/bench_ckpt_io

@@ -4,6 +4,8 @@
 # Then one DDP training step (MLP, 25 MiB of gradients) with overlap on and off.
 # Usage: bench/bench_comm.sh [BUILD_DIR=build] [MAX_MIB=256] [ROUNDS=5] [RANKS=2] [DDP_STEPS=20]
 set -e
+. "$(dirname "$0")/header.inc"
+bench_header
 BUILD=${1:-build}
 BIN="$BUILD/bench/bench_comm"
 [ -x "$BIN" ] || { echo "bench_comm.sh: $BIN not found (needs MPI: libopenmpi-dev); build first" >&2; exit 2; }

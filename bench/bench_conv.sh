@@ -9,6 +9,8 @@
 # usage: bench/bench_conv.sh [--build DIR] [--batch N] [--threads T] [--reps R] [--rounds K]
 #                            [--tuned]
 set -eu
+. "$(dirname "$0")/header.inc"
+bench_header
 here=$(cd "$(dirname "$0")" && pwd)
 build="$here/../build"
 batch=32 threads=2 reps=10 rounds=1 tuned=0

@@ -5,6 +5,8 @@
 # and Debian's fortunes).
 # Usage: bench/bench_data.sh [BUILD_DIR=build]
 set -e
+. "$(dirname "$0")/header.inc"
+bench_header
 BUILD=${1:-build}
 BIN="$BUILD/bench/bench_data"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

@@ -4,6 +4,8 @@
 # picks its AVX-512 kernel).
 # Usage: bench/bench_gemm.sh [BUILD_DIR=build] [all|quick] [SECONDS per figure, default 0.5]
 set -e
+. "$(dirname "$0")/header.inc"
+bench_header
 BUILD=${1:-build}
 BIN="$BUILD/bench/bench_gemm"
 [ -x "$BIN" ] || { echo "bench_gemm.sh: $BIN not found; build first (cmake --build $BUILD)" >&2; exit 2; }

@@ -6,6 +6,8 @@
 # tuned environment for every side (bench_models.sh).
 #   bash bench/bench_lora.sh [BUILD_DIR] [STEPS]
 set -uo pipefail
+. "$(dirname "$0")/header.inc"
+bench_header
 build=${1:-build}
 steps=${2:-4}
 here=$(cd "$(dirname "$0")" && pwd)

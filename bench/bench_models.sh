@@ -6,6 +6,8 @@
 # memory), for every side alike.
 #   bash bench/bench_models.sh [BUILD_DIR] [quick]
 set -uo pipefail
+. "$(dirname "$0")/header.inc"
+bench_header
 build=${1:-build}
 quick=${2:-}
 here=$(cd "$(dirname "$0")" && pwd)

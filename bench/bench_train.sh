@@ -4,6 +4,8 @@
 # trainer waited for data (target: under 2%), plus throughput.
 #   bash bench/bench_train.sh [BUILD_DIR] [STEPS]
 set -euo pipefail
+. "$(dirname "$0")/header.inc"
+bench_header
 build=${1:-build}
 steps=${2:-60}
 repo=$(cd "$(dirname "$0")/.." && pwd)

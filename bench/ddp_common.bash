@@ -4,9 +4,11 @@
 # --allow-run-as-root when root) and tuned: the environment both sides run in, as in
 # bench_models.sh -- both OPENBLAS variables unset (a benchmark's own command may), glibc malloc
 # kept from returning memory, one OpenMP thread. Exits 2 with a message when bench_ddp or
-# mpirun is missing.
+# mpirun is missing. First prints the run's date, commit and machine (header.inc).
+. "$(dirname "${BASH_SOURCE[0]}")/header.inc"
 ddp_common() {
   local name=$1 build=$2
+  bench_header
   bin="$build/bench/bench_ddp"
   [[ -x "$bin" ]] || { echo "$name: $bin not found (needs MPI: libopenmpi-dev); build first" >&2; exit 2; }
   command -v mpirun >/dev/null || { echo "$name: mpirun not found (openmpi-bin)" >&2; exit 2; }
