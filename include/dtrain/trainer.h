@@ -84,6 +84,9 @@ const dt_train_progress *dt_trainer_progress(const dt_trainer *t);
 const dt_eval_result *dt_trainer_last_eval(const dt_trainer *t);
 /* The run directory (output.dir/experiment/run_name). */
 const char *dt_trainer_run_dir(const dt_trainer *t);
+/* The run's name: `configured` (output.run_name) when set, else the UTC time as
+ * YYYYMMDD-HHMMSS. The trainer and the launcher (include/dtrain/launch.h) both name runs so. */
+void dt_trainer_run_name(const char *configured, char *out, size_t n);
 dt_graph *dt_trainer_graph(dt_trainer *t);
 /* The optimizer (this rank's slice [lo, hi) of the flat buffer under ZeRO): its state through
  * dt_optim_get_state, e.g. to check what a resume restored. */

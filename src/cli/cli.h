@@ -4,7 +4,6 @@
 #define DTRAIN_CLI_H
 
 int dt_cli_ckpt(int argc, char **argv); /* src/cli/ckpt.c: dtrain ckpt ls|verify|show */
-int dt_cli_demo(int argc, char **argv);
 int dt_cli_generate(int argc, char **argv);
 int dt_cli_lora(int argc, char **argv); /* src/cli/lora.c: dtrain lora merge */
 int dt_cli_train(int argc, char **argv);

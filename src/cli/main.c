@@ -25,7 +25,6 @@ static void usage(FILE *f) {
                "  lora        merge a LoRA adapter into its base model (Hugging Face folders)\n"
                "  generate    text generation with a Llama model (Hugging Face folder)\n"
                "  train       train a model from a YAML config (--help-config: every key)\n"
-               "  demo        train a small model on generated data (engine self-demo)\n"
                "  version     print the version\n");
 }
 
@@ -65,7 +64,6 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (!strcmp(cmd, "demo")) return dt_cli_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "data")) return dt_cli_data(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return dt_cli_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "ckpt")) return dt_cli_ckpt(argc - 1, argv + 1);

@@ -365,6 +365,7 @@ static void bind(plan *p) {
         for (int j = 0; j < nd->n_in; j++) {
             dt_node *in = &g->nodes[nd->in[j]];
             view(&c->in[j], in, val_ptr(p, nd->in[j], ph));
+            c->in_layout[j] = in->layout;
             view(&c->gin[j], in, NULL);
         }
         if (ph != DT_PH_BWD) continue;

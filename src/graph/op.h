@@ -78,6 +78,7 @@ typedef struct dt_op_ctx {
     const dt_run *run;
     int recompute;             /* 1 when this forward re-runs a recompute segment */
     dt_tensor in[DT_MAX_IN];   /* input values (contiguous) */
+    int in_layout[DT_MAX_IN];  /* inputs' physical layouts (DT_LAYOUT_*, compile) */
     dt_tensor out;             /* output value (contiguous) */
     dt_tensor gin[DT_MAX_IN];  /* input gradients; data NULL if not needed */
     float gin_beta[DT_MAX_IN]; /* 0: overwrite gin, 1: add to gin */

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "dtrain/ops_cnn.h"
-#include "graph/graph_impl.h"
+#include "graph/op.h"
 
 enum { PL_KH, PL_KW, PL_SH, PL_SW, PL_PH, PL_PW }; /* node->ip[] */
 
@@ -312,7 +312,7 @@ gap_blk_backward(float *gx, float beta, const float *gy, int64_t P, int64_t b, i
 static dt_status gap_forward(const dt_op_ctx *c) {
     const dt_tensor *x = &c->in[0];
     int64_t planes = x->shape[0] * x->shape[1], P = x->shape[2] * x->shape[3];
-    int L = dt_layout_block(dt_graph_node_(c->node->state, c->node->in[0])->layout);
+    int L = dt_layout_block(c->in_layout[0]);
     if (L)
         FOR_BLOCKS(planes / L, L, gap_blk_forward, c->out.data, x->data, P);
     else
@@ -324,18 +324,12 @@ static dt_status gap_backward(const dt_op_ctx *c) {
     if (!c->gin[0].data) return DT_OK;
     const dt_tensor *x = &c->in[0];
     int64_t planes = x->shape[0] * x->shape[1], P = x->shape[2] * x->shape[3];
-    int L = dt_layout_block(dt_graph_node_(c->node->state, c->node->in[0])->layout);
+    int L = dt_layout_block(c->in_layout[0]);
     if (L)
         FOR_BLOCKS(planes / L, L, gap_blk_backward, c->gin[0].data, c->gin_beta[0], c->gout.data,
                    P);
     else
         gap_backward_kernel(c->gin[0].data, c->gin_beta[0], c->gout.data, planes, P);
-    return DT_OK;
-}
-
-/* The graph, for the input's layout in the kernels (borrowed; nothing to destroy). */
-static dt_status gap_prepare(dt_graph *g, dt_node *n) {
-    n->state = g;
     return DT_OK;
 }
 
@@ -363,7 +357,6 @@ static const dt_op_def avgpool_def = {
 };
 static const dt_op_def gap_def = {
     .name = "global_avgpool",
-    .prepare = gap_prepare,
     .forward = gap_forward,
     .backward = gap_backward,
     .layouts = gap_layouts,

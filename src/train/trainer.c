@@ -328,17 +328,21 @@ static dt_status make_ddp(dt_trainer *t) {
     return st;
 }
 
+void dt_trainer_run_name(const char *configured, char *out, size_t n) {
+    if (configured && configured[0]) {
+        snprintf(out, n, "%s", configured);
+        return;
+    }
+    time_t now = time(NULL);
+    struct tm tmv;
+    gmtime_r(&now, &tmv);
+    strftime(out, n, "%Y%m%d-%H%M%S", &tmv);
+}
+
 static dt_status make_run_dir(dt_trainer *t, const dt_config *cfg) {
     const dt_config_values *v = &t->v;
     char name[DT_CFG_STR_MAX];
-    if (v->output.run_name[0]) {
-        snprintf(name, sizeof name, "%s", v->output.run_name);
-    } else {
-        time_t now = time(NULL);
-        struct tm tmv;
-        gmtime_r(&now, &tmv);
-        strftime(name, sizeof name, "%Y%m%d-%H%M%S", &tmv);
-    }
+    dt_trainer_run_name(v->output.run_name, name, sizeof name);
     const char *root = v->output.dir;
     if (!strncmp(root, "file://", 7)) root += 7;
     if (!strncmp(root, "s3://", 5))

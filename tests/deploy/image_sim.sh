@@ -99,7 +99,7 @@ pass() { echo \"PASS \$*\"; ok=\$((ok + 1)); }
 fail() { echo \"FAIL \$*\"; bad=\$((bad + 1)); }
 [[ \$(ldd /usr/local/bin/dtrain | grep -c \"not found\") == 0 ]] && pass ldd || fail \"ldd: \$(ldd /usr/local/bin/dtrain | grep \"not found\")\"
 dtrain version >/dev/null && pass \"dtrain version as \$(id -un)\" || fail \"dtrain version\"
-dtrain demo >/tmp/demo.log 2>&1 && pass \"dtrain demo\" || fail \"dtrain demo: \$(tail -3 /tmp/demo.log)\"
+dtrain plan /opt/dtrain/examples/resnet18-fmnist.yaml >/tmp/plan.log 2>&1 && pass \"dtrain plan\" || fail \"dtrain plan: \$(tail -3 /tmp/plan.log)\"
 /usr/sbin/sshd -t -f /etc/dtrain/sshd_config && pass \"sshd -t\" || fail \"sshd -t\"
 C=\"/opt/dtrain/examples/llama-tiny-fortunes.yaml data.train=/data/fortunes/train data.val=/data/fortunes/val train.steps=2000 schedule.warmup_steps=5 train.log_every=20 train.eval_every=0 ckpt.dir=/ckpt output.dir=/ckpt/runs output.run_name=sim ckpt.every_steps=100000\"
 echo \"127.0.0.2 slots=2\" >/tmp/hostfile

@@ -22,3 +22,6 @@ if(MPI_FOUND)
   set_tests_properties(launch_srun PROPERTIES LABELS "launch;dist;e2e" TIMEOUT 300
                        SKIP_RETURN_CODE 77 RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data)
 endif()
+# The launcher as a library, without the CLI: host lists, resource checks, mpirun's output,
+# the retry policy, and the supervision loop over a stand-in mpirun (the real one: launch.sh).
+dt_test(NAME launch_unit SOURCES launch/test_launch.c LABELS "unit;launch" ARGS ${PROJECT_SOURCE_DIR})
