@@ -6,6 +6,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <unistd.h>
+#include "dtrain/dist.h"
 #include "dtrain/models.h"
 #include "dtrain/rng.h"
 #include "dtrain/safetensors.h"
@@ -308,4 +309,20 @@ int dt_test_write_json(const char *path, const cJSON *o) {
     free(js);
     CHECK(ok, "cannot write JSON to %s", path);
     return ok ? 0 : -1;
+}
+
+void dt_check_same_on_all_ranks(dt_comm *c, const char *what, const float *p, size_t n) {
+    float *ref = malloc(n ? n * sizeof(float) : 1);
+    int rank = dt_comm_rank(c), w = dt_comm_size(c);
+    if (ref && p && rank == 0) memcpy(ref, p, n * sizeof(float));
+    /* every rank takes part in both collectives, whatever it holds, so none waits forever */
+    dt_status st = ref ? dt_comm_broadcast(c, ref, n * sizeof(float), 0) : DT_ERR_NOMEM;
+    double bad[2] = {!p || !ref || st != DT_OK, 0}; /* ranks without values, values differing */
+    for (size_t i = 0; !bad[0] && i < n; i++) bad[1] += memcmp(&p[i], &ref[i], sizeof(float)) != 0;
+    dt_status st2 = dt_comm_allreduce_f64(c, bad, 2);
+    CHECK(st == DT_OK && st2 == DT_OK && bad[0] == 0 && bad[1] == 0,
+          "%s: all %d ranks hold rank 0's %zu parameters bit for bit (%.0f ranks without them, "
+          "%.0f values differ; %s)",
+          what, w, n, bad[0], bad[1], st == DT_OK && st2 == DT_OK ? "ok" : dt_last_error());
+    free(ref);
 }

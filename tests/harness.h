@@ -96,4 +96,10 @@ struct cJSON *dt_test_read_json(const char *path);
  * failure naming the file) otherwise. */
 int dt_test_write_json(const char *path, const struct cJSON *o);
 
+/* Distributed tests: every rank of `c` holds the same n floats as rank 0, bit for bit (rank 0's
+ * values are broadcast and compared with memcmp; a rank passing p == NULL counts as differing).
+ * A collective: every rank calls it with the same n. Records one check on every rank. */
+struct dt_comm;
+void dt_check_same_on_all_ranks(struct dt_comm *c, const char *what, const float *p, size_t n);
+
 #endif

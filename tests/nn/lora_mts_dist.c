@@ -144,22 +144,6 @@ static void drop(run *r) {
     free(r->init), free(r->final), free(r->frozen0), free(r->frozen1);
 }
 
-/* Every rank holds the same parameters: the spread over ranks of two checksums is zero. */
-static void check_same_on_all_ranks(const char *what, const float *p, size_t n) {
-    double s[4] = {0, 0, 0, 0};
-    for (size_t i = 0; p && i < n; i++) {
-        s[0] += (double)p[i] * (double)((i % 7) + 1);
-        s[1] += (double)p[i] * (double)((i % 13) + 1);
-    }
-    s[2] = s[0] * s[0], s[3] = s[1] * s[1];
-    int w = dt_comm_size(world_comm);
-    CHECK_OK(dt_comm_allreduce_f64(world_comm, s, 4));
-    for (int j = 0; j < 2; j++) {
-        double mean = s[j] / w, var = s[j + 2] / w - mean * mean;
-        CHECK(var <= 1e-12 * (s[j + 2] / w), "%s: all %d ranks hold the same parameters", what, w);
-    }
-}
-
 static double max_diff(const float *a, const float *b, size_t n) {
     double m = 0;
     for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
@@ -188,12 +172,12 @@ int main(int argc, char **argv) {
     size_t moved = 0;
     for (size_t i = 0; i < z0.n; i++) moved += z0.init[i] != z0.final[i];
     CHECK(moved > z0.n / 2, "training moved %zu of %zu trainable values", moved, z0.n);
-    check_same_on_all_ranks("zero 0", z0.final, z0.n);
+    dt_check_same_on_all_ranks(world_comm, "zero 0", z0.final, z0.n);
 
     /* 2. ZeRO-2 */
     static const char *const zero2[] = {"dist.zero_stage=2", "ckpt.every_steps=6", NULL};
     run z2 = train("zero2", zero2, 1);
-    check_same_on_all_ranks("zero 2", z2.final, z2.n);
+    dt_check_same_on_all_ranks(world_comm, "zero 2", z2.final, z2.n);
     if (z2.final && CHECK(z2.n == z0.n, "zero 2: same parameter count")) {
         dt_check_close("modules_to_save + adapters: ZeRO-2 vs plain data parallelism", z2.final,
                        z0.final, (int64_t)z0.n, 1e-4, 1.0 / 128);

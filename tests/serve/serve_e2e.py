@@ -30,6 +30,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from http_harness import http, raw  # noqa: E402
+
 dtrain, repo, data, case = sys.argv[1:5]
 out_dir = sys.argv[5] if len(sys.argv) > 5 else None
 tmp = tempfile.mkdtemp(prefix="dt-serve-")
@@ -65,17 +68,6 @@ def free_port():
     p = s.getsockname()[1]
     s.close()
     return p
-
-
-def http(url, token=None, method="GET"):
-    req = urllib.request.Request(url, method=method)
-    if token:
-        req.add_header("Authorization", "Bearer " + token)
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 def wait_until(fn, secs, what):
@@ -311,26 +303,6 @@ def case_chromium():
     check(ok, "screenshot %s is a 1280x1000 PNG" % shot)
     rc = stop_launch(job)
     check(rc == 75, "the launcher stopped on SIGTERM with 75 (got %s)" % rc)
-
-
-def raw(port, data):
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    buf = b""
-    try:  # the server may answer (431) and close before it has read everything
-        s.sendall(data)
-        s.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
-    try:
-        while True:
-            c = s.recv(65536)
-            if not c:
-                break
-            buf += c
-    except OSError:
-        pass
-    s.close()
-    return buf.decode("latin-1")
 
 
 def case_bad_input():

@@ -47,6 +47,9 @@ import time
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from http_harness import http, raw  # noqa: E402
+
 dtrain, repo, data, case = sys.argv[1:5]
 tmp = tempfile.mkdtemp(prefix="dt-track-faults-")
 procs = []
@@ -351,33 +354,6 @@ def case_bad_store():
 
 
 # ---- monitor ---------------------------------------------------------------------------------
-
-def http(url, token=None):
-    req = urllib.request.Request(url)
-    if token:
-        req.add_header("Authorization", "Bearer " + token)
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
-def raw(port, data):
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    buf = b""
-    try:
-        s.sendall(data)
-        s.shutdown(socket.SHUT_WR)
-        while True:
-            c = s.recv(65536)
-            if not c:
-                break
-            buf += c
-    except OSError:
-        pass
-    s.close()
-    return buf.decode("latin-1")
 
 
 def case_monitor():

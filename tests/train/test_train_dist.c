@@ -88,22 +88,6 @@ static float *train(int kind, const char *backend, int batch, const char *extra1
     return copy;
 }
 
-/* Every rank holds the same parameters: the spread over ranks of two checksums is zero. */
-static void check_same_on_all_ranks(const char *what, const float *p, size_t n) {
-    double s[4] = {0, 0, 0, 0};
-    for (size_t i = 0; p && i < n; i++) {
-        s[0] += (double)p[i] * (double)((i % 7) + 1);
-        s[1] += (double)p[i] * (double)((i % 13) + 1);
-    }
-    s[2] = s[0] * s[0], s[3] = s[1] * s[1];
-    int w = dt_comm_size(world_comm);
-    CHECK_OK(dt_comm_allreduce_f64(world_comm, s, 4));
-    for (int j = 0; j < 2; j++) {
-        double mean = s[j] / w, var = s[j + 2] / w - mean * mean;
-        CHECK(var <= 1e-12 * (s[j + 2] / w), "%s: all %d ranks hold the same parameters", what, w);
-    }
-}
-
 /* ||a - b|| / ||b|| over all n values. */
 static double rel_l2(const float *a, const float *b, size_t n) {
     double d = 0, r = 0;
@@ -139,7 +123,7 @@ int main(int argc, char **argv) {
 
     /* 1. N ranks x b == 1 x N*b (SGD, clipping) */
     float *dist = train(LLAMA_SGD, "mpi", 4, NULL, NULL, &n);
-    check_same_on_all_ranks("llama sgd", dist, n);
+    dt_check_same_on_all_ranks(world_comm, "llama sgd", dist, n);
     if (rank == 0) {
         float *one = train(LLAMA_SGD, "single", 4 * world, NULL, NULL, &n1);
         if (dist && one && CHECK(n == n1, "same parameter count"))
@@ -152,7 +136,7 @@ int main(int argc, char **argv) {
 
     /* 2. AdamW with accumulation: repeat, overlap, ZeRO 1-3 */
     float *ref = train(LLAMA_ADAMW, "mpi", 2, NULL, NULL, &n);
-    check_same_on_all_ranks("llama adamw", ref, n);
+    dt_check_same_on_all_ranks(world_comm, "llama adamw", ref, n);
     float *again = train(LLAMA_ADAMW, "mpi", 2, NULL, NULL, &n1);
     same_bits("the same seed and world size again", ref, again, n);
     free(again);
@@ -166,7 +150,7 @@ int main(int argc, char **argv) {
             train(LLAMA_ADAMW, "mpi", 2, stages[z], z == 2 ? "dist.bucket_mb=0.1" : NULL, &n1);
         char what[128];
         snprintf(what, sizeof what, "ZeRO stage %d vs plain data parallelism", z + 1);
-        check_same_on_all_ranks(what, zp, n1);
+        dt_check_same_on_all_ranks(world_comm, what, zp, n1);
         if (ref && zp && CHECK(n == n1, "%s: same parameter count", what)) {
             if (z == 0) /* stage 1 does the same sums: the same bits */
                 same_bits(what, ref, zp, n);
@@ -182,8 +166,8 @@ int main(int argc, char **argv) {
     /* 2b. LoRA: ZeRO-2 over the adapters gives plain data parallelism's adapters */
     float *lz0 = train(LLAMA_LORA, "mpi", 2, NULL, NULL, &n);
     float *lz2 = train(LLAMA_LORA, "mpi", 2, "dist.zero_stage=2", NULL, &n1);
-    check_same_on_all_ranks("lora zero 0", lz0, n);
-    check_same_on_all_ranks("lora zero 2", lz2, n1);
+    dt_check_same_on_all_ranks(world_comm, "lora zero 0", lz0, n);
+    dt_check_same_on_all_ranks(world_comm, "lora zero 2", lz2, n1);
     if (lz0 && lz2 && CHECK(n == n1, "lora: same adapter count")) {
         /* The frozen base's GEMM rounds its inputs to bf16 (as dtrain's LoRA does by design):
          * a rounding-order difference of 1e-7 in an activation can flip one bf16 rounding, a
@@ -212,8 +196,8 @@ int main(int argc, char **argv) {
     const char *S5 = "train.steps=5";
     float *rs = train(RESNET, "mpi", 16, "dist.sync_batchnorm=true", S5, &n);
     float *rn = train(RESNET, "mpi", 16, S5, NULL, &n1);
-    check_same_on_all_ranks("resnet syncbn", rs, n);
-    check_same_on_all_ranks("resnet", rn, n1);
+    dt_check_same_on_all_ranks(world_comm, "resnet syncbn", rs, n);
+    dt_check_same_on_all_ranks(world_comm, "resnet", rn, n1);
     if (rank == 0) {
         size_t n2 = 0;
         size_t n3 = 0;
