@@ -260,6 +260,32 @@ dt_status dt_ddp_gather_params(dt_ddp *d);
  * state between steps). Other stages: nothing. */
 dt_status dt_ddp_release_params(dt_ddp *d);
 
+/* What a trainer asks of the ZeRO policy instead of testing stage numbers (the stage is the
+ * communicator's business; a NULL d is one process, which behaves as stage 0):
+ *   dt_ddp_step_end        after the optimizer step: the new parameters everywhere they are
+ *                          read (stages 1-2 all-gather the shards; 0 and 3: nothing)
+ *   dt_ddp_params_whole    every parameter resident until dt_ddp_release_params (stage 3
+ *                          gathers; others hold them anyway) -- for evaluation, export, a save
+ *   dt_ddp_accumulates     1: micro-batches may add into the full gradient buffer
+ *                          (dt_graph_set_accumulate); 0 under stages 2-3, which reduce every
+ *                          micro-batch into the shard
+ *   dt_ddp_shards_optimizer 1: each rank holds the optimizer state of its shard only (stage >= 1),
+ *                          so each writes its own optimizer file in a checkpoint
+ *   dt_ddp_zero_stage      the stage, for records (trainer_state.json)
+ *   dt_ddp_zero_name       "ZeRO-1" .. "ZeRO-3", or "" without ZeRO, for messages
+ *   dt_ddp_exchange_note   one phrase naming how gradients travel, for the start line
+ * dt_ddp_flat_capacity gives, before a graph is compiled, the flat buffer size that
+ * dt_graph_opts.flat_capacity must have for n trainable elements on `world` ranks at `stage`
+ * (0: no padding, the graph's own size). */
+dt_status dt_ddp_step_end(dt_ddp *d);
+dt_status dt_ddp_params_whole(dt_ddp *d);
+int dt_ddp_accumulates(const dt_ddp *d);
+int dt_ddp_shards_optimizer(const dt_ddp *d);
+int dt_ddp_zero_stage(const dt_ddp *d);
+const char *dt_ddp_zero_name(const dt_ddp *d);
+const char *dt_ddp_exchange_note(const dt_ddp *d);
+size_t dt_ddp_flat_capacity(size_t n, int world, int stage);
+
 /* buf [n] f64 <- sum over ranks, run by the communication thread in queue order: safe while a
  * step is in flight, ordered with the bucket reductions the same way on every rank. Collectives
  * called from inside forward/backward (SyncBatchNorm's statistics) must use this rather than

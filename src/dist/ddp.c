@@ -239,7 +239,7 @@ dt_status dt_ddp_init(dt_graph *g, dt_comm *c, const dt_ddp_opts *opts, dt_ddp *
     d->stage = o.zero_stage;
     d->n_params = dt_graph_param_count(g);
     d->enabled = 1, d->overlap = o.overlap != 0, d->average = o.average != 0;
-    d->sparse = o.sparse != 0;
+    d->sparse = o.sparse != 0, d->shm_asked = o.shm != 0;
     size_t cap = (size_t)(o.bucket_mb * 1048576.0 / sizeof(float));
     dt_status st = make_buckets(d, cap ? cap : 1);
     if (st == DT_OK) st = dt_zero_init(d);

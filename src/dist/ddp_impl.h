@@ -51,6 +51,7 @@ struct dt_ddp {
     int nb;
     int enabled, overlap, average, sparse;
     dt_comm_shared *shared; /* the gradient buffer shared with this host's ranks, or NULL */
+    int shm_asked;          /* dt_ddp_opts.shm: shared memory was asked for */
     /* ZeRO: stage, this rank's shard [own_lo, own_hi) of the flat buffers (clamped to n),
      * shard size (padded layout: rank r owns [r*shard, (r+1)*shard)). */
     int stage;

@@ -238,3 +238,43 @@ dt_status dt_ddp_release_params(dt_ddp *d) {
     d->full = 0;
     return DT_OK;
 }
+
+/* ---- the policy the trainer asks for (include/dtrain/dist.h) ---------------------------- */
+
+dt_status dt_ddp_step_end(dt_ddp *d) {
+    return d && (d->stage == 1 || d->stage == 2) ? dt_ddp_gather_params(d) : DT_OK;
+}
+
+dt_status dt_ddp_params_whole(dt_ddp *d) {
+    return d && d->stage >= 3 ? dt_ddp_gather_params(d) : DT_OK;
+}
+
+int dt_ddp_accumulates(const dt_ddp *d) {
+    return !d || d->stage < 2;
+}
+
+int dt_ddp_shards_optimizer(const dt_ddp *d) {
+    return d && d->stage >= 1;
+}
+
+int dt_ddp_zero_stage(const dt_ddp *d) {
+    return d ? d->stage : 0;
+}
+
+const char *dt_ddp_zero_name(const dt_ddp *d) {
+    static const char *names[] = {"", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+    int s = dt_ddp_zero_stage(d);
+    return s >= 0 && s <= 3 ? names[s] : "ZeRO-?";
+}
+
+const char *dt_ddp_exchange_note(const dt_ddp *d) {
+    if (!d) return "none (one worker)";
+    if (d->shared) return dt_comm_share_note(d->c);
+    if (d->stage >= 2) return "MPI reduce-scatter (ZeRO-2/3)";
+    if (!d->shm_asked) return "MPI (dist.shared_memory=false)";
+    return dt_comm_share_note(d->c); /* why it fell back to MPI */
+}
+
+size_t dt_ddp_flat_capacity(size_t n, int world, int stage) {
+    return world > 1 && stage > 0 ? (size_t)world * dt_comm_shard_size(n, world) : 0;
+}

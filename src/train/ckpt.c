@@ -228,7 +228,7 @@ static dt_status snap_optim(dt_trainer *t, snap_file *f, int shard, int shards, 
 
 /* Optimizer files: one per rank under ZeRO (each holds its shard), else rank 0's alone. */
 static int sharded_optim(const dt_trainer *t) {
-    return t->ddp && t->v.dist.zero_stage >= 1;
+    return dt_ddp_shards_optimizer(t->ddp);
 }
 
 static cJSON *make_state(dt_trainer *t) {
@@ -253,7 +253,7 @@ static cJSON *make_state(dt_trainer *t) {
     if (dt_optim_get_state(t->opt, &os) == DT_OK)
         cJSON_AddNumberToObject(o, "optimizer_step", (double)os.step);
     cJSON_AddNumberToObject(o, "world_size", t->world);
-    cJSON_AddNumberToObject(o, "zero_stage", t->ddp ? (double)t->v.dist.zero_stage : 0);
+    cJSON_AddNumberToObject(o, "zero_stage", dt_ddp_zero_stage(t->ddp));
     cJSON *ly = cJSON_AddObjectToObject(o, "layout");
     cJSON_AddNumberToObject(ly, "n", (double)t->n);
     cJSON_AddNumberToObject(ly, "shards", sharded_optim(t) ? t->world : 1);
@@ -411,8 +411,7 @@ static dt_status save(dt_trainer *t, const char *why) {
     if (st != DT_OK) return st;
     c->failed = 0;
     double waited = dt_train_now() - t0;
-    int zero3 = t->ddp && t->v.dist.zero_stage >= 3;
-    if (zero3 && (st = dt_ddp_gather_params(t->ddp)) != DT_OK) return st;
+    if ((st = dt_ddp_params_whole(t->ddp)) != DT_OK) return st;
     c->step = t->prog.step;
     snprintf(c->dir, sizeof c->dir, "%s/step-%09" PRId64, c->root, c->step);
     c->have_model = t->rank == 0;
@@ -421,7 +420,7 @@ static dt_status save(dt_trainer *t, const char *why) {
     if (st == DT_OK && c->have_optim)
         st = snap_optim(t, &c->optim, sharded_optim(t) ? t->rank : 0,
                         sharded_optim(t) ? t->world : 1, 0);
-    if (zero3) {
+    if (t->ddp) { /* ZeRO-3: back to the own shard */
         dt_status rs = dt_ddp_release_params(t->ddp);
         if (st == DT_OK) st = rs;
     }
@@ -1044,7 +1043,7 @@ dt_status dt_train_ckpt_resume(dt_trainer *t) {
     }
     c->last_save_time = dt_train_now();
     double load_s = c->last_save_time - t0; /* choosing (and any skipped ones) + loading */
-    if (t->ddp && t->v.dist.zero_stage >= 3) st = dt_ddp_release_params(t->ddp);
+    if (t->ddp) st = dt_ddp_release_params(t->ddp);
     if (st == DT_OK && t->log)
         fprintf(t->log, "checkpoint %s loaded: %.1f MB read and verified in %.2f s (%.0f MB/s)\n",
                 dir, (double)c->loaded_bytes / 1e6, load_s,

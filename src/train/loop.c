@@ -38,7 +38,7 @@ dt_status dt_trainer_step(dt_trainer *t) {
     double t0 = dt_train_now(), wait = 0, loss = 0;
     /* ZeRO-2/3 keep no full gradient: every micro-batch is reduce-scattered and added into
      * this rank's shard, and the graph never accumulates. */
-    int zero = t->ddp ? (int)t->v.dist.zero_stage : 0;
+    int accumulates = dt_ddp_accumulates(t->ddp);
     /* the mean over micro-batches and (make_ddp: summed, not averaged) over workers */
     dt_graph_set_loss_scale(t->g, 1.0f / (float)(accum * (t->ddp ? t->world : 1)));
     if (t->ddp) dt_ddp_zero_grad(t->ddp);
@@ -53,7 +53,7 @@ dt_status dt_trainer_step(dt_trainer *t) {
                                 (long long)b.n, (long long)t->B);
         dt_train_feed(t, &b);
         t->prog.epoch = b.epoch;
-        dt_graph_set_accumulate(t->g, m > 0 && zero < 2);
+        dt_graph_set_accumulate(t->g, m > 0 && accumulates);
         dt_graph_set_rng(t->g, (uint64_t)t->v.train.seed, (uint64_t)(step * accum + m), t->rank);
         /* Like PyTorch DDP's default: batchnorm statistics are per rank during the step and
          * rank 0's are given to all before each step (broadcast_buffers). Gradients are only
@@ -76,7 +76,7 @@ dt_status dt_trainer_step(dt_trainer *t) {
         if ((st = dt_ddp_clip_grad(t->ddp, (float)t->v.optim.clip_norm, &norm)) != DT_OK ||
             (st = dt_optim_step(t->opt, t->p + lo, g, lr)) != DT_OK)
             return st;
-        if ((zero == 1 || zero == 2) && (st = dt_ddp_gather_params(t->ddp)) != DT_OK) return st;
+        if ((st = dt_ddp_step_end(t->ddp)) != DT_OK) return st;
     } else {
         if (t->v.optim.clip_norm > 0)
             norm = dt_grad_clip_norm(t->gr, t->n, (float)t->v.optim.clip_norm);
@@ -152,8 +152,7 @@ dt_status dt_trainer_evaluate(dt_trainer *t, dt_eval_result *r) {
     if (!t->val_ld) return dt_error_set(DT_ERR_STATE, "evaluate: no data.val configured");
     /* ZeRO-3: whole parameters for evaluation (ranks may evaluate different batch counts, so
      * the per-bucket gathers of a forward could not be matched). */
-    int z3 = t->ddp && t->v.dist.zero_stage >= 3;
-    dt_status zs = z3 ? dt_ddp_gather_params(t->ddp) : DT_OK;
+    dt_status zs = dt_ddp_params_whole(t->ddp);
     if (zs != DT_OK) return zs;
     dt_data_cursor saved;
     dt_loader_cursor(t->val_ld, &saved); /* every evaluation sees the same pass */
@@ -183,7 +182,7 @@ dt_status dt_trainer_evaluate(dt_trainer *t, dt_eval_result *r) {
         counted += valid;
     }
     dt_loader_seek(t->val_ld, &saved);
-    if (z3 && (zs = dt_ddp_release_params(t->ddp)) != DT_OK) return zs;
+    if (t->ddp && (zs = dt_ddp_release_params(t->ddp)) != DT_OK) return zs;
     if (t->world > 1) { /* each rank evaluated its share of data.val */
         double sums[3] = {loss_sum, (double)counted, (double)correct};
         dt_status st = dt_comm_allreduce_f64(t->comm, sums, 3);
@@ -281,8 +280,7 @@ static dt_status run_loop(dt_trainer *t) {
     /* a run resumed from its last step trains nothing but is still evaluated */
     if (t->val_ld && !final_eval && (st = eval_and_log(t)) != DT_OK) return st;
     /* ZeRO-3: leave every rank with the whole trained model (export, the caller's reads). */
-    if (t->ddp && t->v.dist.zero_stage >= 3 && (st = dt_ddp_gather_params(t->ddp)) != DT_OK)
-        return st;
+    if ((st = dt_ddp_params_whole(t->ddp)) != DT_OK) return st;
     return DT_OK;
 }
 
@@ -290,31 +288,20 @@ dt_status dt_trainer_run(dt_trainer *t) {
     const dt_config_values *v = &t->v;
     if (t->log) {
         const dt_dataset_info *in = dt_dataset_get_info(t->train_ds);
-        fprintf(t->log,
-                "dtrain train: %s, %zu parameters; %s: %lld %s; %d worker%s (%s%s) x batch %lld x "
-                "%lld accumulation = effective batch %lld; %lld steps; run %s\n",
-                t->model == DT_MODEL_RESNET  ? "resnet"
-                : t->model == DT_MODEL_LLAMA ? "llama"
-                                             : t->custom.name,
-                t->n, in->name, (long long)in->records,
-                t->task == DT_TASK_IMAGE ? "images" : "documents", t->world,
-                t->world == 1 ? "" : "s", dt_comm_backend(t->comm),
-                t->ddp && t->v.dist.zero_stage ? (t->v.dist.zero_stage == 1   ? ", ZeRO-1"
-                                                  : t->v.dist.zero_stage == 2 ? ", ZeRO-2"
-                                                                              : ", ZeRO-3")
-                                               : "",
-                (long long)t->B, (long long)v->train.grad_accum,
-                (long long)(t->world * t->B * v->train.grad_accum), (long long)t->prog.total_steps,
-                t->run_dir);
-        if (t->ddp) {
-            dt_ddp_stats ds;
-            dt_ddp_get_stats(t->ddp, &ds);
-            fprintf(t->log, "gradient all-reduce: %s\n",
-                    ds.shared                 ? dt_comm_share_note(t->comm)
-                    : v->dist.zero_stage >= 2 ? "MPI reduce-scatter (ZeRO-2/3)"
-                    : !v->dist.shared_memory  ? "MPI (dist.shared_memory=false)"
-                                              : dt_comm_share_note(t->comm));
-        }
+        fprintf(
+            t->log,
+            "dtrain train: %s, %zu parameters; %s: %lld %s; %d worker%s (%s%s%s) x batch %lld x "
+            "%lld accumulation = effective batch %lld; %lld steps; run %s\n",
+            t->model == DT_MODEL_RESNET  ? "resnet"
+            : t->model == DT_MODEL_LLAMA ? "llama"
+                                         : t->custom.name,
+            t->n, in->name, (long long)in->records,
+            t->task == DT_TASK_IMAGE ? "images" : "documents", t->world, t->world == 1 ? "" : "s",
+            dt_comm_backend(t->comm), dt_ddp_zero_name(t->ddp)[0] ? ", " : "",
+            dt_ddp_zero_name(t->ddp), (long long)t->B, (long long)v->train.grad_accum,
+            (long long)(t->world * t->B * v->train.grad_accum), (long long)t->prog.total_steps,
+            t->run_dir);
+        if (t->ddp) fprintf(t->log, "gradient all-reduce: %s\n", dt_ddp_exchange_note(t->ddp));
         fflush(t->log);
     }
     dt_status st = DT_OK;

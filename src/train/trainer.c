@@ -209,15 +209,13 @@ static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
     if (t->loss < 0 || dt_graph_keep(g, t->logits) != DT_OK) return DT_ERR_INVALID;
     /* ZeRO shards are equal slices of the flat buffers padded to world x shard elements. */
     dt_graph_opts go = {0};
-    if (t->world > 1 && v->dist.zero_stage > 0) {
-        size_t n = 0;
-        for (int i = 0; i < dt_graph_param_count(g); i++) {
-            const dt_param_info *pi = dt_graph_param_info(g, i);
-            if (!(pi->flags & (DT_PARAM_FROZEN | DT_PARAM_STATE)) && pi->offset + pi->numel > n)
-                n = pi->offset + pi->numel;
-        }
-        go.flat_capacity = (size_t)t->world * dt_comm_shard_size(n, t->world);
+    size_t n = 0;
+    for (int i = 0; i < dt_graph_param_count(g); i++) {
+        const dt_param_info *pi = dt_graph_param_info(g, i);
+        if (!(pi->flags & (DT_PARAM_FROZEN | DT_PARAM_STATE)) && pi->offset + pi->numel > n)
+            n = pi->offset + pi->numel;
     }
+    go.flat_capacity = dt_ddp_flat_capacity(n, t->world, (int)v->dist.zero_stage);
     return dt_graph_compile(g, t->loss, &go);
 }
 

@@ -366,6 +366,16 @@ static run_out train(dt_comm *c, const run_cfg *rc) {
         dt_graph_free(m.g);
         return o;
     }
+    /* what the trainer asks of the ZeRO policy instead of testing the stage */
+    static const char *names[] = {"", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+    CHECK(dt_ddp_zero_stage(d) == rc->stage && !strcmp(dt_ddp_zero_name(d), names[rc->stage]) &&
+              dt_ddp_accumulates(d) == (rc->stage < 2) &&
+              dt_ddp_shards_optimizer(d) == (rc->stage >= 1) &&
+              dt_ddp_flat_capacity(n_real, N, rc->stage) == (N > 1 ? cap : 0) &&
+              strlen(dt_ddp_exchange_note(d)) > 0,
+          "stage %d: policy queries (stage %d, '%s', accumulates %d, shards %d, capacity %zu)",
+          rc->stage, dt_ddp_zero_stage(d), dt_ddp_zero_name(d), dt_ddp_accumulates(d),
+          dt_ddp_shards_optimizer(d), dt_ddp_flat_capacity(n_real, N, rc->stage));
     hook_ctx hk = {.d = d};
     int hook_in_graph = rc->hook && rc->stage < 3; /* stage 3 uses the entry hook itself */
     if (hook_in_graph) dt_graph_on_entry(m.g, entry_hook, &hk);
@@ -408,7 +418,7 @@ static run_out train(dt_comm *c, const run_cfg *rc) {
         CHECK_OK(dt_ddp_clip_grad(d, CLIP, &o.norm[s]));
         o.clipped += o.norm[s] > CLIP;
         CHECK_OK(dt_optim_step(opt, p + lo, g, LR));
-        if (rc->stage == 1 || rc->stage == 2) CHECK_OK(dt_ddp_gather_params(d));
+        CHECK_OK(dt_ddp_step_end(d)); /* stages 1-2: all-gather the new shards */
         memcpy(o.snap + (size_t)s * n, p, n * sizeof(float));
         if (rc->stage == 3) {
             snprintf(what, sizeof what, "stage 3 accum %d kind %d after step %d", rc->accum,
@@ -416,7 +426,7 @@ static run_out train(dt_comm *c, const run_cfg *rc) {
             o.released_checked += check_released(d, p, what);
         }
     }
-    if (rc->stage == 3) CHECK_OK(dt_ddp_gather_params(d));
+    CHECK_OK(dt_ddp_params_whole(d)); /* stage 3: gather everything */
     /* evaluation on the gathered parameters (stage 3: the entry hooks stay idle until release) */
     model_set_batch(&m, STEPS, R * BATCH);
     CHECK_OK(dt_graph_forward(m.g, 0));
@@ -571,6 +581,11 @@ int main(int argc, char **argv) {
 
     test_ranges(c);
     test_init_errors(c);
+    /* one process has no dt_ddp: it behaves as stage 0 */
+    CHECK(dt_ddp_zero_stage(NULL) == 0 && dt_ddp_accumulates(NULL) == 1 &&
+              dt_ddp_shards_optimizer(NULL) == 0 && !strcmp(dt_ddp_zero_name(NULL), "") &&
+              dt_ddp_step_end(NULL) == DT_OK && dt_ddp_params_whole(NULL) == DT_OK,
+          "policy queries without a dt_ddp");
     run_out plain[4], hooked[4];
     test_stages(c, BIG, 1, 0, plain);
     test_stages(c, BIG, 1, 1, hooked);
