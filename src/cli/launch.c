@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "cli/cli.h"
+#include "core/file.h"
 #include "core/fsmode.h"
 #include "dtrain/checkpoint.h"
 #include "dtrain/dtrain.h"
@@ -114,9 +115,9 @@ static int parse_hosts(const char *s, launch_opts *o) {
 
 /* Open MPI's hostfile format: "host [slots=N]" per line, '#' comments. */
 static int parse_hostfile(const char *path, launch_opts *o) {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "dtrain launch: --hostfile %s: %s\n", path, strerror(errno));
+    FILE *f;
+    if (dt_file_fopen_regular(path, "r", &f)) {
+        fprintf(stderr, "dtrain launch: --hostfile %s\n", dt_last_error());
         return -1;
     }
     char line[1024];

@@ -1,5 +1,7 @@
 /* Files and directories for the data layer (see util.h). */
 #include "data/util.h"
+#include "core/file.h"
+#include "core/fsmode.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -35,12 +37,13 @@ static dt_status too_long(const char *path, const char *size, size_t max, const 
 
 static dt_status read_plain(const char *path, size_t max, const char *what, uint8_t **data,
                             size_t *len) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dt_error_set(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    dt_status os = dt_file_open_regular(path, O_RDONLY, 0, &fd);
+    if (os) return os;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
         close(fd);
-        return dt_error_set(DT_ERR_IO, "%s: not a regular file", path);
+        return dt_error_set(DT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
     }
     if ((uint64_t)st.st_size > max) {
         char sz[32];
@@ -76,8 +79,14 @@ static dt_status read_plain(const char *path, size_t max, const char *what, uint
  * inflated, and reading stops one byte past max. */
 static dt_status read_gz(const char *path, size_t max, const char *what, uint8_t **data,
                          size_t *len) {
-    gzFile f = gzopen(path, "rb");
-    if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    dt_status os = dt_file_open_regular(path, O_RDONLY, 0, &fd);
+    if (os) return os;
+    gzFile f = gzdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return dt_error_set(DT_ERR_NOMEM, "%s: cannot start reading: out of memory", path);
+    }
     gzbuffer(f, 1 << 20);
     size_t cap = max < (1u << 20) ? (max < 64 ? 64 : max + 1) : 1 << 20, n = 0;
     uint8_t *buf = malloc(cap + 1);
@@ -165,7 +174,7 @@ int dt_path_inside(const char *dir, const char *path) {
 }
 
 dt_status dt_write_file(const char *path, const void *data, size_t len) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, DT_FILE_MODE);
     if (fd < 0) return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     const uint8_t *p = data;
     size_t done = 0;

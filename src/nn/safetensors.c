@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "core/file.h"
 #include "dtrain/safetensors.h"
 
 #define ST_MAX_HEADER (100u << 20) /* the reference implementation's limit */
@@ -195,10 +196,11 @@ dt_status dt_st_open(const char *path, dt_st_file **out) {
         return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
     }
     dt_status st = DT_OK;
-    int fd = open(path, O_RDONLY);
+    int fd;
     struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        st = dt_error_set(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if ((st = dt_file_open_regular(path, O_RDONLY, 0, &fd))) goto done;
+    if (fstat(fd, &sb) != 0) {
+        st = dt_error_set(DT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
         goto done;
     }
     f->size = (size_t)sb.st_size;
