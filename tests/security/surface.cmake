@@ -38,3 +38,8 @@ add_test(NAME security_nonregular COMMAND bash ${PROJECT_SOURCE_DIR}/tests/secur
          $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR})
 set_tests_properties(security_nonregular PROPERTIES LABELS "e2e;security" TIMEOUT 600
                      ENVIRONMENT "OMP_NUM_THREADS=1")
+# Issue 26: a running dtrain (and its threads) is named "dtrain" in ps/top/the OOM killer's log
+# (/proc/PID/comm), not "exe" after its re-exec, nor the name of a link it was started through.
+add_test(NAME security_procname COMMAND bash ${PROJECT_SOURCE_DIR}/tests/security/test_procname.sh
+         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR})
+set_tests_properties(security_procname PROPERTIES LABELS "e2e;security" TIMEOUT 300)
