@@ -71,33 +71,17 @@ static dt_status get_float(const char *p, cJSON *o, const char *key, float def, 
     return DT_OK;
 }
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* The object's keys, sorted, have no two alike (n log n: a 16 MB file may hold 10^6 keys). */
-static dt_status no_duplicate_keys(const char *p, const cJSON *o) {
-    int n = cJSON_GetArraySize(o);
-    const char **k = malloc(((size_t)n + 1) * sizeof *k);
-    if (!k) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", p);
-    int i = 0;
-    for (const cJSON *a = o->child; a && i < n; a = a->next) k[i++] = a->string;
-    qsort(k, (size_t)i, sizeof *k, cmp_str);
-    dt_status st = DT_OK;
-    for (int j = 1; j < i && !st; j++)
-        if (!strcmp(k[j], k[j - 1]))
-            st = dt_error_set(DT_ERR_FORMAT,
-                              "%s: key '%s' appears twice; keep one (readers differ on which "
-                              "counts)",
-                              p, k[j]);
-    free(k);
-    return st;
-}
-
 static dt_status parse(const char *p, cJSON *o, dt_llama_config *c) {
     dt_status st;
     /* a key twice: cJSON would read the first, Python's json (transformers) the last */
-    if ((st = no_duplicate_keys(p, o))) return st;
+    const char *dup;
+    int r = dt_json_duplicate_key(o, &dup);
+    if (r < 0) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", p);
+    if (r)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: key '%s' appears twice; keep one (readers differ on which "
+                            "counts)",
+                            p, dup);
     cJSON *mt = cJSON_GetObjectItemCaseSensitive(o, "model_type");
     if (cJSON_IsString(mt) && strcmp(mt->valuestring, "llama") != 0)
         return dt_error_set(DT_ERR_FORMAT,

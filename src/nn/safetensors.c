@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "core/file.h"
+#include "data/util.h"
 #include "dtrain/safetensors.h"
 
 #define ST_MAX_HEADER 100000000u /* the reference implementation's limit (100 MB) */
@@ -135,8 +136,19 @@ static int cmp_begin(const void *a, const void *b) {
                                  : (x->end > y->end) - (x->end < y->end);
 }
 
-static int cmp_name(const void *a, const void *b) {
-    return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
+/* No key of the header twice, checked before any entry is: JSON leaves it undefined which one
+ * counts (cJSON finds the first, the reference refuses the file), and the message must say
+ * that, not what is wrong with one of the copies. */
+static dt_status no_duplicate_names(const char *path, const cJSON *root) {
+    const char *k;
+    int r = dt_json_duplicate_key(root, &k);
+    if (r < 0) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
+    if (r == 0) return DT_OK;
+    return dt_error_set(DT_ERR_FORMAT,
+                        strcmp(k, "__metadata__") == 0
+                            ? "%s: %s appears twice in the header (duplicate JSON key)"
+                            : "%s: tensor '%s' appears twice in the header (duplicate JSON key)",
+                        path, k);
 }
 
 /* One tensor entry of the header: {"dtype": D, "shape": [usize...], "data_offsets": [b, e]}
@@ -310,17 +322,10 @@ static dt_status parse(dt_st_file *f) {
         st = dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
         goto done;
     }
+    if ((st = no_duplicate_names(path, root)) != DT_OK) goto done;
     cJSON *it;
-    int n_meta = 0;
     cJSON_ArrayForEach(it, root) {
         if (strcmp(it->string, "__metadata__") == 0) {
-            if (n_meta++) {
-                st = dt_error_set(DT_ERR_FORMAT,
-                                  "%s: __metadata__ appears twice in the header (duplicate JSON "
-                                  "key)",
-                                  path);
-                goto done;
-            }
             if ((st = parse_metadata(path, it)) != DT_OK) goto done;
             continue;
         }
@@ -332,15 +337,8 @@ static dt_status parse(dt_st_file *f) {
         st = dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
         goto done;
     }
-    /* a name twice: JSON leaves it undefined which entry counts (cJSON would find the first) */
-    memcpy(s, f->t, (size_t)f->n * sizeof *s);
-    qsort(s, (size_t)f->n, sizeof *s, cmp_name);
-    for (int i = 1; i < f->n && !st; i++)
-        if (strcmp(s[i].name, s[i - 1].name) == 0)
-            st = dt_error_set(DT_ERR_FORMAT,
-                              "%s: tensor '%s' appears twice in the header (duplicate JSON key)",
-                              path, s[i].name);
     /* the data section's layout, on a copy sorted by offset (f->t keeps the header order) */
+    memcpy(s, f->t, (size_t)f->n * sizeof *s);
     qsort(s, (size_t)f->n, sizeof *s, cmp_begin);
     uint64_t at = 0;
     for (int i = 0; i < f->n && !st; i++) {

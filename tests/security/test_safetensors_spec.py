@@ -105,6 +105,9 @@ cases = {
     "duplicate-tensor": (pack(hdr({"w": W, "b": B}).replace(
         b"}}", b'},"w":' + hdr(dict(W, data_offsets=[36, 60])) + b"}", 1)[:-1] + b"}",
         data_len=60), "'w' appears twice"),
+    # the second copy also disagrees with its bytes: the duplicate is what is reported
+    "duplicate-tensor-bad-size": (pack(hdr({"w": W, "b": B})[:-1] + b',"w":'
+                                       + hdr(dict(W, shape=[5])) + b"}"), "'w' appears twice"),
     "duplicate-metadata": (pack(b'{"__metadata__":{"a":"b"},"__metadata__":{"a":"c"},'
                                 + hdr({"w": W, "b": B})[1:]), "__metadata__ appears twice"),
     # a metadata key twice: the reference takes the last (dtrain reads no metadata)
