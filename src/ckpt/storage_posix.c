@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "ckpt/storage_impl.h"
+#include "core/file.h"
 #include "core/fsmode.h"
 
 typedef struct posix_store {
@@ -196,7 +197,8 @@ static dt_status open_read(dt_store *s, const char *key, int *fd_out, size_t *si
     const char *base;
     int dfd = open_parent(s, key, 0, &base), fd = -1;
     if (dfd >= 0) {
-        fd = openat(dfd, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        /* O_NONBLOCK: a FIFO put in a checkpoint is refused below instead of waited on */
+        fd = openat(dfd, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
         int e = errno;
         close(dfd);
         errno = e;
@@ -206,10 +208,17 @@ static dt_status open_read(dt_store *s, const char *key, int *fd_out, size_t *si
                             "storage get: %s: %s: %s", s->url, key, why(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        int dir = fstat(fd, &sb) == 0;
+        int dir = fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode);
         close(fd);
-        return dt_error_set(dir ? DT_ERR_NOTFOUND : DT_ERR_IO, "storage get: %s: %s: not a file",
-                            s->url, key);
+        return dt_error_set(dir ? DT_ERR_NOTFOUND : DT_ERR_IO,
+                            "storage get: %s/%s is %s, not a regular file", s->url, key,
+                            dt_file_kind(sb.st_mode));
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        return dt_error_set(DT_ERR_IO, "storage get: %s: %s: %s", s->url, key, strerror(e));
     }
     *fd_out = fd, *size = (size_t)sb.st_size;
     return DT_OK;
@@ -431,8 +440,11 @@ static dt_status posix_stat(dt_store *s, const char *key, size_t *n) {
     if (r != 0)
         return dt_error_set(errno == ENOENT ? DT_ERR_NOTFOUND : DT_ERR_IO,
                             "storage stat: %s: %s: %s", s->url, key, why(errno));
-    if (!S_ISREG(sb.st_mode))
+    if (S_ISDIR(sb.st_mode))
         return dt_error_set(DT_ERR_NOTFOUND, "storage stat: %s: %s: not a file", s->url, key);
+    if (!S_ISREG(sb.st_mode)) /* a FIFO, device or socket: not "missing", and never read */
+        return dt_error_set(DT_ERR_IO, "storage stat: %s/%s is %s, not a regular file", s->url, key,
+                            dt_file_kind(sb.st_mode));
     *n = (size_t)sb.st_size;
     return DT_OK;
 }

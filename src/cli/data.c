@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "cli/cli_data.h"
+#include "core/file.h"
 #include "dtrain/data.h"
 #include "dtrain/status.h"
 
@@ -164,7 +165,8 @@ static int cmd_import(int argc, char **argv) {
 
 static void print_meta(const char *dir) {
     char *p = join(dir, DT_MANIFEST_NAME);
-    FILE *f = p ? fopen(p, "rb") : NULL;
+    FILE *f = NULL;
+    if (p) dt_file_fopen_regular(p, "rb", &f);
     free(p);
     if (!f) return;
     fseek(f, 0, SEEK_END);

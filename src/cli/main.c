@@ -1,8 +1,10 @@
 /* The dtrain command: dispatches to subcommands (src/cli/<name>.c). */
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 #include "cli/cli.h"
 #include "cli/cli_data.h"
@@ -37,7 +39,16 @@ static void set_openmp_wait(char **argv) {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || getenv("DT_OMP_SET")) return;
     setenv("GOMP_SPINCOUNT", DT_GOMP_SPINCOUNT, 1);
     setenv("DT_OMP_SET", "1", 1);
-    execv("/proc/self/exe", argv); /* on failure, go on with the defaults */
+    /* The kernel names a process (its comm: ps, top, the OOM killer's log) after the file that
+     * was exec'd: through /proc/self/exe that would be "exe", so exec the binary's own path. */
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        execv(self, argv);
+    }
+    execv("/proc/self/exe", argv); /* e.g. the binary was replaced since it started */
+    /* on failure, go on with the defaults */
 }
 
 void dt_cli_on_stop(void (*fn)(int)) {
@@ -51,6 +62,9 @@ void dt_cli_on_stop(void (*fn)(int)) {
 
 int main(int argc, char **argv) {
     set_openmp_wait(argv);
+    /* "dtrain" even where the re-exec above went through /proc/self/exe or the binary was
+     * installed under another name (threads started later inherit it) */
+    prctl(PR_SET_NAME, "dtrain", 0, 0, 0);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -30,6 +30,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 #include "cli/cli_runs.h"
+#include "core/file.h"
 #include "core/fsmode.h"
 #include "dtrain/dtrain.h"
 
@@ -213,7 +214,8 @@ static void yaml_str(FILE *f, const char *s) {
 /* The `name:` of a meta.yaml as PyYAML (MLflow) or yaml_str writes it: plain, 'single' or
  * "double" quoted, on one line (longer names that PyYAML folds are not found: a new experiment). */
 static int yaml_name(const char *path, char *out, size_t n) {
-    FILE *f = fopen(path, "r");
+    FILE *f = NULL;
+    dt_file_fopen_regular(path, "r", &f); /* none: a new experiment */
     char line[2048];
     int found = 0;
     while (f && !found && fgets(line, sizeof line, f)) {

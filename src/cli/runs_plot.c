@@ -16,6 +16,7 @@
 #include <strings.h>
 #include "cli/cli_runs.h"
 #include "cli/plot_axes.h"
+#include "core/fsmode.h"
 #include "dtrain/dtrain.h"
 
 enum { EXIT_GOOD = 0, EXIT_BAD = 1, EXIT_USAGE = 2 };
@@ -277,7 +278,7 @@ int dt_runs_plot(dt_track *s, int n, char **refs, const char *metrics, const cha
         }
     }
     if (!rc) {
-        FILE *f = fopen(out_path, "wb");
+        FILE *f = dt_fcreate(out_path, "wb");
         if (!f) {
             fprintf(stderr, "dtrain runs plot: cannot write %s: %s\n", out_path, strerror(errno));
             rc = EXIT_BAD;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli/cli_runs.h"
+#include "core/fsmode.h"
 #include "dtrain/dtrain.h"
 #include "track/track_json.h"
 
@@ -192,7 +193,7 @@ int dt_runs_export(dt_track *s, const char *ref, const char *format, const char 
         fprintf(stderr, "dtrain runs export: %s\n", dt_last_error());
         return EXIT_BAD;
     }
-    FILE *f = out_path ? fopen(out_path, "w") : stdout;
+    FILE *f = out_path ? dt_fcreate(out_path, "w") : stdout;
     if (!f) {
         fprintf(stderr, "dtrain runs export: %s: cannot create the file\n", out_path);
         return EXIT_BAD;

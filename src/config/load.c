@@ -6,6 +6,7 @@
 #include <string.h>
 #include <yaml.h>
 #include "config/config_impl.h"
+#include "core/file.h"
 
 /* A config file is a few KB; libyaml holds a scalar whole in memory, so a longer file (or an
  * endless stream given as the path) is cut off here rather than read into one giant value.
@@ -243,8 +244,9 @@ static dt_status read_doc(reader *r) {
 dt_status dt_config_load(const char *path, dt_config **out) {
     if (!path || !out) return dt_error_set(DT_ERR_INVALID, "config load: NULL path or output");
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot open the config file", path);
+    FILE *f;
+    dt_status os = dt_file_fopen_regular(path, "rb", &f);
+    if (os) return os;
     dt_config *c = dt_config_init_defaults();
     if (!c) {
         fclose(f);

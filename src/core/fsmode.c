@@ -47,7 +47,8 @@ dt_status dt_secret_file_read(const char *path, const char *what, char *buf, siz
                               size_t *len) {
     if (len) *len = 0;
     if (cap) buf[0] = '\0';
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    /* O_NONBLOCK: a FIFO is refused below rather than waited on */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
         return dt_error_set(e == ENOENT ? DT_ERR_NOTFOUND : DT_ERR_IO, "%s: %s: cannot open: %s",
@@ -60,6 +61,8 @@ dt_status dt_secret_file_read(const char *path, const char *what, char *buf, siz
         s = dt_error_set(DT_ERR_IO, "%s: %s: %s", what, path, strerror(errno));
     else if (!S_ISREG(st.st_mode))
         s = dt_error_set(DT_ERR_INVALID, "%s: %s is not a regular file", what, path);
+    else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
+        s = dt_error_set(DT_ERR_IO, "%s: %s: %s", what, path, strerror(errno));
     else if (st.st_uid != geteuid() && st.st_uid != 0)
         s = dt_error_set(DT_ERR_INVALID,
                          "%s: %s is owned by uid %u, not by this user (uid %u): not used", what,

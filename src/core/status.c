@@ -1,6 +1,7 @@
 /* Thread-local last-error message (see include/dtrain/status.h). */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include "dtrain/status.h"
 
 static _Thread_local char last_error[1024];
@@ -9,11 +10,15 @@ const char *dt_last_error(void) { return last_error; }
 
 void dt_error_clear(void) { last_error[0] = '\0'; }
 
+/* Formatted aside first: callers may prefix the previous message (an argument that is
+ * dt_last_error() itself), and vsnprintf into the buffer it reads from is undefined. */
 dt_status dt_error_set(dt_status s, const char *fmt, ...) {
+    char msg[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(last_error, msg, sizeof msg);
     return s;
 }
 

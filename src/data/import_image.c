@@ -1,12 +1,15 @@
 /* Image importers: MNIST / Fashion-MNIST IDX files (plain or gzip) and CIFAR-10's binary
  * batches. Both have 10 classes. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "data/import.h"
+#include "core/file.h"
 #include "data/util.h"
+#include <unistd.h>
 #include <zlib.h>
 
 /* ---- IDX ---- */
@@ -77,8 +80,14 @@ static dt_status idx_find(const char *dir, const char *name, uint32_t ndim, idx_
         }
     }
     if (!f->path) return dt_error_set(DT_ERR_NOMEM, "out of memory");
-    gzFile z = gzopen(f->path, "rb"); /* plain files pass through */
-    if (!z) return dt_error_set(DT_ERR_IO, "%s: cannot open: %s", f->path, strerror(errno));
+    int fd;
+    dt_status os = dt_file_open_regular(f->path, O_RDONLY, 0, &fd);
+    if (os) return os;
+    gzFile z = gzdopen(fd, "rb"); /* plain files pass through */
+    if (!z) {
+        close(fd);
+        return dt_error_set(DT_ERR_NOMEM, "%s: cannot start reading: out of memory", f->path);
+    }
     uint8_t hdr[16];
     int got = gzread(z, hdr, 4 + 4 * ndim), e = Z_OK;
     dt_status st = DT_OK;
@@ -252,9 +261,8 @@ dt_status dt_import_cifar10(dt_import *im, const char *src) {
     /* Count train records first, for the val split. */
     int64_t ntrain = 0;
     for (int i = 0; !st && i < nt; i++) {
-        FILE *f = fopen(train[i], "rb");
-        if (!f) {
-            st = dt_error_set(DT_ERR_IO, "%s: cannot open", train[i]);
+        FILE *f;
+        if ((st = dt_file_fopen_regular(train[i], "rb", &f))) {
             break;
         }
         fseek(f, 0, SEEK_END);

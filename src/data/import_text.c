@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <xxhash.h>
+#include "core/file.h"
 #include "data/import.h"
 #include "data/util.h"
 #include "dtrain/tokenizer.h"
@@ -45,8 +46,8 @@ static int cmp_str(const void *a, const void *b) {
 
 /* A file is binary (skipped in directories, as grep -I does) if its first 8 KiB hold a NUL. */
 static int is_binary(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
+    FILE *f;
+    if (dt_file_fopen_regular(path, "rb", &f)) return 0; /* the read that follows says why */
     char buf[8192];
     size_t n = fread(buf, 1, sizeof buf, f);
     fclose(f);

@@ -11,6 +11,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 #include "data/util.h"
+#include "core/file.h"
+#include "core/fsmode.h"
 
 enum { HDR_CHECKED_BYTES = 248, SEC_ALIGN = 64 };
 
@@ -121,7 +123,7 @@ dt_status dt_shard_write(const char *path, dt_shard_header *h, const void *const
 
     uint8_t hdr[DT_SHARD_HEADER_BYTES];
     dt_shard_header_encode(h, hdr);
-    FILE *f = fopen(path, "wb");
+    FILE *f = dt_fcreate(path, "wb");
     if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     int ok = fwrite(hdr, 1, sizeof hdr, f) == sizeof hdr;
     uint64_t pos = DT_SHARD_HEADER_BYTES;
@@ -318,11 +320,11 @@ dt_status dt_shard_open(const char *path, int verify, dt_shard *s) {
         return dt_error_set(DT_ERR_INVALID, "%s: shards are little-endian; this host is not", path);
     s->path = strdup(path);
     if (!s->path) return dt_error_set(DT_ERR_NOMEM, "out of memory");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        dt_status st = dt_error_set(DT_ERR_IO, "%s: cannot open shard: %s", path, strerror(errno));
+    int fd;
+    dt_status os = dt_file_open_regular(path, O_RDONLY, 0, &fd);
+    if (os) {
         dt_shard_close(s);
-        return st;
+        return os;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {

@@ -1,5 +1,7 @@
 /* Files and directories for the data layer (see util.h). */
 #include "data/util.h"
+#include "core/file.h"
+#include "core/fsmode.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -8,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
+#include <cjson/cJSON.h>
 
 void dt_hex64(uint64_t v, char buf[17]) {
     static const char hx[] = "0123456789abcdef";
@@ -35,12 +38,13 @@ static dt_status too_long(const char *path, const char *size, size_t max, const 
 
 static dt_status read_plain(const char *path, size_t max, const char *what, uint8_t **data,
                             size_t *len) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dt_error_set(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    dt_status os = dt_file_open_regular(path, O_RDONLY, 0, &fd);
+    if (os) return os;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
         close(fd);
-        return dt_error_set(DT_ERR_IO, "%s: not a regular file", path);
+        return dt_error_set(DT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
     }
     if ((uint64_t)st.st_size > max) {
         char sz[32];
@@ -76,8 +80,14 @@ static dt_status read_plain(const char *path, size_t max, const char *what, uint
  * inflated, and reading stops one byte past max. */
 static dt_status read_gz(const char *path, size_t max, const char *what, uint8_t **data,
                          size_t *len) {
-    gzFile f = gzopen(path, "rb");
-    if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    dt_status os = dt_file_open_regular(path, O_RDONLY, 0, &fd);
+    if (os) return os;
+    gzFile f = gzdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return dt_error_set(DT_ERR_NOMEM, "%s: cannot start reading: out of memory", path);
+    }
     gzbuffer(f, 1 << 20);
     size_t cap = max < (1u << 20) ? (max < 64 ? 64 : max + 1) : 1 << 20, n = 0;
     uint8_t *buf = malloc(cap + 1);
@@ -165,7 +175,7 @@ int dt_path_inside(const char *dir, const char *path) {
 }
 
 dt_status dt_write_file(const char *path, const void *data, size_t len) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, DT_FILE_MODE);
     if (fd < 0) return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     const uint8_t *p = data;
     size_t done = 0;
@@ -248,4 +258,21 @@ void dt_line_col(const char *s, size_t off, int64_t *line, int64_t *col) {
         if (s[i] == '\n') l++, start = i + 1;
     *line = l;
     *col = (int64_t)(off - start) + 1;
+}
+
+static int cmp_key(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int dt_json_duplicate_key(const cJSON *o, const char **dup) {
+    *dup = NULL;
+    int n = cJSON_GetArraySize(o), i = 0, found = 0;
+    const char **k = malloc(((size_t)n + 1) * sizeof *k);
+    if (!k) return -1;
+    for (const cJSON *a = o->child; a && i < n; a = a->next) k[i++] = a->string;
+    qsort(k, (size_t)i, sizeof *k, cmp_key);
+    for (int j = 1; j < i && !found; j++)
+        if (strcmp(k[j], k[j - 1]) == 0) *dup = k[j], found = 1;
+    free(k);
+    return found;
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "core/file.h"
 #include "dtrain/launch.h"
 #include "launch/launch_impl.h"
 
@@ -56,8 +57,9 @@ dt_status dt_launch_hosts_parse(dt_launch_opts *o, const char *list) {
 }
 
 dt_status dt_launch_hostfile_read(dt_launch_opts *o, const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) return dt_error_set(DT_ERR_IO, "--hostfile %s: %s", path, strerror(errno));
+    FILE *f;
+    dt_status fs = dt_file_fopen_regular(path, "r", &f); /* a FIFO would hang the read */
+    if (fs != DT_OK) return dt_error_set(fs, "--hostfile %s", dt_last_error());
     char line[1024];
     int bad = 0, added = 0;
     while (!bad && fgets(line, sizeof line, f)) {

@@ -24,6 +24,20 @@
 #define MAX_ID 1000000000
 #define MAX_PARAMS ((int64_t)1 << 50)
 
+/* What a JSON value is, for messages ("a string", "2.5", ...) into buf. */
+static const char *json_what(const cJSON *v, char *buf, size_t n) {
+    if (cJSON_IsNumber(v))
+        snprintf(buf, n, "%.17g", v->valuedouble);
+    else
+        snprintf(buf, n, "%s",
+                 cJSON_IsString(v)   ? "a string"
+                 : cJSON_IsObject(v) ? "an object"
+                 : cJSON_IsArray(v)  ? "an array"
+                 : cJSON_IsBool(v)   ? (cJSON_IsTrue(v) ? "true" : "false")
+                                     : "not a value");
+    return buf;
+}
+
 /* Integer key in [0, max]: required (def < 0 means required) or default. */
 static dt_status get_int(const char *p, cJSON *o, const char *key, int def, int max, int *out) {
     cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -33,9 +47,11 @@ static dt_status get_int(const char *p, cJSON *o, const char *key, int def, int 
         return DT_OK;
     }
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
-        v->valuedouble > max)
-        return dt_error_set(DT_ERR_FORMAT, "%s: key '%s' must be an integer in [0, %d]", p, key,
-                            max);
+        v->valuedouble > max) {
+        char w[64];
+        return dt_error_set(DT_ERR_FORMAT, "%s: key '%s' is %s; it must be an integer in [0, %d]",
+                            p, key, json_what(v, w, sizeof w), max);
+    }
     *out = (int)v->valuedouble;
     return DT_OK;
 }
@@ -46,14 +62,26 @@ static dt_status get_float(const char *p, cJSON *o, const char *key, float def, 
         *out = def;
         return DT_OK;
     }
-    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0))
-        return dt_error_set(DT_ERR_FORMAT, "%s: key '%s' must be a positive number", p, key);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0)) {
+        char w[64];
+        return dt_error_set(DT_ERR_FORMAT, "%s: key '%s' is %s; it must be a positive number", p,
+                            key, json_what(v, w, sizeof w));
+    }
     *out = (float)v->valuedouble;
     return DT_OK;
 }
 
 static dt_status parse(const char *p, cJSON *o, dt_llama_config *c) {
     dt_status st;
+    /* a key twice: cJSON would read the first, Python's json (transformers) the last */
+    const char *dup;
+    int r = dt_json_duplicate_key(o, &dup);
+    if (r < 0) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", p);
+    if (r)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: key '%s' appears twice; keep one (readers differ on which "
+                            "counts)",
+                            p, dup);
     cJSON *mt = cJSON_GetObjectItemCaseSensitive(o, "model_type");
     if (cJSON_IsString(mt) && strcmp(mt->valuestring, "llama") != 0)
         return dt_error_set(DT_ERR_FORMAT,
@@ -66,7 +94,10 @@ static dt_status parse(const char *p, cJSON *o, dt_llama_config *c) {
     const char *nobias[] = {"attention_bias", "mlp_bias"};
     for (int i = 0; i < 2; i++)
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, nobias[i])))
-            return dt_error_set(DT_ERR_FORMAT, "%s: '%s': true is not supported", p, nobias[i]);
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: key '%s' is true: projections with biases are not supported "
+                                "(dtrain's Llama has none)",
+                                p, nobias[i]);
     if ((st = get_int(p, o, "vocab_size", -1, MAX_VOCAB, &c->vocab_size)) ||
         (st = get_int(p, o, "hidden_size", -1, MAX_HIDDEN, &c->hidden_size)) ||
         (st = get_int(p, o, "intermediate_size", -1, MAX_FFN, &c->intermediate_size)) ||
@@ -76,7 +107,29 @@ static dt_status parse(const char *p, cJSON *o, dt_llama_config *c) {
     if ((st = get_int(p, o, "num_key_value_heads", c->num_attention_heads, MAX_HEADS,
                       &c->num_key_value_heads)))
         return st;
-    int heads = c->num_attention_heads ? c->num_attention_heads : 1;
+    /* every size at least 1, each named (0 passes get_int's range) */
+    const struct {
+        const char *key;
+        int v;
+    } pos[] = {{"vocab_size", c->vocab_size},
+               {"hidden_size", c->hidden_size},
+               {"intermediate_size", c->intermediate_size},
+               {"num_hidden_layers", c->num_hidden_layers},
+               {"num_attention_heads", c->num_attention_heads},
+               {"num_key_value_heads", c->num_key_value_heads}};
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+        if (pos[i].v <= 0)
+            return dt_error_set(DT_ERR_FORMAT, "%s: key '%s' is %d; it must be at least 1", p,
+                                pos[i].key, pos[i].v);
+    /* without head_dim, transformers takes hidden_size / num_attention_heads, which must divide */
+    cJSON *hd = cJSON_GetObjectItemCaseSensitive(o, "head_dim");
+    if ((!hd || cJSON_IsNull(hd)) && c->hidden_size % c->num_attention_heads)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: hidden_size %d is not a multiple of num_attention_heads %d (with "
+                            "no head_dim key, each head has hidden_size / num_attention_heads "
+                            "dimensions): change one of them or set head_dim",
+                            p, c->hidden_size, c->num_attention_heads);
+    int heads = c->num_attention_heads;
     if ((st = get_int(p, o, "head_dim", c->hidden_size / heads, MAX_HEADS, &c->head_dim)) ||
         (st = get_int(p, o, "max_position_embeddings", 2048, MAX_POSITIONS,
                       &c->max_position_embeddings)) ||
@@ -91,14 +144,16 @@ static dt_status parse(const char *p, cJSON *o, dt_llama_config *c) {
     cJSON_ArrayForEach(e, eos_list) {
         if (!cJSON_IsNumber(e) || c->n_eos == 4) continue;
         if (!(e->valuedouble >= 0 && e->valuedouble <= MAX_ID)) /* (int) of it would be UB */
-            return dt_error_set(DT_ERR_FORMAT, "%s: eos_token_id %g is not a token id", p,
-                                e->valuedouble);
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: key 'eos_token_id' holds %g, not a token id in [0, %d]", p,
+                                e->valuedouble, MAX_ID);
         c->eos_token_ids[c->n_eos++] = (int)e->valuedouble;
     }
     if (cJSON_IsNumber(eos)) {
         if (!(eos->valuedouble >= 0 && eos->valuedouble <= MAX_ID))
-            return dt_error_set(DT_ERR_FORMAT, "%s: eos_token_id %g is not a token id", p,
-                                eos->valuedouble);
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: key 'eos_token_id' is %g, not a token id in [0, %d]", p,
+                                eos->valuedouble, MAX_ID);
         c->eos_token_ids[c->n_eos++] = (int)eos->valuedouble;
     }
     /* transformers < 5 writes rope_theta + rope_scaling; 5.x rope_parameters holding both. */
@@ -122,16 +177,18 @@ static dt_status parse(const char *p, cJSON *o, dt_llama_config *c) {
                 return st;
         } else if (strcmp(ty, "default") != 0) {
             return dt_error_set(DT_ERR_FORMAT,
-                                "%s: rope type '%s' is not supported (default, llama3)", p, ty);
+                                "%s: rope_scaling's rope_type '%s' is not supported (default or "
+                                "llama3)",
+                                p, ty);
         }
     }
-    if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 ||
-        c->num_hidden_layers <= 0 || c->num_attention_heads <= 0 || c->num_key_value_heads <= 0 ||
-        c->head_dim <= 0 || c->head_dim % 2)
-        return dt_error_set(DT_ERR_FORMAT, "%s: sizes must be positive and head_dim even", p);
-    if ((int64_t)c->num_attention_heads * c->head_dim > MAX_FFN ||
-        (int64_t)c->num_key_value_heads * c->head_dim > MAX_FFN)
-        return dt_error_set(DT_ERR_FORMAT, "%s: num_attention_heads x head_dim %lld is over %d", p,
+    if (c->head_dim <= 0 || c->head_dim % 2)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: head_dim is %d; it must be even and at least 2 (rotary "
+                            "embeddings turn pairs of dimensions)",
+                            p, c->head_dim);
+    if ((int64_t)c->num_attention_heads * c->head_dim > MAX_FFN)
+        return dt_error_set(DT_ERR_FORMAT, "%s: num_attention_heads x head_dim is %lld, over %d", p,
                             (long long)c->num_attention_heads * c->head_dim, MAX_FFN);
     if (c->num_attention_heads % c->num_key_value_heads)
         return dt_error_set(

@@ -19,6 +19,7 @@
 #include "dtrain/models.h"
 #include "dtrain/ops.h"
 #include "dtrain/safetensors.h"
+#include "core/file.h"
 #include "core/fsmode.h"
 #include "nn/lora_impl.h"
 
@@ -202,8 +203,9 @@ dt_status dt_lora_merge_graph(const char *base_dir, const char *adapter_dir, dt_
 static dt_status copy_file(const char *src, const char *dst) {
     char tmp[2 * PATH_MAX_LEN + 64];
     snprintf(tmp, sizeof tmp, "%s.tmp", dst);
-    FILE *in = fopen(src, "rb");
-    if (!in) return dt_error_set(DT_ERR_IO, "%s: cannot read: %s", src, strerror(errno));
+    FILE *in;
+    dt_status os = dt_file_fopen_regular(src, "rb", &in);
+    if (os) return os;
     FILE *out = dt_fcreate(tmp, "wb");
     if (!out) {
         fclose(in);

@@ -8,9 +8,11 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "core/file.h"
+#include "data/util.h"
 #include "dtrain/safetensors.h"
 
-#define ST_MAX_HEADER (100u << 20) /* the reference implementation's limit */
+#define ST_MAX_HEADER 100000000u /* the reference implementation's limit (100 MB) */
 
 typedef struct st_tensor {
     char *name;
@@ -40,6 +42,62 @@ static int dtype_parse(const char *s, dt_dtype *out) {
     for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
         if (strcmp(s, tab[i].n) == 0) return *out = tab[i].t, 1;
     return 0;
+}
+
+/* The format's other dtypes (safetensors' Dtype enum): valid files that dtrain cannot hold, told
+ * apart from names the format does not have. */
+static int dtype_known(const char *s) {
+    static const char *const tab[] = {"BOOL", "U8",      "I8",      "F8_E5M2", "F8_E4M3",
+                                      "I16",  "U16",     "U32",     "F64",     "U64",
+                                      "F4",   "F6_E2M3", "F6_E3M2", "E8M0",    "F8_E8M0"};
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
+        if (strcmp(s, tab[i]) == 0) return 1;
+    return 0;
+}
+
+/* A JSON number that is an exact integer in [0, 2^53]: shapes and offsets are usize in the
+ * format, so 2.5, -1 or 1e300 are not dimensions (cJSON holds every number as a double). */
+static int json_uint(const cJSON *v, uint64_t *out) {
+    if (!cJSON_IsNumber(v)) return 0;
+    double d = v->valuedouble;
+    if (!(d >= 0 && d <= 9007199254740992.0) || d != (double)(uint64_t)d) return 0;
+    *out = (uint64_t)d;
+    return 1;
+}
+
+static const char *json_kind(const cJSON *v) {
+    return cJSON_IsString(v)   ? "a string"
+           : cJSON_IsNumber(v) ? "a number"
+           : cJSON_IsObject(v) ? "an object"
+           : cJSON_IsArray(v)  ? "an array"
+           : cJSON_IsBool(v)   ? "a boolean"
+           : cJSON_IsNull(v)   ? "null"
+                               : "not a value";
+}
+
+/* Strict UTF-8 (as the reference's from_utf8): no overlong forms, surrogates or code points past
+ * U+10FFFF. Returns the offset of the first bad byte, or n. */
+static size_t utf8_bad(const unsigned char *p, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = p[i];
+        size_t k = c < 0x80             ? 0
+                   : (c & 0xE0) == 0xC0 ? 1
+                   : (c & 0xF0) == 0xE0 ? 2
+                   : (c & 0xF8) == 0xF0 ? 3
+                                        : 9;
+        if (k == 9 || (k == 1 && c < 0xC2)) return i;
+        uint32_t cp = k == 0 ? c : c & (0x3F >> k);
+        for (size_t j = 1; j <= k; j++) {
+            if (i + j >= n || (p[i + j] & 0xC0) != 0x80) return i;
+            cp = cp << 6 | (p[i + j] & 0x3F);
+        }
+        if ((k == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+            (k == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return i;
+        i += k + 1;
+    }
+    return n;
 }
 
 static const char *dtype_str(dt_dtype t) {
@@ -78,38 +136,96 @@ static int cmp_begin(const void *a, const void *b) {
                                  : (x->end > y->end) - (x->end < y->end);
 }
 
+/* No key of the header twice, checked before any entry is: JSON leaves it undefined which one
+ * counts (cJSON finds the first, the reference refuses the file), and the message must say
+ * that, not what is wrong with one of the copies. */
+static dt_status no_duplicate_names(const char *path, const cJSON *root) {
+    const char *k;
+    int r = dt_json_duplicate_key(root, &k);
+    if (r < 0) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
+    if (r == 0) return DT_OK;
+    return dt_error_set(DT_ERR_FORMAT,
+                        strcmp(k, "__metadata__") == 0
+                            ? "%s: %s appears twice in the header (duplicate JSON key)"
+                            : "%s: tensor '%s' appears twice in the header (duplicate JSON key)",
+                        path, k);
+}
+
+/* One tensor entry of the header: {"dtype": D, "shape": [usize...], "data_offsets": [b, e]}
+ * with b <= e and e - b = numel * sizeof(D) (the format's rules; where it lies in the data
+ * section is checked over all tensors by parse). Every message names the file, the tensor, the
+ * field and the rule. */
 static dt_status parse_entry(dt_st_file *f, cJSON *it, st_tensor *t, uint64_t data_len) {
     const char *p = f->path, *nm = it->string;
+    if (!cJSON_IsObject(it))
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: tensor '%s' is %s; a safetensors header maps each tensor name to "
+                            "an object {dtype, shape, data_offsets}",
+                            p, nm, json_kind(it));
     cJSON *dt = cJSON_GetObjectItemCaseSensitive(it, "dtype");
     cJSON *sh = cJSON_GetObjectItemCaseSensitive(it, "shape");
     cJSON *of = cJSON_GetObjectItemCaseSensitive(it, "data_offsets");
-    if (!cJSON_IsObject(it) || !cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(of) ||
-        cJSON_GetArraySize(of) != 2)
-        return dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s': needs dtype, shape, data_offsets", p,
-                            nm);
+    if (!dt || !sh || !of)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: tensor '%s': no \"%s\" field (each tensor needs dtype, shape and "
+                            "data_offsets)",
+                            p, nm,
+                            !dt   ? "dtype"
+                            : !sh ? "shape"
+                                  : "data_offsets");
+    if (!cJSON_IsString(dt))
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: tensor '%s': dtype is %s, not a string such as "
+                            "\"F32\"",
+                            p, nm, json_kind(dt));
     if (!dtype_parse(dt->valuestring, &t->dtype))
-        return dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s': unsupported dtype '%s'", p, nm,
-                            dt->valuestring);
+        return dt_error_set(DT_ERR_FORMAT,
+                            dtype_known(dt->valuestring)
+                                ? "%s: tensor '%s': unsupported dtype '%s' (a safetensors dtype "
+                                  "dtrain does not read: convert the file to F32, BF16, F16, I32 "
+                                  "or I64)"
+                                : "%s: tensor '%s': unsupported dtype '%s' (not a safetensors "
+                                  "dtype)",
+                            p, nm, dt->valuestring);
+    if (!cJSON_IsArray(sh))
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: tensor '%s': shape is %s, not an array of dimensions", p, nm,
+                            json_kind(sh));
     t->ndim = cJSON_GetArraySize(sh);
     if (t->ndim > DT_MAX_DIMS)
-        return dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s': %d dims (at most %d)", p, nm, t->ndim,
-                            DT_MAX_DIMS);
+        return dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s': shape has %d dims (at most %d)", p, nm,
+                            t->ndim, DT_MAX_DIMS);
     uint64_t numel = 1;
     for (int d = 0; d < t->ndim; d++) {
         cJSON *v = cJSON_GetArrayItem(sh, d);
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 9.0e15)
-            return dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s': bad shape", p, nm);
-        t->shape[d] = (int64_t)v->valuedouble;
-        if (t->shape[d] && numel > UINT64_MAX / 16 / (uint64_t)t->shape[d])
-            return dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s': shape too large", p, nm);
-        numel *= (uint64_t)t->shape[d];
+        uint64_t n;
+        if (!json_uint(v, &n)) {
+            char num[40] = "";
+            if (cJSON_IsNumber(v)) snprintf(num, sizeof num, " (%.17g)", v->valuedouble);
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: tensor '%s': shape[%d] is %s%s; dimensions must be "
+                                "non-negative integers",
+                                p, nm, d, json_kind(v), num);
+        }
+        t->shape[d] = (int64_t)n;
+        if (n && numel > UINT64_MAX / 16 / n)
+            return dt_error_set(
+                DT_ERR_FORMAT,
+                "%s: tensor '%s': shape too large (its element count overflows 64 bits)", p, nm);
+        numel *= n;
     }
-    cJSON *b = cJSON_GetArrayItem(of, 0), *e = cJSON_GetArrayItem(of, 1);
-    /* beyond 2^53 a double is not an exact offset, and beyond 2^64 the cast is undefined */
-    if (!cJSON_IsNumber(b) || !cJSON_IsNumber(e) || b->valuedouble < 0 ||
-        e->valuedouble < b->valuedouble || e->valuedouble > 9.0e15)
-        return dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s': bad data_offsets", p, nm);
-    t->begin = (uint64_t)b->valuedouble, t->end = (uint64_t)e->valuedouble;
+    uint64_t bo, eo;
+    if (!cJSON_IsArray(of) || cJSON_GetArraySize(of) != 2 ||
+        !json_uint(cJSON_GetArrayItem(of, 0), &bo) || !json_uint(cJSON_GetArrayItem(of, 1), &eo))
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: tensor '%s': data_offsets must be [begin, end], two "
+                            "non-negative integers",
+                            p, nm);
+    if (eo < bo)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: tensor '%s': data_offsets [%llu, %llu] end before they begin", p,
+                            nm, (unsigned long long)bo, (unsigned long long)eo);
+    t->begin = bo, t->end = eo;
     if (t->end > data_len)
         return dt_error_set(DT_ERR_FORMAT,
                             "%s: tensor '%s': data_offsets [%llu, %llu) past the end of the data "
@@ -118,11 +234,33 @@ static dt_status parse_entry(dt_st_file *f, cJSON *it, st_tensor *t, uint64_t da
                             (unsigned long long)data_len);
     if (t->end - t->begin != numel * dt_dtype_size(t->dtype))
         return dt_error_set(DT_ERR_FORMAT,
-                            "%s: tensor '%s': %llu bytes of data for %llu %s elements", p, nm,
-                            (unsigned long long)(t->end - t->begin), (unsigned long long)numel,
-                            dt_dtype_name(t->dtype));
+                            "%s: tensor '%s': data_offsets hold %llu bytes of data for %llu %s "
+                            "elements (shape x dtype size = %llu bytes)",
+                            p, nm, (unsigned long long)(t->end - t->begin),
+                            (unsigned long long)numel, dt_dtype_name(t->dtype),
+                            (unsigned long long)(numel * dt_dtype_size(t->dtype)));
     t->name = strdup(nm);
     return t->name ? DT_OK : dt_error_set(DT_ERR_NOMEM, "%s: out of memory", p);
+}
+
+/* "__metadata__": the format's free-form string-to-string map (the reference reads it as
+ * HashMap<String, String> and refuses anything else; a key given twice it takes, the last one
+ * winning, so that is not refused here: dtrain reads no metadata). */
+static dt_status parse_metadata(const char *p, const cJSON *m) {
+    if (!cJSON_IsObject(m))
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: __metadata__ is %s; safetensors metadata is an object mapping "
+                            "strings to strings",
+                            p, json_kind(m));
+    const cJSON *v;
+    cJSON_ArrayForEach(v, m) {
+        if (!cJSON_IsString(v))
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: __metadata__ key '%s' is %s; safetensors metadata values "
+                                "must be strings (write it as a JSON string)",
+                                p, v->string, json_kind(v));
+    }
+    return DT_OK;
 }
 
 /* The header's JSON length from the file's first 8 bytes p, checked against file_size. */
@@ -140,18 +278,41 @@ static dt_status header_len(const char *path, const void *p, size_t file_size, u
 }
 
 /* Validates the header and the tensor table of f->map [f->size] (of which only the header need
- * be in memory: dt_st_open_header). */
+ * be in memory: dt_st_open_header), by the format's rules as the reference implementation
+ * (huggingface/safetensors, tensor.rs) applies them: a UTF-8 JSON object of at most 100 MB,
+ * padded with whitespace only; "__metadata__" a string-to-string map; each tensor's entry valid
+ * (parse_entry); no name twice; and the tensors, sorted by offset, tile the data section from
+ * byte 0 to its last byte exactly -- no hole, no overlap, nothing after the last one. */
 static dt_status parse(dt_st_file *f) {
     const char *path = f->path;
     cJSON *root = NULL;
     uint64_t hlen = 0;
     dt_status st = header_len(path, f->map, f->size, &hlen);
     if (st != DT_OK) return st;
-    root = cJSON_ParseWithLength((const char *)f->map + 8, (size_t)hlen);
+    const char *h = (const char *)f->map + 8;
+    size_t bad = utf8_bad((const unsigned char *)h, (size_t)hlen);
+    if (bad < hlen)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: header byte %zu is not UTF-8 (the header must be UTF-8 JSON)",
+                            path, bad);
+    size_t lead = 0;
+    while (lead < hlen && (h[lead] == ' ' || h[lead] == '\t' || h[lead] == '\n' || h[lead] == '\r'))
+        lead++;
+    const char *end = NULL;
+    if (lead < hlen && h[lead] == '{') root = cJSON_ParseWithLengthOpts(h, (size_t)hlen, &end, 0);
     if (!cJSON_IsObject(root)) {
         st = dt_error_set(DT_ERR_FORMAT, "%s: header is not a JSON object", path);
         goto done;
     }
+    /* what follows the object: the writer's padding (spaces, to align the data), nothing else */
+    for (const char *q = end; q < h + hlen; q++)
+        if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
+            st = dt_error_set(DT_ERR_FORMAT,
+                              "%s: header byte %td follows the JSON object and is not padding "
+                              "(only spaces may pad the header)",
+                              path, q - h);
+            goto done;
+        }
     f->data = (const char *)f->map + 8 + hlen;
     f->data_off = 8 + (size_t)hlen;
     uint64_t data_len = f->size - 8 - hlen;
@@ -161,26 +322,48 @@ static dt_status parse(dt_st_file *f) {
         st = dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
         goto done;
     }
+    if ((st = no_duplicate_names(path, root)) != DT_OK) goto done;
     cJSON *it;
     cJSON_ArrayForEach(it, root) {
-        if (strcmp(it->string, "__metadata__") == 0) continue;
+        if (strcmp(it->string, "__metadata__") == 0) {
+            if ((st = parse_metadata(path, it)) != DT_OK) goto done;
+            continue;
+        }
         if ((st = parse_entry(f, it, &f->t[f->n], data_len)) != DT_OK) goto done;
         f->n++;
     }
-    /* Overlap check on a sorted copy (order of f->t is the header order). */
     st_tensor *s = malloc((size_t)f->n * sizeof *s + 1);
     if (!s) {
         st = dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
         goto done;
     }
+    /* the data section's layout, on a copy sorted by offset (f->t keeps the header order) */
     memcpy(s, f->t, (size_t)f->n * sizeof *s);
     qsort(s, (size_t)f->n, sizeof *s, cmp_begin);
-    for (int i = 1; i < f->n; i++)
-        if (s[i].begin < s[i - 1].end && s[i].end > s[i].begin) {
-            st = dt_error_set(DT_ERR_FORMAT, "%s: tensors '%s' and '%s' overlap", path,
-                              s[i - 1].name, s[i].name);
-            break;
-        }
+    uint64_t at = 0;
+    for (int i = 0; i < f->n && !st; i++) {
+        if (s[i].begin > at)
+            st = dt_error_set(DT_ERR_FORMAT,
+                              "%s: bytes [%llu, %llu) of the data section belong to no tensor "
+                              "(a hole before '%s'); the tensors must cover the data section "
+                              "contiguously",
+                              path, (unsigned long long)at, (unsigned long long)s[i].begin,
+                              s[i].name);
+        else if (s[i].begin < at)
+            st = dt_error_set(DT_ERR_FORMAT,
+                              "%s: tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap in the "
+                              "data section",
+                              path, s[i - 1].name, (unsigned long long)s[i - 1].begin,
+                              (unsigned long long)s[i - 1].end, s[i].name,
+                              (unsigned long long)s[i].begin, (unsigned long long)s[i].end);
+        at = s[i].end;
+    }
+    if (!st && f->data && at != data_len)
+        st = dt_error_set(DT_ERR_FORMAT,
+                          "%s: %llu bytes of the data section follow the last tensor's end (byte "
+                          "%llu of %llu); the tensors must cover the data section exactly",
+                          path, (unsigned long long)(data_len - at), (unsigned long long)at,
+                          (unsigned long long)data_len);
     free(s);
 done:
     cJSON_Delete(root);
@@ -195,10 +378,11 @@ dt_status dt_st_open(const char *path, dt_st_file **out) {
         return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
     }
     dt_status st = DT_OK;
-    int fd = open(path, O_RDONLY);
+    int fd;
     struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        st = dt_error_set(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if ((st = dt_file_open_regular(path, O_RDONLY, 0, &fd))) goto done;
+    if (fstat(fd, &sb) != 0) {
+        st = dt_error_set(DT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
         goto done;
     }
     f->size = (size_t)sb.st_size;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "core/file.h"
 #include <xxhash.h>
 #include "dtrain/dtrain.h"
 #include "dtrain/track.h"
@@ -104,8 +105,8 @@ static int hash_model(const char *path, char *hex) {
     }
     uint64_t total = 0;
     for (int i = 0; ok && i < nf; i++) {
-        FILE *f = fopen(files[i], "rb");
-        if (!f) ok = 0;
+        FILE *f;
+        if (dt_file_fopen_regular(files[i], "rb", &f)) ok = 0;
         size_t r;
         while (ok && (r = fread(buf, 1, 1 << 20, f)) > 0) {
             XXH3_64bits_update(h, buf, r);

@@ -14,3 +14,5 @@ set_tests_properties(cli_generate_ids PROPERTIES LABELS parity FIXTURES_REQUIRED
 add_test(NAME cli_generate_bad_ids COMMAND dtrain generate --model ${DT_REF_DIR}/gen_gqa --ids 1,x)
 set_tests_properties(cli_generate_bad_ids PROPERTIES LABELS unit WILL_FAIL TRUE)
 dt_test(NAME test_steady SOURCES nn/test_steady.c LABELS unit)
+# Issue 26: every refusal of a config.json names the file, the key and the rule broken.
+dt_test(NAME test_llama_config_errors SOURCES nn/test_llama_config_errors.c LABELS unit)

@@ -7,3 +7,16 @@ target_link_libraries(security_bounds PRIVATE ZLIB::ZLIB)
 dt_test(NAME security_paths SOURCES security/test_paths.c LABELS "unit;security" TIMEOUT 60)
 dt_test(NAME security_resume_bounds SOURCES security/test_resume_bounds.c LABELS "unit;security"
         TIMEOUT 120 ENV "OMP_NUM_THREADS=1")
+# Issue 26: every rule of the safetensors format has a file that breaks only it; dtrain refuses
+# each with a message naming the file and the rule, loads the valid variants (padding, metadata,
+# empty tensors), and -- with the venv's safetensors library -- agrees with the reference on all.
+add_executable(st_probe security/st_probe.c)
+target_link_libraries(st_probe PRIVATE dt_testutil)
+set(DT_ST_SPEC_PYTHON python3)
+if(EXISTS ${DT_VENV_PYTHON})
+  set(DT_ST_SPEC_PYTHON ${DT_VENV_PYTHON})
+endif()
+add_test(NAME security_safetensors_spec
+         COMMAND ${DT_ST_SPEC_PYTHON} ${PROJECT_SOURCE_DIR}/tests/security/test_safetensors_spec.py
+                 $<TARGET_FILE:st_probe>)
+set_tests_properties(security_safetensors_spec PROPERTIES LABELS "unit;security" TIMEOUT 120)

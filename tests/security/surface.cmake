@@ -31,3 +31,15 @@ add_test(NAME secrets_s3
                  ${PROJECT_SOURCE_DIR} $<TARGET_FILE:s3_get>)
 set_tests_properties(secrets_s3 PROPERTIES LABELS "storage;e2e;security" TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=1")
+# Issue 26: a FIFO or a directory where a file is read (model weights and config.json, the YAML
+# config, a dataset's manifest and shard, an importer's input, a tokenizer, a checkpoint's
+# files) is refused at once with one line naming it (it used to wait for a writer for ever).
+add_test(NAME security_nonregular COMMAND bash ${PROJECT_SOURCE_DIR}/tests/security/test_nonregular.sh
+         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR})
+set_tests_properties(security_nonregular PROPERTIES LABELS "e2e;security" TIMEOUT 600
+                     ENVIRONMENT "OMP_NUM_THREADS=1")
+# Issue 26: a running dtrain (and its threads) is named "dtrain" in ps/top/the OOM killer's log
+# (/proc/PID/comm), not "exe" after its re-exec, nor the name of a link it was started through.
+add_test(NAME security_procname COMMAND bash ${PROJECT_SOURCE_DIR}/tests/security/test_procname.sh
+         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR})
+set_tests_properties(security_procname PROPERTIES LABELS "e2e;security" TIMEOUT 300)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What dtrain writes is not open to other users: with umask 000 (so that the modes seen are the
 # code's own), a real `dtrain data import`, a `dtrain train` with checkpoints, the experiment
-# store and the exported model, a `dtrain launch` (its launch.json) when MPI is there, and a
-# `dtrain runs export --format mlflow` must leave every folder 0750 and every file 0640
+# store and the exported model, a `dtrain launch` (its launch.json) when MPI is there, a
+# `dtrain runs export --format mlflow`, and `runs plot` (SVG, PNG) and `runs export` (CSV, JSON)
+# files must leave every folder 0750 and every file 0640
 # (docs/security.md, "Secrets and files"). Then umask 077: the umask still applies on top
 # (folders 0700, files 0600), the experiment store included (SQLite alone would make it 0644).
 #   test_perms.sh DTRAIN REPO [MPIRUN]
@@ -49,6 +50,26 @@ run_all() { # OUT: import, train, export; in the current umask
         output.run_name=r1 >"$tmp/train.log" 2>&1 || { cat "$tmp/train.log"; fail=1; }
     "$dtrain" runs export r1 --db "$out/runs/dtrain.db" --format mlflow -o "$out/mlflow" \
         >/dev/null
+    # files written where the user says: plots and exports (in a folder of their own)
+    mkdir -p "$out/user"
+    chmod "$(printf %o $((0777 & ~$(umask))))" "$out/user"
+    "$dtrain" runs plot r1 --db "$out/runs/dtrain.db" -o "$out/user/loss.svg" >/dev/null
+    "$dtrain" runs plot r1 --db "$out/runs/dtrain.db" -o "$out/user/loss.png" >/dev/null
+    "$dtrain" runs export r1 --db "$out/runs/dtrain.db" --format csv -o "$out/user/r1.csv"
+    "$dtrain" runs export r1 --db "$out/runs/dtrain.db" --format json -o "$out/user/r1.json"
+}
+# files FILE... have mode MODE (the folder around them is the user's own)
+fmodes() {
+    local mode=$1 bad
+    shift
+    bad=$(find "$@" -maxdepth 0 ! -perm "$mode" -printf '%m %p\n')
+    if [ -n "$bad" ]; then
+        echo "FAIL: expected $mode:"
+        echo "$bad"
+        fail=1
+    else
+        echo "ok: $# plot and export files $mode"
+    fi
 }
 
 # 1. umask 000: the code's own modes
@@ -72,6 +93,8 @@ fi
 modes "$out/data" 750 640
 modes "$out/runs" 750 640
 modes "$out/mlflow" 750 640
+present "$out/user/loss.svg" "$out/user/loss.png" "$out/user/r1.csv" "$out/user/r1.json"
+fmodes 640 "$out/user/"*
 # the store while it is open: its -wal and -shm files take the database's mode
 "$dtrain" runs ls --db "$out/runs/dtrain.db" >/dev/null
 python3 - "$out/runs/dtrain.db" <<'EOF' || fail=1
@@ -94,6 +117,7 @@ present "$out/runs/dtrain.db" "$out/runs/llama-tiny-fortunes/r1/run.json"
 modes "$out/data" 700 600
 modes "$out/runs" 700 600
 modes "$out/mlflow" 700 600
+fmodes 600 "$out/user/"*
 
 [ $fail = 0 ] && echo "every folder 0750 and file 0640 with umask 000; 0700/0600 with umask 077"
 exit $fail
