@@ -44,12 +44,13 @@ def say(*a):
 COMMANDS = []  # every command started, for the page
 
 
-def portable(text, work):
+def portable(text, work, build):
     """`text` with this machine's absolute paths replaced by names a reader can map to their
     own: the page must not carry the paths of the machine that generated it."""
     venv = os.path.dirname(os.path.dirname(VENV_PY))
-    for path, name in ((work, "WORK"), (venv, "VENV"), (REPO, "."),
-                       (os.path.expanduser("~"), "~")):
+    inside = build.startswith(REPO.rstrip("/") + "/")
+    for path, name in ((work, "WORK"), (venv, "VENV"), ("" if inside else build, "BUILD"),
+                       (REPO, "."), (os.path.expanduser("~"), "~")):
         if path and path != "/":
             text = text.replace(path.rstrip("/"), name)
     return text
@@ -528,8 +529,9 @@ def render(r, out, a):
     if cmds:
         L += ["## Commands", "",
               "Every command this run started, in order (logs in `WORK/logs/`; WORK is the "
-              "`--work` directory, `.` the repository, VENV the reference virtual environment):",
-              "", "```"] + [portable(c, os.path.abspath(a.work)) for c in cmds] + ["```", ""]
+              "`--work` directory, `.` the repository, VENV the reference virtual environment, BUILD "
+              "the `--build` directory when it is outside the repository):",
+              "", "```"] + [portable(c, os.path.abspath(a.work), os.path.abspath(a.build)) for c in cmds] + ["```", ""]
     L += ["## What is measured, what is modelled, what a cluster must confirm", "",
           "- Measured here: everything above, on one 2-core VM. A worker is one core; the "
           "\"hosts\" of the 2-host formation are network namespaces on the same VM joined by a "
