@@ -36,8 +36,8 @@ LLAMA8B_TRAINABLE_PLAN = 13_631_488
 #   bash bench/bench_comm.sh build                 -- one host, Open MPI shared memory: 4.7-5.1
 #   sh tests/dist/netns/bench_netns.sh mpirun build/bench/bench_comm
 #                                                  -- two network namespaces, TCP over a veth
-#                                                     pair, MTU 65535: 2.45-2.6 (DESIGN.md's
-#                                                     earlier figure: 1.3)
+#                                                     pair, MTU 65535: 2.45-2.6 (an earlier
+#                                                     measurement: 1.3)
 SHM_BUS_BW = 4.9 * GB
 VETH_BUS_BW = 2.5 * GB
 DESIGN_VETH_BUS_BW = 1.3 * GB
@@ -48,10 +48,10 @@ BENCH_DDP = {
     "shared memory": {"bw": SHM_BUS_BW, "alpha": 5e-6, "on": (21.9, 6.0, 11.8), "off": (21.6, 6.0, 5.8)},
     "veth": {"bw": VETH_BUS_BW, "alpha": 30e-6, "on": (23.4, 7.6, 13.3), "off": (22.8, 7.6, 7.5)},
 }
-# DESIGN.md section 5: memory bandwidth, 2 threads (the optimizer step is memory-bound).
+# Measured on the VM: memory bandwidth, 2 threads (the optimizer step is memory-bound).
 VM_MEM_BW = 40 * GB  # between the measured 27 (1 thread) and 54 (2 threads) GB/s
 
-# DESIGN.md section 5: disk, sequential write with fsync.
+# Measured on the VM: disk, sequential write with fsync.
 DISK_WRITE_BW = 0.6 * GB
 # examples/resnet152.yaml: a checkpoint every 30 minutes; examples/llama3.1-8b-lora.yaml: every
 # 200 steps.
@@ -375,7 +375,7 @@ def link_params(name_rate_alpha):
 
 ALL_LINKS = [link_params(l) for l in LINKS]  # 25, 100, 400 Gbit/s
 VETH = ("veth, measured", (VETH_BUS_BW, VETH_ALPHA))
-VETH_DESIGN = ("veth, DESIGN.md's 1.3 GB/s", (DESIGN_VETH_BUS_BW, VETH_ALPHA))
+VETH_DESIGN = ("veth, 1.3 GB/s (earlier measurement)", (DESIGN_VETH_BUS_BW, VETH_ALPHA))
 
 
 def pct(x):
