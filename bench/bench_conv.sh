@@ -1,7 +1,7 @@
 #!/bin/sh
 # conv2d forward and forward+backward at ResNet shapes: dtrain (bench_conv) against PyTorch
 # (bench/conv_peer.py, Debian's PyTorch 1.13 under /usr/bin/python3), in one run and the same
-# environment: both OPENBLAS variables unset (add --tuned for DESIGN.md's tuned environment:
+# environment: both OPENBLAS variables unset (add --tuned for the tuned environment of bench_models.sh:
 # malloc settings too). Prints side-by-side median ms and the ratio ours/PyTorch (< 1: faster).
 # With --rounds K the two sides alternate K times and each figure is the best of the K medians
 # (robust against other load on a shared machine).

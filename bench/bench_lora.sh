@@ -2,7 +2,7 @@
 # LoRA finetuning throughput of the 56M Llama (seq 256, batch 8, r=8 on q_proj and v_proj, AdamW
 # on the adapters, 2 threads) in one run: dtrain (frozen bf16 base) beside Hugging Face
 # transformers + PEFT (PyPI PyTorch, f32 base as PEFT users run it on CPU) and the hand-written
-# PyTorch LoRA of bench/peers/bench_llama.py (Debian's PyTorch 1.13, DESIGN.md's figure). Same
+# PyTorch LoRA of bench/peers/bench_llama.py (Debian's PyTorch 1.13). Same
 # tuned environment for every side (bench_models.sh).
 #   bash bench/bench_lora.sh [BUILD_DIR] [STEPS]
 set -uo pipefail

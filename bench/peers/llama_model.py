@@ -1,5 +1,5 @@
 # The PyTorch Llama (and LoRA wrapper) of the peer benchmarks: bench_llama.py (single process,
-# from ../shared/peers, unchanged but for taking its model from here) and bench_ddp.py (DDP).
+# which takes its model from here) and bench_ddp.py (DDP).
 import math, torch, torch.nn as nn, torch.nn.functional as F
 
 class RMSNorm(nn.Module):

@@ -1,4 +1,4 @@
-/* Checkpoints on a dt_store (DESIGN.md section 3):
+/* Checkpoints on a dt_store (docs/checkpoints.md):
  *
  *   <root>/step-000001200/model.safetensors                 weights (HF/torchvision names) and
  *                                                            batchnorm state, written by rank 0

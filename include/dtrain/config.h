@@ -235,7 +235,7 @@ typedef struct dt_plan {
     int64_t param_bytes;      /* trainable f32 parameters (/N under stage 3) */
     int64_t grad_bytes;       /* f32 gradients (/N under stage >= 2) */
     int64_t optim_bytes;      /* optimizer state (/N under stage >= 1) */
-    int64_t frozen_bytes;     /* frozen base weights: the LoRA base, bf16 (DESIGN.md) */
+    int64_t frozen_bytes;     /* frozen base weights: the LoRA base, bf16 (docs/lora.md) */
     int64_t state_bytes;      /* non-trainable state: batchnorm running statistics */
     int64_t activation_bytes; /* planned peak of activations, their gradients and scratch */
     int64_t saved_bytes;      /* of that: kept from forward for backward at the peak */

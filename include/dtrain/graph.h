@@ -14,7 +14,7 @@
  * negative at once, so a model can be built without checking every call and checked once.
  *
  * Memory: all trainable parameters live in one flat f32 buffer and their gradients in a second
- * one with the same layout (DESIGN.md "flat buffers"); frozen parameters (f32 or bf16) and
+ * one with the same layout (docs/architecture.md, "flat buffers"); frozen parameters (f32 or bf16) and
  * non-trainable state (batchnorm running statistics) live in their own flat buffers. Activations,
  * activation gradients, saved-for-backward data and scratch are assigned offsets in one arena by
  * a liveness-based planner at compile time; a step allocates nothing. */

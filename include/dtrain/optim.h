@@ -1,6 +1,6 @@
 /* Optimizers (SGD, AdamW), learning-rate schedules and gradient clipping.
  *
- * Everything works on the flat buffers (DESIGN.md "flat buffers"): all trainable parameters
+ * Everything works on the flat buffers (docs/architecture.md, "flat buffers"): all trainable parameters
  * are one contiguous f32 buffer of n_total elements and the gradients a second one with the same
  * layout (dt_graph_flat_param / dt_graph_flat_grad). An optimizer owns one contiguous slice
  * [lo, hi) of it -- the whole buffer for plain data parallelism, one shard under ZeRO -- and

@@ -1,11 +1,11 @@
 /* The memory plan of `dtrain plan`: per-worker bytes of parameters, gradients, optimizer state,
  * frozen weights and activations for a config, without weights.
  *
- * Flat buffers (DESIGN.md): trainable parameters are one f32 buffer, gradients a second of the
+ * Flat buffers (docs/architecture.md): trainable parameters are one f32 buffer, gradients a second of the
  * same size, optimizer moments one (SGD with momentum) or two (AdamW) more. ZeRO shards equal
  * slices of these buffers, padded to a multiple of the world size: stage 1 the optimizer state,
  * stage 2 also the gradients, stage 3 also the parameters. Frozen weights (the LoRA base, bf16
- * as DESIGN.md has it) and batchnorm statistics are not sharded. Activations are the graph
+ * as docs/distributed.md has it) and batchnorm statistics are not sharded. Activations are the graph
  * planner's peak for one micro-batch (plan_llama.c, plan_resnet.c); gradient accumulation does not
  * change them. */
 #include <string.h>
@@ -71,7 +71,7 @@ dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p) {
         .seq_len = v->data.seq_len,
         .recompute = v->model.recompute,
         .threads = v->train.threads > 0 ? (int)v->train.threads : (cpus > 0 ? (int)cpus : 1),
-        /* DESIGN.md: the frozen LoRA base is bf16, consumed by bf16 GEMMs directly. */
+        /* docs/lora.md: the frozen LoRA base is bf16, consumed by bf16 GEMMs directly. */
         .frozen_bf16 = 1,
         .lora = v->lora.enabled,
         .lora_rank = (int)v->lora.rank,

@@ -201,7 +201,7 @@ dt_status dt_comm_mpi_open(dt_comm *c, int *argc, char ***argv) {
     if (fin) return dt_error_set(DT_ERR_STATE, "comm init: MPI was already finalized");
     /* Open MPI keeps freed scratch buffers of large messages only if malloc does not hand them
      * back to the OS; otherwise every all-reduce above ~32 MiB pays first-touch page faults
-     * (DESIGN.md section 5: 5-6 GB/s fell to 0.3 GB/s). */
+     * (measured: 5-6 GB/s fell to 0.3 GB/s). */
     dt_runtime_tune_malloc();
     MPI_Initialized(&inited);
     int we_init = !inited;

@@ -16,7 +16,7 @@
 
 #define MAX_HEAD_DIM 1024
 
-/* Under LoRA every base weight is frozen, matrices in bf16 (DESIGN.md), norms in f32, except the
+/* Under LoRA every base weight is frozen, matrices in bf16 (docs/lora.md), norms in f32, except the
  * modules to save (`module`: the weight's DT_LORA_SAVE_* bit, 0 for projections), which train in
  * f32 like a full finetuning's weights. */
 static int frozen(const dt_llama_config *c, unsigned module) {

@@ -9,7 +9,7 @@
 # $NET.<k>/24 on the private test subnet $SUBNET, which exists only inside these namespaces, so no
 # traffic leaves them. 2 hosts: one veth pair h1:eth0 <-> h2:eth0; 3 hosts: each eth0 is a veth
 # to a bridge in namespace ${P}sw (a switch). MTU 65535 (veth's maximum; 0.8 against 1.3 GB/s
-# all-reduce at 1500, DESIGN.md section 4). Namespaces, links and any process left in them are
+# all-reduce at 1500, measured). Namespaces, links and any process left in them are
 # removed on every exit path (EXIT/INT/TERM/HUP traps; a SIGKILLed run's namespaces are removed
 # by the next run). Needs root or CAP_SYS_ADMIN; without it netns_up exits 77 (SKIP).
 set -u
