@@ -2,7 +2,7 @@
 # Training-step throughput, dtrain beside PyTorch on the same model, threads and environment,
 # in one run. Peers: Debian's PyTorch 1.13 (/usr/bin/python3) and the newest PyTorch from PyPI
 # (the reference venv, scripts/setup-venv.sh). Environment: "tuned", for every side alike:
-# both OPENBLAS variables unset, glibc malloc kept from returning
+# both OPENBLAS variables unset, glibc malloc kept from returning memory.
 #   bash bench/bench_models.sh [BUILD_DIR] [quick]
 set -uo pipefail
 . "$(dirname "$0")/header.inc"
