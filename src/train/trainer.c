@@ -182,6 +182,14 @@ static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
             snprintf(m, sizeof m, "%s", dt_last_error());
             return dt_error_set(DT_ERR_INVALID, "model.hf_path: %s", m);
         }
+        /* pretrained: config.json's shapes against the weights' headers before the graph
+         * allocates anything from them */
+        if (v->model.init == DT_CFG_INIT_PRETRAINED &&
+            dt_llama_weights_check(path, &t->lc) != DT_OK) {
+            char m[1024];
+            snprintf(m, sizeof m, "%s", dt_last_error());
+            return dt_error_set(DT_ERR_INVALID, "model.hf_path: %s", m);
+        }
         if (t->classes > t->lc.vocab_size)
             return dt_error_set(DT_ERR_INVALID,
                                 "model.hf_path: vocab_size %d, but the dataset's token ids go up "
