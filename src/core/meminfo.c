@@ -87,7 +87,7 @@ static int find_cgroup(const char *proc_cgroup, int v1, char *path, size_t n) {
     while (!found && fgets(line, sizeof line, f)) {
         char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
         if (!b) continue;
-        *b = '\0';
+        *a = *b = '\0'; /* line: hierarchy id, a + 1: controllers, b + 1: path */
         b[strcspn(b + 1, "\n") + 1] = '\0';
         if (v1 ? has_token(a + 1, "memory") : !strcmp(line, "0") && a + 1 == b) {
             snprintf(path, n, "%s", b + 1);
