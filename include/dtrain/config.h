@@ -50,6 +50,8 @@ enum {
 enum { DT_CFG_PREC_FP32 = 0, DT_CFG_PREC_BF16 = 1 };
 enum { DT_CFG_BACKEND_AUTO = 0, DT_CFG_BACKEND_MPI = 1, DT_CFG_BACKEND_SINGLE = 2 };
 enum { DT_CFG_PROGRESS_AUTO = 0, DT_CFG_PROGRESS_ON = 1, DT_CFG_PROGRESS_OFF = 2 };
+/* train.memory_check: refuse (on), go on with a warning (warn) or skip (off) */
+enum { DT_CFG_MEMCHECK_ON = 0, DT_CFG_MEMCHECK_OFF = 1, DT_CFG_MEMCHECK_WARN = 2 };
 
 typedef struct dt_config_list {
     int n;
@@ -94,7 +96,8 @@ typedef struct dt_config_values {
         int64_t steps, epochs, grad_accum, threads, seed;
         int precision; /* DT_CFG_PREC_* */
         int64_t log_every, eval_every;
-        int progress; /* DT_CFG_PROGRESS_*: the terminal progress line */
+        int progress;     /* DT_CFG_PROGRESS_*: the terminal progress line */
+        int memory_check; /* DT_CFG_MEMCHECK_*: the plan against the memory available */
     } train;
     struct {
         int64_t zero_stage;
@@ -250,6 +253,15 @@ typedef struct dt_plan {
 dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p);
 /* A readable table (GiB with 2 decimals) or, with json, one JSON object (bytes as integers). */
 void dt_plan_print(FILE *f, const dt_plan *p, int json);
+/* Memory admission (train.memory_check): the plan of `world` workers against what one of
+ * `local_ranks` workers on this host may use (the cgroup's limit less its usage, MemAvailable,
+ * the smaller, divided by local_ranks; src/core/meminfo.h). A plan above it is refused
+ * (DT_ERR_INVALID, one line naming the plan, the limit and where it came from, and the single keys
+ * that would make it fit: data.batch, model.recompute, dist.zero_stage, lora.enabled) -- or, with
+ * train.memory_check=warn, the same line goes to warn[n] and DT_OK is returned. A plan within 10%
+ * of the limit also writes warn. A config the plan cannot describe, or a host whose memory cannot
+ * be read, passes. warn[0] is '\0' when there is nothing to say. */
+dt_status dt_plan_admit(const dt_config *c, int world, int local_ranks, char *warn, size_t n);
 /* 1234567 -> "1,234,567" in buf [n] (the plan tables' parameter counts); returns buf. */
 const char *dt_plan_group_digits(int64_t x, char *buf, size_t n);
 

@@ -18,9 +18,9 @@ typedef struct dt_resnet_config {
     int depth;       /* 18, 34 (basic blocks), 50, 101, 152 (bottleneck, v1.5) */
     int in_channels; /* 3 for RGB */
     int num_classes;
-    int small_stem;  /* 1: 3x3 stride-1 conv, no max-pool (28x28 / 32x32 images) */
-    int width;       /* channels of the first stage; torchvision: 64 */
-    int recompute;   /* 1: recompute each residual block's activations in backward */
+    int small_stem; /* 1: 3x3 stride-1 conv, no max-pool (28x28 / 32x32 images) */
+    int width;      /* channels of the first stage; torchvision: 64 */
+    int recompute;  /* 1: recompute each residual block's activations in backward */
 } dt_resnet_config;
 
 /* x [N, in_channels, H, W] -> logits [N, num_classes]. Parameter names as torchvision's
@@ -41,8 +41,13 @@ dt_status dt_resnet_init(dt_graph *g, uint64_t seed);
  * rank > 0 every base weight is frozen (matrices and embeddings in bf16, norms in f32) except the
  * modules to save below. */
 enum {
-    DT_LORA_Q = 1 << 0, DT_LORA_K = 1 << 1, DT_LORA_V = 1 << 2, DT_LORA_O = 1 << 3,
-    DT_LORA_GATE = 1 << 4, DT_LORA_UP = 1 << 5, DT_LORA_DOWN = 1 << 6,
+    DT_LORA_Q = 1 << 0,
+    DT_LORA_K = 1 << 1,
+    DT_LORA_V = 1 << 2,
+    DT_LORA_O = 1 << 3,
+    DT_LORA_GATE = 1 << 4,
+    DT_LORA_UP = 1 << 5,
+    DT_LORA_DOWN = 1 << 6,
 };
 /* PEFT's modules_to_save: whole base modules trained as full copies beside the adapters. Such
  * a module's weight is a trainable f32 parameter in the flat buffers (gradients, optimizer state,
@@ -87,7 +92,7 @@ typedef struct dt_llama_config {
     int tie_word_embeddings;
     int bos_token_id;
     int eos_token_ids[4], n_eos;
-    int recompute; /* 1: recompute each decoder layer in backward */
+    int recompute;       /* 1: recompute each decoder layer in backward */
     dt_lora_config lora; /* rank 0: none */
 } dt_llama_config;
 
@@ -95,6 +100,11 @@ typedef struct dt_llama_config {
  * missing required keys and bad values give an error naming the file and key. */
 dt_status dt_llama_config_load(const char *path, dt_llama_config *c);
 int64_t dt_llama_param_count(const dt_llama_config *c);
+/* Every tensor the config implies, against the weights' safetensors headers only (no tensor
+ * data is read, nothing large allocated): path is the Hugging Face folder (model.safetensors or
+ * the index's shards) or one safetensors file. Callers run it before allocating from the
+ * config's sizes; a mismatch names config.json's field, the tensor and the weights file. */
+dt_status dt_llama_weights_check(const char *path, const dt_llama_config *c);
 
 /* ids [B, T] (i32/i64) -> logits [B, T, vocab]. */
 int dt_llama_build(dt_graph *g, const dt_llama_config *c, int ids);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli/cli_plan.h"
+#include "core/meminfo.h"
 #include "dtrain/config.h"
 
 static void usage(FILE *f) {
@@ -292,6 +293,25 @@ static int run_compare(const char *path, int n_over, char **over, int world, dou
     return 0;
 }
 
+/* The plan against the machine it is made on (the same figures `dtrain train` admits by): a
+ * warning on stderr, the plan itself is still printed and the exit code stays 0. */
+static void warn_machine(const dt_plan *p, int world) {
+    dt_mem_avail m;
+    char src[700];
+    if (dt_mem_available(1, &m) != DT_OK || m.per_worker < 0) return;
+    dt_mem_source(&m, src, sizeof src);
+    if (p->total_bytes > m.per_worker)
+        fprintf(stderr,
+                "dtrain plan: warning: one worker needs %.2f GiB, more than the %.2f GiB this "
+                "machine has available (%s); `dtrain train` refuses it here (train.memory_check)\n",
+                p->total_bytes / GIB, m.per_worker / GIB, src);
+    else if (world > 1 && (double)p->total_bytes * world > (double)m.per_worker)
+        fprintf(stderr,
+                "dtrain plan: warning: %d workers need %.2f GiB together, more than the %.2f GiB "
+                "this machine has available (%s): spread them over several hosts\n",
+                world, p->total_bytes * (double)world / GIB, m.per_worker / GIB, src);
+}
+
 int dt_cli_plan(int argc, char **argv) {
     const char *path = NULL;
     int world = 1, json = 0, n_over = 0, compare = 0, budget_set = 0;
@@ -369,6 +389,7 @@ int dt_cli_plan(int argc, char **argv) {
         goto done;
     }
     dt_plan_print(stdout, &p, json);
+    warn_machine(&p, world);
     rc = 0;
 done:
     free(over);

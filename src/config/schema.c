@@ -109,6 +109,10 @@ static const dt_config_key keys[] = {
     {"train.progress", DT_CFG_ENUM, "auto", 0, 0, 0, "auto|on|off",
      "one updating progress line on a terminal (auto: when the log is a terminal)",
      OFF(train.progress)},
+    /* memory admission (src/config/plan_admit.c) */
+    {"train.memory_check", DT_CFG_ENUM, "on", 0, 0, 0, "on|off|warn",
+     "refuse a run whose memory plan exceeds this worker's memory (cgroup, MemAvailable)",
+     OFF(train.memory_check)},
     /* dist */
     {"dist.zero_stage", DT_CFG_INT, "0", MIN | MAX, 0, 3, NULL,
      "ZeRO: 1 shards optimizer state, 2 + gradients, 3 + parameters", OFF(dist.zero_stage)},

@@ -13,6 +13,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/meminfo.h"
 #include "dtrain/generate.h"
 #include "dtrain/ops_attn.h"
 
@@ -286,6 +287,18 @@ static dt_status llm_new(const dt_llama_config *c, int max_seq, dt_llm **out) {
                                             "a multiple of kv heads)");
     if (max_seq <= 0) max_seq = c->max_position_embeddings;
     if (max_seq <= 0) return dt_error_set(DT_ERR_INVALID, "llm: max_seq %d", max_seq);
+    /* the KV cache [2, L, Hkv, S, Dh] f32, overflow-checked against what the machine holds */
+    int64_t kv_bytes, lim = dt_mem_machine_limit();
+    const int64_t kv_f[] = {2,       c->num_hidden_layers, c->num_key_value_heads, c->head_dim,
+                            max_seq, sizeof(float)};
+    if (dt_mem_mul(&kv_bytes, 6, kv_f) || kv_bytes > lim)
+        return dt_error_set(DT_ERR_RANGE,
+                            "llm: a KV cache of %d positions x num_hidden_layers %d x "
+                            "num_key_value_heads %d x head_dim %d needs more than the %.1f GiB "
+                            "this machine holds: shorten the cache (--max-seq) or check "
+                            "config.json",
+                            max_seq, c->num_hidden_layers, c->num_key_value_heads, c->head_dim,
+                            (double)lim / (1 << 30));
     dt_llm *m = calloc(1, sizeof *m);
     if (!m) return dt_error_set(DT_ERR_NOMEM, "llm: out of memory");
     m->c = *c;
@@ -373,6 +386,9 @@ dt_status dt_llm_load(const char *hf_dir, int max_seq, dt_llm **out) {
     dt_llama_config c;
     dt_status st = dt_llama_config_load(hf_dir, &c);
     if (st != DT_OK) return st;
+    /* the headers before any size from config.json is allocated (a config that claims a 2^20
+     * vocabulary over a small file would otherwise ask for terabytes first) */
+    if ((st = dt_llama_weights_check(hf_dir, &c)) != DT_OK) return st;
     dt_llm *m;
     if ((st = llm_new(&c, max_seq, &m)) != DT_OK) return st;
     m->owned_bytes = (size_t)dt_llama_param_count(&c) * sizeof(float);

@@ -42,9 +42,10 @@ static dt_status add_file(sources *s, const char *path) {
 /* Every file of the folder: the index's shards, or model.safetensors. */
 static dt_status sources_open(sources *s, const char *dir) {
     char p[4096];
-    s->n = 0;
-    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
     struct stat sb;
+    s->n = 0;
+    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) return add_file(s, dir); /* one file */
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
     if (stat(p, &sb) != 0 && errno == ENOENT) {
         snprintf(p, sizeof p, "%s/model.safetensors", dir);
         return add_file(s, p);
@@ -85,7 +86,36 @@ static int ignorable(const char *name) {
     return n >= k && !strcmp(name + n - k, suf);
 }
 
-/* Reads every tensor of the config (dt_llama_tensor_name order, packed) into dst. */
+/* The config.json field behind dimension d of tensor i (dt_llama_tensor_name order), and its
+ * value, for a message that says which number in config.json is wrong. */
+static const char *config_field(const dt_llama_config *c, int i, int d, char *buf, size_t n) {
+    int nl = c->num_hidden_layers * 9;
+    if (i == 0 || i == 2 + nl) /* embed_tokens, lm_head [V, D] */
+        snprintf(buf, n, d ? "hidden_size %d" : "vocab_size %d",
+                 d ? c->hidden_size : c->vocab_size);
+    else if (i == 1 + nl)
+        snprintf(buf, n, "hidden_size %d", c->hidden_size);
+    else {
+        /* q k v o gate up down ln1 ln2: 'q' heads x head_dim, 'k' kv heads x head_dim, 'D', 'F' */
+        static const char rows[] = "qkkDFFDDD", cols[] = "DDDqDDF";
+        int s = (i - 1) % 9;
+        char k = d ? cols[s] : rows[s];
+        if (k == 'q')
+            snprintf(buf, n, "num_attention_heads %d x head_dim %d", c->num_attention_heads,
+                     c->head_dim);
+        else if (k == 'k')
+            snprintf(buf, n, "num_key_value_heads %d x head_dim %d", c->num_key_value_heads,
+                     c->head_dim);
+        else if (k == 'F')
+            snprintf(buf, n, "intermediate_size %d", c->intermediate_size);
+        else
+            snprintf(buf, n, "hidden_size %d", c->hidden_size);
+    }
+    return buf;
+}
+
+/* Reads every tensor of the config (dt_llama_tensor_name order, packed) into dst; with dst NULL
+ * only checks names, shapes and dtypes against the headers (dt_llama_weights_check). */
 dt_status dt_llm_read_weights_(const char *dir, const dt_llama_config *c, float *dst);
 dt_status dt_llm_read_weights_(const char *dir, const dt_llama_config *c, float *dst) {
     sources s;
@@ -100,21 +130,30 @@ dt_status dt_llm_read_weights_(const char *dir, const dt_llama_config *c, float 
         dt_tensor_init(&want, dst, DT_F32, nd, shape);
         int f = 0;
         while (f < s.n && dt_st_get(s.f[f], names[i], &src) != DT_OK) f++;
-        if (f == s.n) {
+        if (f == s.n && i > 0 && i <= c->num_hidden_layers * 9) {
+            st = dt_error_set(DT_ERR_FORMAT,
+                              "%s: missing tensor '%s': config.json's num_hidden_layers %d does "
+                              "not match these weights",
+                              s.n ? s.path[0] : dir, names[i], c->num_hidden_layers);
+        } else if (f == s.n) {
             st = dt_error_set(DT_ERR_FORMAT, "%s: missing tensor '%s'", s.n ? s.path[0] : dir,
                               names[i]);
         } else if (!dt_tensor_same_shape(&src, &want)) {
-            char a[96], b[96];
-            st = dt_error_set(DT_ERR_SHAPE, "%s: tensor '%s' has shape %s, the model needs %s",
-                              s.path[f], names[i], dt_shape_str(a, sizeof a, src.ndim, src.shape),
-                              dt_shape_str(b, sizeof b, nd, shape));
+            char a[96], b[96], fl[96];
+            int d = src.ndim == nd && src.shape[0] == shape[0] ? 1 : 0;
+            st = dt_error_set(DT_ERR_SHAPE,
+                              "config.json: %s gives tensor '%s' the shape %s, but %s holds it as "
+                              "%s: config.json does not describe these weights",
+                              config_field(c, i, d, fl, sizeof fl), names[i],
+                              dt_shape_str(b, sizeof b, nd, shape), s.path[f],
+                              dt_shape_str(a, sizeof a, src.ndim, src.shape));
         } else if (src.dtype != DT_F32 && src.dtype != DT_BF16 && src.dtype != DT_F16) {
             st = dt_error_set(DT_ERR_DTYPE, "%s: tensor '%s' is %s, expected a float type",
                               s.path[f], names[i], dt_dtype_name(src.dtype));
-        } else {
+        } else if (dst) {
             st = dt_tensor_copy(&want, &src);
         }
-        dst += dt_tensor_numel(&want);
+        if (dst) dst += dt_tensor_numel(&want);
     }
     /* A tensor the model lacks means a different architecture: refuse rather than half-load. */
     for (int f = 0; f < s.n && st == DT_OK; f++)
@@ -129,4 +168,9 @@ dt_status dt_llm_read_weights_(const char *dir, const dt_llama_config *c, float 
     free(names);
     sources_close(&s);
     return st;
+}
+
+dt_status dt_llama_weights_check(const char *path, const dt_llama_config *c) {
+    if (!path || !c) return dt_error_set(DT_ERR_INVALID, "weights check: path and config needed");
+    return dt_llm_read_weights_(path, c, NULL);
 }

@@ -176,6 +176,8 @@ dt_status dt_lora_merge_graph(const char *base_dir, const char *adapter_dir, dt_
     const float scale = ac.lora.alpha / (float)ac.lora.rank;
     c.lora = (dt_lora_config){0}; /* a plain f32 Llama: the merged weights are ordinary ones */
     c.recompute = 0;
+    /* the base's headers against config.json before the graph allocates from its sizes */
+    if ((st = dt_llama_weights_check(base_dir, &c)) != DT_OK) return st;
     dt_graph *g = dt_graph_init();
     if (!g) return dt_error_set(DT_ERR_NOMEM, "lora merge: out of memory");
     int ids = dt_graph_input(g, "ids", DT_I32, 2, (int64_t[]){1, 1}, 0);

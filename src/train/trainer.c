@@ -105,6 +105,26 @@ static dt_status make_loaders(dt_trainer *t) {
     return DT_OK;
 }
 
+/* Memory admission (dt_plan_admit) before the graph's arena, flat buffers and weights exist.
+ * Every rank checks its own host; the ranks then agree, so that one refusal ends them all
+ * before any allocates (a refused rank alone would leave the others waiting in a collective). */
+static dt_status admit_memory(dt_trainer *t, const dt_config *cfg) {
+    if (t->model == DT_MODEL_CUSTOM) return DT_OK; /* the plan describes the config's models */
+    char warn[1024];
+    dt_status st = dt_plan_admit(cfg, t->world, dt_comm_local_size(t->comm), warn, sizeof warn);
+    if (warn[0] && t->rank == 0) fprintf(stderr, "dtrain: warning: %s\n", warn);
+    if (t->world < 2) return st;
+    double refused[1] = {st != DT_OK};
+    dt_status cs = dt_comm_allreduce_f64(t->comm, refused, 1);
+    if (cs != DT_OK || st != DT_OK) return cs != DT_OK ? cs : st;
+    if (refused[0] > 0)
+        return dt_error_set(DT_ERR_RANGE,
+                            "train.memory_check: %g of %d ranks refused the memory plan (their "
+                            "message names the limit); this rank stops with them",
+                            refused[0], t->world);
+    return DT_OK;
+}
+
 /* Model/data fit and the model's graph. */
 static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
     const dt_dataset_info *in = dt_dataset_get_info(t->train_ds);
@@ -158,6 +178,14 @@ static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
             return dt_error_set(DT_ERR_INVALID, "model.hf_path: a Llama needs a config.json");
         dt_config_resolve_path(cfg, v->model.hf_path, path, sizeof path);
         if (dt_llama_config_load(path, &t->lc) != DT_OK) {
+            char m[1024];
+            snprintf(m, sizeof m, "%s", dt_last_error());
+            return dt_error_set(DT_ERR_INVALID, "model.hf_path: %s", m);
+        }
+        /* pretrained: config.json's shapes against the weights' headers before the graph
+         * allocates anything from them */
+        if (v->model.init == DT_CFG_INIT_PRETRAINED &&
+            dt_llama_weights_check(path, &t->lc) != DT_OK) {
             char m[1024];
             snprintf(m, sizeof m, "%s", dt_last_error());
             return dt_error_set(DT_ERR_INVALID, "model.hf_path: %s", m);
@@ -380,6 +408,7 @@ dt_status dt_trainer_create(const dt_config *cfg, const dt_model_def *custom, dt
     dt_status st;
     double peak_unused;
     if ((st = make_dist(t)) != DT_OK || (st = open_data(t, cfg)) != DT_OK ||
+        (st = admit_memory(t, cfg)) != DT_OK ||
         (dt_train_rss(&t->rss_base_mib, &peak_unused), (st = build_model(t, cfg)) != DT_OK) ||
         (st = make_loaders(t)) != DT_OK || (st = init_weights(t, cfg)) != DT_OK ||
         (st = make_ddp(t)) != DT_OK || (st = make_optim(t)) != DT_OK ||

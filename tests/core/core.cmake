@@ -1,1 +1,2 @@
 dt_test(NAME test_tensor SOURCES core/test_tensor.c LABELS unit)
+dt_test(NAME test_meminfo SOURCES core/test_meminfo.c LABELS unit)

@@ -14,7 +14,7 @@ foreach(case no-output bad-subcommand missing-base missing-adapter)
            $<TARGET_FILE:dtrain> ${DT_REF_DIR} ${CMAKE_BINARY_DIR}/lora-cli-errors ${case})
   set_tests_properties(lora_cli_error_${case} PROPERTIES LABELS unit TIMEOUT 60)
 endforeach()
-foreach(case not-an-adapter other-base extra-tensors rslora output-is-base generate-other-base
+foreach(case not-an-adapter other-base extra-tensors rslora claimed-base output-is-base generate-other-base
         untie some-layers config-module)
   add_test(NAME lora_cli_error_${case} COMMAND ${PROJECT_SOURCE_DIR}/tests/nn/lora_cli_errors.sh
            $<TARGET_FILE:dtrain> ${DT_REF_DIR} ${CMAKE_BINARY_DIR}/lora-cli-errors ${case})

@@ -52,6 +52,13 @@ rslora) # * alpha/sqrt(r) scaling is not implemented: refused, not merged with a
   adapter_with "$ref/lora_gqa_adapter" "cfg['use_rslora']=True"
   expect 2 "use_rslora" \
     "$dtrain" lora merge --base "$ref/lora_gqa" --adapter "$work/adapter" -o "$out" ;;
+claimed-base) # * the base's config.json claims a 262144-token vocabulary over its weights:
+  # refused from the headers before the graph is allocated from the claim
+  cp -r "$ref/lora_gqa" "$work/base"
+  python3 -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); c['vocab_size']=262144; json.dump(c, open(p,'w'))" \
+    "$work/base/config.json"
+  expect 2 "config.json: vocab_size 262144 gives tensor 'model.embed_tokens.weight'" \
+    "$dtrain" lora merge --base "$work/base" --adapter "$ref/lora_gqa_adapter" -o "$out" ;;
 output-is-base) # *
   cp -r "$ref/lora_gqa" "$work/base"
   sum=$(cat "$work/base"/* | md5sum)

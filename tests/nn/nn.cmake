@@ -14,5 +14,11 @@ set_tests_properties(cli_generate_ids PROPERTIES LABELS parity FIXTURES_REQUIRED
 add_test(NAME cli_generate_bad_ids COMMAND dtrain generate --model ${DT_REF_DIR}/gen_gqa --ids 1,x)
 set_tests_properties(cli_generate_bad_ids PROPERTIES LABELS unit WILL_FAIL TRUE)
 dt_test(NAME test_steady SOURCES nn/test_steady.c LABELS unit)
-# Issue 26: every refusal of a config.json names the file, the key and the rule broken.
+# Every refusal of a config.json names the file, the key and the rule broken.
 dt_test(NAME test_llama_config_errors SOURCES nn/test_llama_config_errors.c LABELS unit)
+# config.json's sizes against the weights' headers before allocating (train pretrained, generate),
+# and the KV cache against the machine: each refused in one line naming the field and the file.
+add_test(NAME nn_config_shapes COMMAND ${PROJECT_SOURCE_DIR}/tests/nn/config_shapes.sh
+         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA})
+set_tests_properties(nn_config_shapes PROPERTIES LABELS "unit;e2e" TIMEOUT 300 RUN_SERIAL TRUE
+                     FIXTURES_REQUIRED fortunes_data ENVIRONMENT "OMP_NUM_THREADS=1")

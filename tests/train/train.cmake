@@ -85,3 +85,12 @@ add_test(NAME demo COMMAND ${PROJECT_SOURCE_DIR}/tests/train/demo_test.sh ${CMAK
                            ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/demo-test)
 set_tests_properties(demo PROPERTIES LABELS e2e TIMEOUT 600 RUN_SERIAL TRUE
                      ENVIRONMENT "GOMP_SPINCOUNT=1000")
+# Memory admission (train.memory_check): plans above MemAvailable (1 and 2 ranks) or a real
+# memory cgroup's limit are refused in one line before allocating; off/warn go past the check;
+# `dtrain plan` warns when a worker does not fit the machine.
+add_test(NAME train_memory_admission COMMAND ${PROJECT_SOURCE_DIR}/tests/train/memory_admission.sh
+         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${MPIEXEC_EXECUTABLE}
+         --allow-run-as-root --oversubscribe --bind-to none)
+set_tests_properties(train_memory_admission PROPERTIES LABELS "e2e;dist" TIMEOUT 300 RUN_SERIAL TRUE
+                     SKIP_RETURN_CODE 77 FIXTURES_REQUIRED fortunes_data
+                     ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000")
