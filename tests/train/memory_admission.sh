@@ -38,10 +38,13 @@ for s in "train.memory_check" "needs $want GiB per worker" "MemAvailable in /pro
   [[ "$out" == *"$s"* ]] || bad "1 rank: '$s' missing in: $out"
 done
 [[ "$out" != *"step "* ]] || bad "1 rank: trained: $out"
-# the suggested batch must really fit: its plan at most the available memory
+# the suggested batch must really fit: its plan (exact bytes) at most the available memory,
+# which other processes move between this script's reading and dtrain's (2% slack for that)
 sb=$(sed -nE 's/.*data\.batch=([0-9]+).*/\1/p' <<< "$out")
-[[ -n "$sb" ]] && awk -v w="$(plan_gib "$sb")" -v a="$avail_kb" 'BEGIN { exit !(w * 1048576 <= a) }' ||
-  bad "1 rank: suggested data.batch=$sb does not fit"
+plan_b=$("$dtrain" plan "$cfg" "${base[@]}" data.batch=${sb:-0} --json 2>/dev/null |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["total_bytes"])')
+[[ -n "$sb" ]] && awk -v w="$plan_b" -v a="$avail_kb" 'BEGIN { exit !(w <= a * 1024 * 1.02) }' ||
+  bad "1 rank: suggested data.batch=$sb does not fit ($plan_b bytes, $avail_kb kB available)"
 
 asan=0 # AddressSanitizer reserves terabytes: no address-space cap, so no run past the check
 ldd "$dtrain" 2>/dev/null | grep -q libasan && asan=1
