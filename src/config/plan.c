@@ -1,13 +1,13 @@
 /* The memory plan of `dtrain plan`: per-worker bytes of parameters, gradients, optimizer state,
  * frozen weights and activations for a config, without weights.
  *
- * Flat buffers (docs/architecture.md): trainable parameters are one f32 buffer, gradients a second of the
- * same size, optimizer moments one (SGD with momentum) or two (AdamW) more. ZeRO shards equal
- * slices of these buffers, padded to a multiple of the world size: stage 1 the optimizer state,
- * stage 2 also the gradients, stage 3 also the parameters. Frozen weights (the LoRA base, bf16
- * as docs/distributed.md has it) and batchnorm statistics are not sharded. Activations are the graph
- * planner's peak for one micro-batch (plan_llama.c, plan_resnet.c); gradient accumulation does not
- * change them. */
+ * Flat buffers (docs/architecture.md): trainable parameters are one f32 buffer, gradients a second
+ * of the same size, optimizer moments one (SGD with momentum) or two (AdamW) more. ZeRO shards
+ * equal slices of these buffers, padded to a multiple of the world size: stage 1 the optimizer
+ * state, stage 2 also the gradients, stage 3 also the parameters. Frozen weights (the LoRA base,
+ * bf16 as docs/distributed.md has it) and batchnorm statistics are not sharded. Activations are the
+ * graph planner's peak for one micro-batch (plan_llama.c, plan_resnet.c); gradient accumulation
+ * does not change them. */
 #include <string.h>
 #include <unistd.h>
 #include "config/plan_impl.h"
@@ -21,7 +21,7 @@ static dt_status lora_targets(const dt_config_list *l, unsigned *mask) {
     *mask = 0;
     for (int i = 0; i < l->n; i++) {
         int t = 0;
-        while (t < PLAN_T_N && strcmp(l->item[i], plan_lora_target_names[t])) t++;
+        while (t < PLAN_T_N && strcmp(l->item[i], dt_plan_lora_target_names[t])) t++;
         if (t == PLAN_T_N)
             return dt_error_set(DT_ERR_INVALID, "plan: lora.targets: unknown layer '%s'",
                                 l->item[i]);
@@ -106,12 +106,12 @@ dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p) {
                        (m.vocab_size +
                         (double)m.num_hidden_layers * (16 * D + 6 * F + 4 * H + 2.0 * o.lora_rank));
         if ((st = too_large(bound, "data.batch x data.seq_len tokens of this model"))) return st;
-        if ((st = plan_llama_activations(&m, &o, &act))) return st;
+        if ((st = dt_plan_llama_activations(&m, &o, &act))) return st;
         int64_t base = dt_llama_param_count(&m);
         p->seq_len = o.seq_len;
         /* modules to save move from the frozen base to the trainable parameters */
-        int64_t saved = o.lora ? plan_lora_saved_params(&m, o.lora_modules) : 0;
-        int64_t adapters = o.lora ? plan_lora_params(&m, o.lora_rank, o.lora_targets) : 0;
+        int64_t saved = o.lora ? dt_plan_lora_saved_params(&m, o.lora_modules) : 0;
+        int64_t adapters = o.lora ? dt_plan_lora_params(&m, o.lora_rank, o.lora_targets) : 0;
         p->params_trainable = o.lora ? adapters + saved : base;
         p->params_frozen = o.lora ? base - saved : 0;
         p->params_total = base + adapters;
@@ -132,7 +132,7 @@ dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p) {
         double bound = 8.0 * (double)o.batch * (double)o.image_size * (double)o.image_size *
                        ((double)m.width * 64.0 + m.in_channels) * (m.depth / 2 + 4);
         if ((st = too_large(bound, "data.batch images of this size and model.width"))) return st;
-        if ((st = plan_resnet_activations(&m, &o, &act))) return st;
+        if ((st = dt_plan_resnet_activations(&m, &o, &act))) return st;
         p->seq_len = o.image_size;
         p->params_trainable = p->params_total = n;
         snprintf(p->model_desc, sizeof p->model_desc,

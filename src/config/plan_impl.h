@@ -37,11 +37,11 @@ typedef struct ps_graph {
 } ps_graph;
 
 /* Adds an op; returns its id (or -1 after an allocation failure, remembered in g->failed). */
-int ps_add(ps_graph *g, int64_t out, int64_t aux, int64_t ws_f, int64_t ws_b, unsigned flags,
-           int n_in, int a, int b, int c);
+int dt_ps_add(ps_graph *g, int64_t out, int64_t aux, int64_t ws_f, int64_t ws_b, unsigned flags,
+              int n_in, int a, int b, int c);
 /* Ops added between begin and end form one recompute segment (when on). */
-void ps_seg_begin(ps_graph *g, int on);
-void ps_seg_end(ps_graph *g);
+void dt_ps_seg_begin(ps_graph *g, int on);
+void dt_ps_seg_end(ps_graph *g);
 
 typedef struct ps_result {
     int64_t peak;  /* most bytes live at once */
@@ -49,8 +49,8 @@ typedef struct ps_result {
     int64_t state; /* non-trainable state outside the arena (batchnorm running stats), bytes */
 } ps_result;
 /* Sweeps the graph with its last op as the loss. */
-dt_status ps_run(const ps_graph *g, ps_result *r);
-void ps_free(ps_graph *g);
+dt_status dt_ps_run(const ps_graph *g, ps_result *r);
+void dt_ps_free(ps_graph *g);
 
 /* What the model descriptions need besides the model's own config. */
 typedef struct plan_opts {
@@ -65,14 +65,14 @@ typedef struct plan_opts {
 } plan_opts;
 
 enum { PLAN_T_Q, PLAN_T_K, PLAN_T_V, PLAN_T_O, PLAN_T_GATE, PLAN_T_UP, PLAN_T_DOWN, PLAN_T_N };
-extern const char *const plan_lora_target_names[PLAN_T_N];
+extern const char *const dt_plan_lora_target_names[PLAN_T_N];
 
 /* Activation figures of one training step (forward + cross entropy + backward). */
-dt_status plan_llama_activations(const dt_llama_config *c, const plan_opts *o, ps_result *r);
-dt_status plan_resnet_activations(const dt_resnet_config *c, const plan_opts *o, ps_result *r);
+dt_status dt_plan_llama_activations(const dt_llama_config *c, const plan_opts *o, ps_result *r);
+dt_status dt_plan_resnet_activations(const dt_resnet_config *c, const plan_opts *o, ps_result *r);
 /* LoRA adapter parameters: rank * (in + out) per targeted linear. */
-int64_t plan_lora_params(const dt_llama_config *c, int rank, unsigned targets);
+int64_t dt_plan_lora_params(const dt_llama_config *c, int rank, unsigned targets);
 /* Parameters of the LoRA modules to save (DT_LORA_SAVE_* bits): trainable, not frozen. */
-int64_t plan_lora_saved_params(const dt_llama_config *c, unsigned modules);
+int64_t dt_plan_lora_saved_params(const dt_llama_config *c, unsigned modules);
 
 #endif

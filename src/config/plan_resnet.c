@@ -86,8 +86,8 @@ static fmap conv(rctx *r, fmap x, int64_t cout, int k, int stride) {
     fmap y = {0, cout, out_side(x.h, k, stride), out_side(x.w, k, stride)};
     int64_t wsf, wsb;
     conv_scratch(r, x, cout, k, stride, &wsf, &wsb);
-    y.id = ps_add(r->g, fm_bytes(r->n, y), 0, wsf, wsb, PS_BWD_IN(0) | PS_BWD_IN(1), 2, x.id,
-                  PS_TRAIN, 0);
+    y.id = dt_ps_add(r->g, fm_bytes(r->n, y), 0, wsf, wsb, PS_BWD_IN(0) | PS_BWD_IN(1), 2, x.id,
+                     PS_TRAIN, 0);
     r->state += 2 * cout * F32;
     return y;
 }
@@ -96,8 +96,8 @@ static fmap conv(rctx *r, fmap x, int64_t cout, int k, int stride) {
 static fmap bn(rctx *r, fmap y, const fmap *res, int relu) {
     unsigned fl = PS_BWD_IN(0) | PS_BWD_IN(1);
     if (relu || res) fl |= PS_BWD_OUT;
-    y.id = ps_add(r->g, fm_bytes(r->n, y), (2 * y.c + 1) * F32, 0, 0, fl, res ? 3 : 2, y.id,
-                  PS_TRAIN, res ? res->id : 0);
+    y.id = dt_ps_add(r->g, fm_bytes(r->n, y), (2 * y.c + 1) * F32, 0, 0, fl, res ? 3 : 2, y.id,
+                     PS_TRAIN, res ? res->id : 0);
     return y;
 }
 
@@ -117,7 +117,8 @@ static fmap block(rctx *r, fmap x, int bottleneck, int64_t planes, int stride) {
     return bn(r, h, &sc, 1);
 }
 
-dt_status plan_resnet_activations(const dt_resnet_config *c, const plan_opts *o, ps_result *res) {
+dt_status dt_plan_resnet_activations(const dt_resnet_config *c, const plan_opts *o,
+                                     ps_result *res) {
     static const int blocks[5][4] = {
         {2, 2, 2, 2}, {3, 4, 6, 3}, {3, 4, 6, 3}, {3, 4, 23, 3}, {3, 8, 36, 3}};
     int di = c->depth == 18    ? 0
@@ -140,22 +141,22 @@ dt_status plan_resnet_activations(const dt_resnet_config *c, const plan_opts *o,
         h = bn(&r, conv(&r, h, c->width, 7, 2), NULL, 1);
         fmap p = {0, h.c, (h.h + 2 - 3) / 2 + 1, (h.w + 2 - 3) / 2 + 1};
         int64_t pb = fm_bytes(r.n, p);
-        p.id = ps_add(&g, pb, pb, 0, 0, 0, 1, h.id, 0, 0); /* aux: int32 argmax per output */
+        p.id = dt_ps_add(&g, pb, pb, 0, 0, 0, 1, h.id, 0, 0); /* aux: int32 argmax per output */
         h = p;
     }
     for (int s = 0; s < 4; s++)
         for (int i = 0; i < blocks[di][s]; i++) {
-            ps_seg_begin(&g, o->recompute);
+            dt_ps_seg_begin(&g, o->recompute);
             h = block(&r, h, c->depth >= 50, (int64_t)c->width << s, (s > 0 && i == 0) ? 2 : 1);
-            ps_seg_end(&g);
+            dt_ps_seg_end(&g);
         }
-    int pooled = ps_add(&g, r.n * h.c * F32, 0, 0, 0, 0, 1, h.id, 0, 0);
-    int logits = ps_add(&g, r.n * c->num_classes * F32, 0, 0, 0, PS_BWD_IN(0) | PS_BWD_IN(1), 2,
-                        pooled, PS_TRAIN, 0);
-    ps_add(&g, F32, (r.n * F32 + 7) / 8 * 8 + 8, r.n * F32, 0, PS_BWD_IN(0) | PS_BWD_IN(1), 2,
-           logits, PS_LEAF, 0);
-    dt_status st = r.st != DT_OK ? r.st : ps_run(&g, res);
+    int pooled = dt_ps_add(&g, r.n * h.c * F32, 0, 0, 0, 0, 1, h.id, 0, 0);
+    int logits = dt_ps_add(&g, r.n * c->num_classes * F32, 0, 0, 0, PS_BWD_IN(0) | PS_BWD_IN(1), 2,
+                           pooled, PS_TRAIN, 0);
+    dt_ps_add(&g, F32, (r.n * F32 + 7) / 8 * 8 + 8, r.n * F32, 0, PS_BWD_IN(0) | PS_BWD_IN(1), 2,
+              logits, PS_LEAF, 0);
+    dt_status st = r.st != DT_OK ? r.st : dt_ps_run(&g, res);
     res->state = r.state;
-    ps_free(&g);
+    dt_ps_free(&g);
     return st;
 }

@@ -9,8 +9,8 @@
 #define PH_BWD 1
 #define PH_RECOMP 2
 
-int ps_add(ps_graph *g, int64_t out, int64_t aux, int64_t ws_f, int64_t ws_b, unsigned flags,
-           int n_in, int a, int b, int c) {
+int dt_ps_add(ps_graph *g, int64_t out, int64_t aux, int64_t ws_f, int64_t ws_b, unsigned flags,
+              int n_in, int a, int b, int c) {
     if (g->failed) return -1;
     if (g->n == g->cap) {
         int cap = g->cap ? 2 * g->cap : 256;
@@ -33,14 +33,14 @@ int ps_add(ps_graph *g, int64_t out, int64_t aux, int64_t ws_f, int64_t ws_b, un
     return g->n++;
 }
 
-void ps_seg_begin(ps_graph *g, int on) {
+void dt_ps_seg_begin(ps_graph *g, int on) {
     g->seg = on ? g->n_segs++ : -1;
 }
-void ps_seg_end(ps_graph *g) {
+void dt_ps_seg_end(ps_graph *g) {
     g->seg = -1;
 }
 
-void ps_free(ps_graph *g) {
+void dt_ps_free(ps_graph *g) {
     free(g->ops);
     memset(g, 0, sizeof *g);
 }
@@ -73,7 +73,7 @@ static void touch(life *l, int pos) {
     if (pos > l->last) l->last = pos;
 }
 
-dt_status ps_run(const ps_graph *g, ps_result *r) {
+dt_status dt_ps_run(const ps_graph *g, ps_result *r) {
     int n = g->n;
     r->peak = r->saved = 0;
     if (g->failed) return dt_error_set(DT_ERR_NOMEM, "plan: out of memory");

@@ -116,7 +116,7 @@ static bn_geom bn_geom_of(const dt_op_ctx *c) {
 static void bn_block_moments(const float *x, const bn_geom *g, int64_t c0, int64_t c1, double *s,
                              float *m, double *v) {
     if (g->blk) {
-        (g->blk == 16 ? bn16_block_moments : bn8_block_moments)(x, g, c0, c1, s, m, v);
+        (g->blk == 16 ? dt_bn16_block_moments : dt_bn8_block_moments)(x, g, c0, c1, s, m, v);
         return;
     }
     int64_t N = g->N, C = g->C, P = g->P;
@@ -159,7 +159,7 @@ static inline void bn_apply_row(float *yp, const float *xp, const float *rp, flo
 static void bn_apply(float *y, const float *x, const float *mean, const float *rstd, const float *w,
                      const float *b, const bn_geom *g, const bn_epi *e) {
     if (g->blk) {
-        (g->blk == 16 ? bn16_apply : bn8_apply)(y, x, mean, rstd, w, b, g, e);
+        (g->blk == 16 ? dt_bn16_apply : dt_bn8_apply)(y, x, mean, rstd, w, b, g, e);
         return;
     }
     int64_t N = g->N, C = g->C, P = g->P;
@@ -314,8 +314,8 @@ static dt_status bn_forward(const dt_op_ctx *c) {
 static void bn_block_grad_sums(float *gy, const float *x, const float *mean, const bn_geom *gm,
                                int64_t c0, int64_t c1, double *sg, double *sgx, const bn_epi *e) {
     if (gm->blk) {
-        (gm->blk == 16 ? bn16_block_grad_sums : bn8_block_grad_sums)(gy, x, mean, gm, c0, c1, sg,
-                                                                     sgx, e);
+        (gm->blk == 16 ? dt_bn16_block_grad_sums : dt_bn8_block_grad_sums)(gy, x, mean, gm, c0, c1,
+                                                                           sg, sgx, e);
         return;
     }
     int64_t N = gm->N, C = gm->C, P = gm->P;
@@ -378,7 +378,8 @@ static void bn_block_gx(float *gx, float bx, const float *gy, const float *x, co
                         const float *k, const float *u, const float *v, const bn_geom *g,
                         int64_t c0, int64_t c1, const bn_epi *e) {
     if (g->blk) {
-        (g->blk == 16 ? bn16_block_gx : bn8_block_gx)(gx, bx, gy, x, mean, k, u, v, g, c0, c1, e);
+        (g->blk == 16 ? dt_bn16_block_gx : dt_bn8_block_gx)(gx, bx, gy, x, mean, k, u, v, g, c0, c1,
+                                                            e);
         return;
     }
     for (int64_t n = 0; n < g->N; n++)

@@ -26,7 +26,7 @@ typedef struct bn_epi {
     float bres;
 } bn_epi;
 
-/* Channel-blocked kernels, bn16_* for blk 16 and bn8_* for blk 8; [c0, c1) are multiples of
+/* Channel-blocked kernels, dt_bn16_* for blk 16 and dt_bn8_* for blk 8; [c0, c1) are multiples of
  * blk and arrays are indexed from c0. Each channel's sums run over n in order on the calling
  * thread, as in the plain kernels, so results do not depend on the thread count.
  *   block_moments    s = sum x, m = float(s / M), v = sum (x - m)^2 (two passes, M = N * P)
@@ -46,8 +46,8 @@ typedef struct bn_epi {
     void p##_block_gx(float *gx, float bx, const float *gy, const float *x, const float *mean,     \
                       const float *k, const float *u, const float *v, const bn_geom *g,            \
                       int64_t c0, int64_t c1, const bn_epi *e);
-BN_BLOCKED_DECLARE(bn16)
-BN_BLOCKED_DECLARE(bn8)
+BN_BLOCKED_DECLARE(dt_bn16)
+BN_BLOCKED_DECLARE(dt_bn8)
 #undef BN_BLOCKED_DECLARE
 
 #endif
