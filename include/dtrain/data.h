@@ -131,6 +131,19 @@ void dt_import_options_default(dt_import_options *o);
  * is left behind. */
 dt_status dt_data_import(const char *kind, const char *const *srcs, int n_srcs, const char *out_dir,
                          const dt_import_options *o);
+/* 1 when out_dir already holds this very import: the same kind, the same sources with the same
+ * files (sizes and modification times), the same options and tokenizer (its import.json says
+ * so), and every split's manifest is there -- running the import again would change nothing.
+ * Text and JSONL imports keep the tokenizer file beside each split's manifest (and a Hugging
+ * Face tokenizer_config.json found beside it), so that a model trained on them is exported
+ * with its tokenizer. */
+int dt_data_import_current(const char *kind, const char *const *srcs, int n_srcs,
+                           const char *out_dir, const dt_import_options *o);
+/* Copies the Hugging Face tokenizer a token dataset was made with (kept beside its manifest,
+ * checked against the manifest's tokenizer_xxh3) into dst_dir as tokenizer.json, with its
+ * tokenizer_config.json if there is one; *copied 0 when the dataset has none to give (another
+ * kind of tokenizer, a chat import whose tokens were added in memory, an older import). */
+dt_status dt_dataset_tokenizer_export(const char *dataset_dir, const char *dst_dir, int *copied);
 
 /* ---- loader ---- */
 typedef enum dt_pack_mode {

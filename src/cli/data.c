@@ -141,8 +141,11 @@ static int cmd_import(int argc, char **argv) {
         free(srcs);
         return 2;
     }
-    dt_status st = dt_data_import(kind, srcs, ns, out, &o);
+    /* the same import again changes nothing: say so and succeed (a script may run it twice) */
+    int current = dt_data_import_current(kind, srcs, ns, out, &o);
+    dt_status st = current ? DT_OK : dt_data_import(kind, srcs, ns, out, &o);
     free(srcs);
+    if (current) printf("%s: up to date (the same %s import of the same files)\n", out, kind);
     if (st) {
         fprintf(stderr, "dtrain data import: %s\n", dt_last_error());
         return st == DT_ERR_INVALID ? 2 : 1;

@@ -61,9 +61,14 @@ dt_status dt_config_validate(const dt_config *c) {
     int64_t total = v->schedule.total_steps ? v->schedule.total_steps : v->train.steps;
     if (decays && total > 0 && v->schedule.warmup_steps >= total)
         return cross(c, "schedule.warmup_steps",
-                     "schedule.warmup_steps %lld must be below the decay's end %lld "
-                     "(schedule.total_steps, or train.steps when it is 0)",
-                     (long long)v->schedule.warmup_steps, (long long)total);
+                     "schedule.warmup_steps %lld is not below where the learning-rate decay "
+                     "ends, %lld (%s=%lld): for a run this short give a shorter warmup, "
+                     "e.g. schedule.warmup_steps=%lld, or a later end, schedule.total_steps=%lld "
+                     "or more",
+                     (long long)v->schedule.warmup_steps, (long long)total,
+                     v->schedule.total_steps ? "schedule.total_steps" : "train.steps",
+                     (long long)total, (long long)(total / 10),
+                     (long long)v->schedule.warmup_steps + 1);
     if (decays && v->schedule.min_lr > v->optim.lr)
         return cross(c, "schedule.min_lr", "schedule.min_lr %g is above optim.lr %g",
                      v->schedule.min_lr, v->optim.lr);

@@ -103,7 +103,12 @@ dt_status dt_data_import(const char *kind, const char *const *srcs, int n_srcs, 
         return dt_error_set(DT_ERR_INVALID, "import %s: val fraction %g outside [0, 1)", kind,
                             opts->val_fraction);
     if (dt_path_exists(out_dir))
-        return dt_error_set(DT_ERR_IO, "%s: already exists (an import never overwrites)", out_dir);
+        return dt_error_set(DT_ERR_IO,
+                            "%s: already exists and is not this import, or not intact (other "
+                            "sources, files or options, or a damaged shard: `dtrain data verify` "
+                            "tells; an import never overwrites): give another -o, or remove %s "
+                            "to import again",
+                            out_dir, out_dir);
     dt_status st = make_parent(out_dir);
     if (st) return st;
     dt_import im = {.o = opts, .kind = kind};
@@ -135,6 +140,7 @@ dt_status dt_data_import(const char *kind, const char *const *srcs, int n_srcs, 
         else
             dt_dataset_writer_abort(im.w[i]);
     }
+    if (st == DT_OK) st = dt_import_finish_record(&im, srcs, n_srcs);
     if (st == DT_OK && dt_chmod_umask(im.top, DT_DIR_MODE) != 0) /* mkdtemp made it 0700 */
         st = dt_error_set(DT_ERR_IO, "%s: chmod: %s", im.top, strerror(errno));
     if (st == DT_OK && rename(im.top, im.out) != 0)

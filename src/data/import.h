@@ -24,6 +24,13 @@ uint8_t *dt_import_val_mask(int64_t n, double fraction, uint64_t seed);
 void dt_import_note(const dt_import *im, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* import_record.c: the import's record (malloc'd JSON text: kind, sources and their files'
+ * fingerprint, options, tokenizer checksum) and, once every split is written, the tokenizer
+ * copied beside each split's manifest and OUT/import.json written into the temporary dir. */
+char *dt_import_record(const char *kind, const char *const *srcs, int n_srcs,
+                       const dt_import_options *o);
+dt_status dt_import_finish_record(const dt_import *im, const char *const *srcs, int n_srcs);
+
 dt_status dt_import_idx(dt_import *im, const char *src, const char *name);
 dt_status dt_import_cifar10(dt_import *im, const char *src);
 dt_status dt_import_text(dt_import *im, const char *const *srcs, int n);

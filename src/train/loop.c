@@ -221,7 +221,17 @@ dt_status dt_trainer_export(dt_trainer *t, const char *dir) {
     char p[4200];
     if (t->model == DT_MODEL_LLAMA && t->lc.lora.rank > 0)
         return dt_lora_save(t->g, &t->lc, dir, t->v.model.hf_path);
-    if (t->model == DT_MODEL_LLAMA) return dt_llama_save_hf(t->g, &t->lc, dir, (size_t)4 << 30);
+    if (t->model == DT_MODEL_LLAMA) {
+        /* with the tokenizer the data was made with, so `dtrain generate --model DIR` and
+         * AutoTokenizer find it beside the weights, as in a Hugging Face folder */
+        dt_status st = dt_llama_save_hf(t->g, &t->lc, dir, (size_t)4 << 30);
+        int copied = 0;
+        if (st == DT_OK && t->rank == 0 && t->v.data.train[0])
+            st = dt_dataset_tokenizer_export(t->v.data.train, dir, &copied);
+        if (st == DT_OK && copied && t->log)
+            fprintf(t->log, "tokenizer.json of %s exported with the model\n", t->v.data.train);
+        return st;
+    }
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     int64_t batches = t->model == DT_MODEL_RESNET ? t->prog.step * t->v.train.grad_accum : -1;
     return dt_model_save(t->g, p, batches);

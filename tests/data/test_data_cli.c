@@ -3,7 +3,9 @@
  * and a text source.
  *
  * usage: test_data_cli TIKTOKEN_FILE */
+#include <fcntl.h>
 #include <stdarg.h>
+#include <sys/stat.h>
 #include "cli/cli_data.h"
 #include "data_testutil.h"
 
@@ -41,6 +43,22 @@ int main(int argc, char **argv) {
     snprintf(out, sizeof out, "%s/out", tmp);
     CHECK(cli(6, "import", "cifar10", src, "-o", out, "--val") == 2, "--val without a value: 2");
     CHECK(cli(7, "import", "cifar10", src, "-o", out, "--val", "0.25") == 0, "import cifar10");
+    /* the same import again: nothing changes ("up to date"); another one is refused */
+    struct stat s0, s1;
+    snprintf(shard, sizeof shard, "%s/train/shard-00000.dts", out);
+    CHECK(stat(shard, &s0) == 0, "shard written");
+    CHECK(cli(7, "import", "cifar10", src, "-o", out, "--val", "0.25") == 0,
+          "the same import again: 0 (up to date)");
+    CHECK(stat(shard, &s1) == 0 && s1.st_ino == s0.st_ino &&
+              s1.st_mtim.tv_nsec == s0.st_mtim.tv_nsec && s1.st_mtim.tv_sec == s0.st_mtim.tv_sec,
+          "up to date: the shard was not rewritten");
+    CHECK(cli(7, "import", "cifar10", src, "-o", out, "--val", "0.5") == 1,
+          "other options into an existing import: 1");
+    snprintf(p, sizeof p, "%s/test_batch.bin", src);
+    struct timespec later[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_sec = 1000000000}};
+    utimensat(AT_FDCWD, p, later, 0); /* a source file changed */
+    CHECK(cli(7, "import", "cifar10", src, "-o", out, "--val", "0.25") == 1,
+          "a changed source into an existing import: 1");
     CHECK(cli(2, "inspect", out) == 0, "inspect");
     CHECK(cli(2, "verify", out) == 0, "verify");
     snprintf(shard, sizeof shard, "%s/train/shard-00000.dts", out);
@@ -59,6 +77,17 @@ int main(int argc, char **argv) {
     CHECK(cli(9, "import", "text", txt, "-o", tout, "--tokenizer", tok, "--doc-sep", "%") == 0,
           "import text");
     CHECK(cli(2, "inspect", tout) == 0, "inspect text");
+    CHECK(cli(9, "import", "text", txt, "-o", tout, "--tokenizer", tok, "--doc-sep", "%") == 0,
+          "the same text import again: 0 (up to date)");
+    /* the tokenizer travels with the data, beside each split's manifest */
+    const char *base = strrchr(tok, '/') ? strrchr(tok, '/') + 1 : tok;
+    snprintf(p, sizeof p, "%s/train/%s", tout, base);
+    uint8_t *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    CHECK(dt_read_file(p, 0, &a, &na) == DT_OK && dt_read_file(tok, 0, &b, &nb) == DT_OK &&
+              na == nb && !memcmp(a, b, na),
+          "%s is a copy of the tokenizer", p);
+    free(a), free(b);
     dt_remove_tree(tmp);
     return dt_test_finish("test_data_cli");
 }

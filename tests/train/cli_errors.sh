@@ -38,5 +38,7 @@ case_ channels "model.in_channels" "$ex" "${base[@]}" model.in_channels=3
 case_ classes "model.num_classes" "$ex" "${base[@]}" model.num_classes=5
 case_ model-data-kind "model.kind" "$ex" "${base[@]}" model.kind=llama model.hf_path=$repo/examples/llama-tiny
 case_ lora-resnet "lora" "$ex" "${base[@]}" lora.enabled=true
+# a short run with the example's warmup: the message says what to set
+case_ short-warmup "e.g. schedule.warmup_steps=2, or a later end, schedule.total_steps=51" "$ex" "${base[@]}" train.steps=20 schedule.warmup_steps=50
 echo "cli_errors: $ok passed, $bad failed"
 [[ $bad -eq 0 && $ok -gt 0 ]]

@@ -20,12 +20,13 @@ set_tests_properties(train_fortunes PROPERTIES FIXTURES_SETUP fortunes_model)
 # The exported Hugging Face folder gives the same logits in transformers as in dtrain.
 add_test(NAME train_fortunes_export_hf COMMAND ${DT_VENV_PYTHON}
          ${PROJECT_SOURCE_DIR}/tests/ref/check_trained_llama.py
-         ${CMAKE_BINARY_DIR}/runs-test/llama-tiny-fortunes/fortunes/model $<TARGET_FILE:dtrain>)
+         ${CMAKE_BINARY_DIR}/runs-test/llama-tiny-fortunes/fortunes/model $<TARGET_FILE:dtrain>
+         ${PROJECT_SOURCE_DIR}/examples/llama-tiny/tokenizer.json)
 set_tests_properties(train_fortunes_export_hf PROPERTIES LABELS "e2e;parity"
                      FIXTURES_REQUIRED fortunes_model)
 # Config errors: exit code 2, one line naming the key/file, no training step. One test a case.
 foreach(case typo unknown-override wrong-type out-of-range bad-enum bad-depth malformed-yaml
-        missing-config missing-data channels classes model-data-kind lora-resnet)
+        missing-config missing-data channels classes model-data-kind lora-resnet short-warmup)
   add_test(NAME train_cli_error_${case} COMMAND ${PROJECT_SOURCE_DIR}/tests/train/cli_errors.sh
            $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${case})
   set_tests_properties(train_cli_error_${case} PROPERTIES LABELS "unit;e2e"

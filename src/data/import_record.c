@@ -1,0 +1,214 @@
+/* What an import was made from: OUT/import.json records the kind, every source (its real path
+ * and a fingerprint of the sizes and modification times of the files in it), the options and
+ * the tokenizer's checksum, so that running the same import again can be told apart from a
+ * different one (dt_data_import_current). The tokenizer itself travels with the data: each
+ * split keeps a copy under the name its manifest records (tokenizer_file), and the Hugging Face
+ * tokenizer_config.json beside it when there is one, so a model trained on the data can be
+ * exported with its tokenizer, as Hugging Face folders are. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+#include "data/import.h"
+#include "data/util.h"
+
+/* Sizes and modification times of everything below `path` (sorted names, at most 8 levels):
+ * a changed, added or removed file changes it. */
+static void fold_tree(XXH3_state_t *h, const char *path, int depth) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        XXH3_64bits_update(h, "?", 1);
+        return;
+    }
+    int64_t rec[3] = {(int64_t)sb.st_size, (int64_t)sb.st_mtim.tv_sec, (int64_t)sb.st_mtim.tv_nsec};
+    XXH3_64bits_update(h, rec, sizeof rec);
+    if (!S_ISDIR(sb.st_mode) || depth >= 8) return;
+    struct dirent **names;
+    int n = scandir(path, &names, NULL, alphasort);
+    for (int i = 0; i < n; i++) {
+        const char *nm = names[i]->d_name;
+        if (strcmp(nm, ".") && strcmp(nm, "..")) {
+            char *sub = dt_path_join(path, nm);
+            XXH3_64bits_update(h, nm, strlen(nm) + 1);
+            if (sub) fold_tree(h, sub, depth + 1);
+            free(sub);
+        }
+        free(names[i]);
+    }
+    if (n >= 0) free(names);
+}
+
+static void add_source(cJSON *arr, const char *src) {
+    char real[PATH_MAX], hex[17];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "path", realpath(src, real) ? real : src);
+    XXH3_state_t *h = XXH3_createState();
+    if (h) {
+        XXH3_64bits_reset(h);
+        fold_tree(h, src, 0);
+        dt_hex64(XXH3_64bits_digest(h), hex);
+        XXH3_freeState(h);
+        cJSON_AddStringToObject(o, "files", hex);
+    }
+    cJSON_AddItemToArray(arr, o);
+}
+
+char *dt_import_record(const char *kind, const char *const *srcs, int n_srcs,
+                       const dt_import_options *o) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "format", "dtrain-import-1");
+    cJSON_AddStringToObject(r, "kind", kind);
+    cJSON *arr = cJSON_AddArrayToObject(r, "sources");
+    for (int i = 0; i < n_srcs; i++) add_source(arr, srcs[i]);
+    cJSON *op = cJSON_AddObjectToObject(r, "options");
+    cJSON_AddNumberToObject(op, "val_fraction", o->val_fraction);
+    cJSON_AddNumberToObject(op, "seed", (double)o->seed);
+    cJSON_AddNumberToObject(op, "shard_bytes", (double)o->shard_bytes);
+    cJSON_AddNumberToObject(op, "max_records", (double)o->max_records);
+    if (o->doc_separator) cJSON_AddStringToObject(op, "doc_separator", o->doc_separator);
+    if (o->tokenizer && *o->tokenizer) {
+        uint8_t *data;
+        size_t len;
+        char hex[17] = "?";
+        if (dt_read_file_max(o->tokenizer, 0, DT_MAX_TOKENIZER_BYTES, "a tokenizer file", &data,
+                             &len) == DT_OK) {
+            dt_hex64(XXH3_64bits(data, len), hex);
+            free(data);
+        }
+        cJSON_AddStringToObject(op, "tokenizer_xxh3", hex);
+    }
+    char *txt = cJSON_Print(r);
+    cJSON_Delete(r);
+    return txt;
+}
+
+int dt_data_import_current(const char *kind, const char *const *srcs, int n_srcs,
+                           const char *out_dir, const dt_import_options *opts) {
+    dt_import_options defaults;
+    if (!opts) {
+        dt_import_options_default(&defaults);
+        opts = &defaults;
+    }
+    char *want = dt_import_record(kind, srcs, n_srcs, opts);
+    char *path = dt_path_join(out_dir, "import.json");
+    uint8_t *have = NULL;
+    size_t len = 0;
+    int same = want && path &&
+               dt_read_file_max(path, 0, 1 << 20, "an import record", &have, &len) == DT_OK;
+    if (same)
+        same = len == strlen(want) + 1 && !memcmp(have, want, len - 1) && have[len - 1] == '\n';
+    /* and it is whole: every split it made still has its manifest */
+    DIR *d = same ? opendir(out_dir) : NULL;
+    struct dirent *e;
+    int splits = 0;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char *sub = dt_path_join(out_dir, e->d_name);
+        char *man = sub ? dt_path_join(sub, "manifest.json") : NULL;
+        struct stat sb;
+        if (sub && stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            splits++; /* intact too: a damaged import is not one to keep (xxh3: GB/s) */
+            if (!man || !dt_path_exists(man) || dt_dataset_verify(sub) != DT_OK) same = 0;
+        }
+        free(man);
+        free(sub);
+    }
+    if (d) closedir(d);
+    free(want), free(path), free(have);
+    dt_error_clear();
+    return same && splits > 0;
+}
+
+dt_status dt_import_finish_record(const dt_import *im, const char *const *srcs, int n_srcs) {
+    /* the tokenizer (and its Hugging Face config) beside every split's manifest */
+    const char *tok = im->o->tokenizer;
+    if (!tok || !*tok) tok = getenv("DT_TOKENIZER");
+    if (tok && *tok && (!strcmp(im->kind, "text") || !strcmp(im->kind, "jsonl"))) {
+        uint8_t *data = NULL, *cfg = NULL;
+        size_t len = 0, cfg_len = 0;
+        dt_status st =
+            dt_read_file_max(tok, 0, DT_MAX_TOKENIZER_BYTES, "a tokenizer file", &data, &len);
+        if (st != DT_OK) return st;
+        const char *base = strrchr(tok, '/');
+        base = base ? base + 1 : tok;
+        char *dir = strdup(tok);
+        char *slash = dir ? strrchr(dir, '/') : NULL;
+        char *cfg_path = NULL;
+        if (slash) *slash = 0;
+        if (dir) cfg_path = dt_path_join(slash ? dir : ".", "tokenizer_config.json");
+        if (cfg_path && dt_path_exists(cfg_path) &&
+            dt_read_file_max(cfg_path, 0, 16 << 20, "a tokenizer config", &cfg, &cfg_len) != DT_OK)
+            cfg = NULL;
+        dt_error_clear();
+        for (int i = 0; i < im->n_w && st == DT_OK; i++) {
+            char *sd = dt_path_join(im->top, im->split_name[i]);
+            char *dst = sd ? dt_path_join(sd, base) : NULL;
+            char *cdst = sd ? dt_path_join(sd, "tokenizer_config.json") : NULL;
+            st = !dst || !cdst ? dt_error_set(DT_ERR_NOMEM, "out of memory")
+                               : dt_write_file(dst, data, len);
+            if (st == DT_OK && cfg && strcmp(base, "tokenizer_config.json"))
+                st = dt_write_file(cdst, cfg, cfg_len);
+            free(sd), free(dst), free(cdst);
+        }
+        free(data), free(cfg), free(dir), free(cfg_path);
+        if (st != DT_OK) return st;
+    }
+    char *rec = dt_import_record(im->kind, srcs, n_srcs, im->o);
+    char *path = dt_path_join(im->top, "import.json");
+    dt_status st = !rec || !path ? dt_error_set(DT_ERR_NOMEM, "out of memory") : DT_OK;
+    if (st == DT_OK) {
+        size_t n = strlen(rec);
+        rec[n] = '\n'; /* cJSON_Print's text plus a newline; the NUL is not written */
+        st = dt_write_file(path, rec, n + 1);
+    }
+    free(rec), free(path);
+    return st;
+}
+
+dt_status dt_dataset_tokenizer_export(const char *dataset_dir, const char *dst_dir, int *copied) {
+    *copied = 0;
+    char *man = dt_path_join(dataset_dir, "manifest.json");
+    uint8_t *txt = NULL;
+    size_t len = 0;
+    dt_status st = man ? dt_read_file_max(man, 0, 64 << 20, "a manifest", &txt, &len)
+                       : dt_error_set(DT_ERR_NOMEM, "out of memory");
+    cJSON *m = st == DT_OK ? cJSON_ParseWithLength((const char *)txt, len) : NULL;
+    free(txt), free(man);
+    if (st != DT_OK) return st;
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(m, "meta");
+    const cJSON *file = cJSON_GetObjectItemCaseSensitive(meta, "tokenizer_file");
+    const cJSON *sum = cJSON_GetObjectItemCaseSensitive(meta, "tokenizer_xxh3");
+    /* only a Hugging Face tokenizer.json as it was used: a chat import (template) adds Llama 3's
+     * chat tokens in memory, which the file on disk does not have */
+    size_t fl = cJSON_IsString(file) ? strlen(file->valuestring) : 0;
+    int usable = fl > 5 && !strcmp(file->valuestring + fl - 5, ".json") && cJSON_IsString(sum) &&
+                 dt_plain_name(file->valuestring) &&
+                 !cJSON_GetObjectItemCaseSensitive(meta, "template");
+    char *src = usable ? dt_path_join(dataset_dir, file->valuestring) : NULL;
+    uint8_t *data = NULL;
+    char hex[17] = "";
+    if (src && dt_path_exists(src) &&
+        dt_read_file_max(src, 0, DT_MAX_TOKENIZER_BYTES, "a tokenizer file", &data, &len) == DT_OK)
+        dt_hex64(XXH3_64bits(data, len), hex);
+    dt_error_clear();
+    if (data && !strcmp(hex, sum->valuestring)) {
+        char *dst = dt_path_join(dst_dir, "tokenizer.json");
+        char *cs = dt_path_join(dataset_dir, "tokenizer_config.json");
+        char *cd = dt_path_join(dst_dir, "tokenizer_config.json");
+        st = dst ? dt_write_file(dst, data, len) : dt_error_set(DT_ERR_NOMEM, "out of memory");
+        uint8_t *cfg = NULL;
+        size_t cl = 0;
+        if (st == DT_OK && cs && cd && dt_path_exists(cs) &&
+            (st = dt_read_file_max(cs, 0, 16 << 20, "a tokenizer config", &cfg, &cl)) == DT_OK)
+            st = dt_write_file(cd, cfg, cl);
+        *copied = st == DT_OK;
+        free(cfg), free(dst), free(cs), free(cd);
+    }
+    free(data), free(src);
+    cJSON_Delete(m);
+    return st;
+}
