@@ -85,3 +85,8 @@ add_test(NAME demo COMMAND ${PROJECT_SOURCE_DIR}/tests/train/demo_test.sh ${CMAK
                            ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/demo-test)
 set_tests_properties(demo PROPERTIES LABELS e2e TIMEOUT 600 RUN_SERIAL TRUE
                      ENVIRONMENT "GOMP_SPINCOUNT=1000")
+# A flipped payload byte: train stops naming the shard and byte range, or skips and counts it.
+add_test(NAME data_corrupt_train COMMAND ${PROJECT_SOURCE_DIR}/tests/data/corrupt_train.sh
+         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA})
+set_tests_properties(data_corrupt_train PROPERTIES LABELS "e2e;data" TIMEOUT 300 RUN_SERIAL TRUE
+                     FIXTURES_REQUIRED fortunes_data ENVIRONMENT "OMP_NUM_THREADS=1")
