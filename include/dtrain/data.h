@@ -30,7 +30,8 @@ extern "C" {
 
 /* ---- shard format constants ---- */
 #define DT_SHARD_MAGIC "DTSHARD\x1a" /* 8 bytes */
-#define DT_SHARD_VERSION 1u
+#define DT_SHARD_VERSION 2u /* writes 2 (per-block checksums); reads 1 and 2 */
+#define DT_SHARD_BLOCK_BYTES (1u << 20) /* payload bytes per block checksum (version 2) */
 #define DT_SHARD_HEADER_BYTES 256u
 #define DT_MANIFEST_NAME "manifest.json"
 
@@ -70,6 +71,8 @@ typedef struct dt_dataset dt_dataset;
 dt_status dt_dataset_open(const char *dir, int flags, dt_dataset **out);
 void dt_dataset_close(dt_dataset *d);
 const dt_dataset_info *dt_dataset_get_info(const dt_dataset *d);
+/* Payload blocks found corrupt so far (by the loader's first-touch checks, all shards). */
+int64_t dt_dataset_bad_blocks(const dt_dataset *d);
 /* Opens with DT_DATA_VERIFY and closes: DT_OK if every file is intact. */
 dt_status dt_dataset_verify(const char *dir);
 /* Image i: pointer to its H*W*C uint8 pixels (HWC) inside the mapping; *label gets its label.
@@ -170,6 +173,10 @@ typedef struct dt_loader_config {
     /* tokens */
     int64_t seq_len; /* T: inputs and targets are [batch, T] */
     dt_pack_mode pack;
+    /* a record in a corrupt payload block (checked the first time the loader touches it):
+     * 0 stops with the error; 1 skips it: an image is replaced by the next intact record, tokens
+     * become padding with loss mask 0 (dt_dataset_bad_blocks counts the blocks) */
+    int skip_corrupt;
 } dt_loader_config;
 
 void dt_loader_config_default(dt_loader_config *c);

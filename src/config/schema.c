@@ -53,6 +53,9 @@ static const dt_config_key keys[] = {
      "shuffle the training set every epoch (seeded by train.seed)", OFF(data.shuffle)},
     {"data.workers", DT_CFG_INT, "1", MIN | MAX, 0, 64, NULL,
      "prefetch threads of the loader (0: load in the training thread)", OFF(data.workers)},
+    {"data.on_corrupt", DT_CFG_ENUM, "stop", 0, 0, 0, "stop|skip",
+     "a payload block failing its checksum: stop, or skip its records and count them",
+     OFF(data.on_corrupt)},
     /* optim */
     {"optim.name", DT_CFG_ENUM, "adamw", 0, 0, 0, "sgd|adamw",
      "optimizer (torch.optim.SGD / AdamW update rules)", OFF(optim.name)},

@@ -374,3 +374,27 @@ int dt_dataset_shard_count(const dt_dataset *d) {
 const char *dt_dataset_shard_path(const dt_dataset *d, int s) {
     return s >= 0 && s < d->n_shards ? d->shards[s].path : NULL;
 }
+
+dt_status dt_dataset_check_image(const dt_dataset *d, int64_t i) {
+    int s = dt_dataset_shard_of_record(d, i);
+    dt_shard *sh = &d->shards[s];
+    int64_t j = i - d->rec_start[s];
+    uint64_t px = (uint64_t)(sh->pixels - sh->map) + (uint64_t)(j * d->hwc);
+    uint64_t lab = (uint64_t)((const uint8_t *)(sh->labels + j) - sh->map);
+    dt_status st = dt_shard_check(sh, px, (uint64_t)d->hwc);
+    return st ? st : dt_shard_check(sh, lab, 4);
+}
+
+dt_status dt_dataset_check_tokens(const dt_dataset *d, int s, int64_t t0, int64_t n) {
+    dt_shard *sh = &d->shards[s];
+    dt_status st = dt_shard_check(sh, (uint64_t)((const uint8_t *)(sh->tokens + t0) - sh->map),
+                                  (uint64_t)n * 4);
+    if (!st && sh->mask) st = dt_shard_check(sh, (uint64_t)(sh->mask + t0 - sh->map), (uint64_t)n);
+    return st;
+}
+
+int64_t dt_dataset_bad_blocks(const dt_dataset *d) {
+    int64_t n = 0;
+    for (int i = 0; i < d->n_shards; i++) n += atomic_load(&d->shards[i].bad_blocks);
+    return n;
+}

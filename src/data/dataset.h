@@ -20,6 +20,11 @@ int dt_dataset_shard_of_record(const dt_dataset *d, int64_t i);
 /* Shard holding global token t. */
 int dt_dataset_shard_of_token(const dt_dataset *d, int64_t t);
 
+/* Check the payload blocks that record i (pixels and label) / tokens [t0, t0 + n) of shard s
+ * (and their loss mask) lie in, the first time they are touched (dt_shard_check). */
+dt_status dt_dataset_check_image(const dt_dataset *d, int64_t i);
+dt_status dt_dataset_check_tokens(const dt_dataset *d, int s, int64_t t0, int64_t n);
+
 /* The fingerprint over a manifest's content (see data.h). `shard_lines` holds one line
  * "records bytes xxh3hex\n" per shard. */
 uint64_t dt_dataset_fingerprint(const dt_dataset_info *info, const char *shard_lines);

@@ -8,6 +8,7 @@
  * rank, index) alone, and a cursor (epoch, index) is all resuming needs. */
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +62,23 @@ struct dt_loader {
     pthread_cond_t cv_ready, cv_free;
     pthread_t threads[MAX_THREADS];
     int n_threads, stop;
+    _Atomic int64_t warned; /* corrupt blocks warned about so far (skip_corrupt) */
 };
+
+/* After a failed block check: with skip_corrupt, warn once per newly found corrupt block and go
+ * on (DT_OK); otherwise return the error. */
+static dt_status corrupt(dt_loader *l, dt_status st) {
+    if (!l->c.skip_corrupt) return st;
+    int64_t now = dt_dataset_bad_blocks(l->d), prev = atomic_load(&l->warned);
+    while (prev < now)
+        if (atomic_compare_exchange_weak(&l->warned, &prev, now)) {
+            fprintf(stderr, "dtrain: warning: %s; skipping its records (data.on_corrupt=skip)\n",
+                    dt_last_error());
+            break;
+        }
+    dt_error_clear();
+    return DT_OK;
+}
 
 void dt_loader_config_default(dt_loader_config *c) {
     memset(c, 0, sizeof *c);
@@ -170,7 +187,7 @@ static void image_crop_flip(const dt_loader *l, const uint8_t *src, float *dst, 
     }
 }
 
-static dt_status fill_images(const dt_loader *l, slot *s, int64_t epoch, int64_t n) {
+static dt_status fill_images(dt_loader *l, slot *s, int64_t epoch, int64_t n) {
     const dt_loader_config *c = &l->c;
     int64_t chw = (int64_t)l->C * l->H * l->W;
     int pad = c->augment ? c->crop_padding : 0;
@@ -187,9 +204,17 @@ static dt_status fill_images(const dt_loader *l, slot *s, int64_t epoch, int64_t
             const uint8_t *q = dt_dataset_image(l->d, s->samples[i + AHEAD], NULL);
             for (int64_t off = 0; off < hwc; off += 64) __builtin_prefetch(q + off);
         }
-        int64_t id = s->samples[i];
+        int64_t id = s->samples[i], src = id;
+        /* skip_corrupt: the next intact record stands in (augmentation stays keyed by id) */
+        dt_status st;
+        for (int64_t tries = 0; (st = dt_dataset_check_image(l->d, src)) != DT_OK; tries++) {
+            if ((st = corrupt(l, st)) != DT_OK) return st;
+            if (tries + 1 >= l->d->info.records)
+                return dt_error_set(DT_ERR_FORMAT, "%s: every record is corrupt", l->d->dir);
+            src = (src + 1) % l->d->info.records;
+        }
         int32_t label;
-        const uint8_t *px = dt_dataset_image(l->d, id, &label);
+        const uint8_t *px = dt_dataset_image(l->d, src, &label);
         int dy = pad, dx = pad, flip = 0;
         if (c->augment) {
             /* Keyed by (seed, epoch, sample): "AUG!" tags the stream. */
@@ -230,7 +255,29 @@ static void token_doc(const dt_dataset *d, int64_t t, int *shard, int64_t *doc_i
 
 /* DT_PACK_CONCAT: tokens [k*T, k*T + T + 1) of the stream of all documents; positions count
  * from 0 at the window start and at every document start inside it. */
-static void window_tokens(const dt_loader *l, slot *s, int64_t k) {
+/* Copies tokens [local, local + take) of shard sh (and their mask) to tmp position got;
+ * skip_corrupt: a corrupt span becomes padding with loss mask 0. */
+static dt_status copy_tokens(dt_loader *l, slot *s, int sh, int64_t local, int64_t take,
+                             int64_t got) {
+    const dt_shard *x = &l->d->shards[sh];
+    dt_status st = dt_dataset_check_tokens(l->d, sh, local, take);
+    if (st) {
+        if ((st = corrupt(l, st)) != DT_OK) return st;
+        int32_t pad = l->d->info.pad_id >= 0 ? l->d->info.pad_id : 0;
+        for (int64_t i = 0; i < take; i++)
+            s->tok_tmp[got + i] = (uint32_t)pad, s->mask_tmp[got + i] = 0,
+                             s->pos_tmp[got + i] = (int32_t)i;
+        return DT_OK;
+    }
+    for (int64_t i = 0; i < take; i++) {
+        s->tok_tmp[got + i] = x->tokens[local + i];
+        s->mask_tmp[got + i] = x->mask ? x->mask[local + i] : 1;
+        s->pos_tmp[got + i] = (int32_t)i;
+    }
+    return DT_OK;
+}
+
+static dt_status window_tokens(dt_loader *l, slot *s, int64_t k) {
     const dt_dataset *d = l->d;
     int64_t t0 = k * l->T, need = l->T + 1;
     int sh;
@@ -246,45 +293,38 @@ static void window_tokens(const dt_loader *l, slot *s, int64_t k) {
         while (doc + 1 < (int64_t)x->h.records && (int64_t)x->offsets[doc + 1] <= local) doc++;
         int64_t dend = (int64_t)x->offsets[doc + 1];
         int64_t take = dend - local < need - got ? dend - local : need - got;
-        for (int64_t i = 0; i < take; i++) {
-            s->tok_tmp[got + i] = x->tokens[local + i];
-            s->mask_tmp[got + i] = x->mask ? x->mask[local + i] : 1;
-            s->pos_tmp[got + i] = (int32_t)i;
-        }
+        dt_status st = copy_tokens(l, s, sh, local, take, got);
+        if (st) return st;
         got += take, local += take;
     }
+    return DT_OK;
 }
 
 /* DT_PACK_DOCS: the pieces of sequence k, then padding. pos_tmp < 0 marks padding; a piece
  * boundary is where pos_tmp[t + 1] == 0. */
-static void packed_tokens(const dt_loader *l, slot *s, int64_t k) {
+static dt_status packed_tokens(dt_loader *l, slot *s, int64_t k) {
     int64_t got = 0;
     for (int64_t p = l->seq_start[k]; p < l->seq_start[k + 1]; p++) {
         const piece *pc = &l->pieces[p];
-        const uint32_t *tok;
-        const uint8_t *mask;
-        int64_t len;
-        dt_dataset_doc(l->d, pc->doc, &tok, &mask, &len);
-        for (int64_t i = 0; i < pc->len; i++) {
-            s->tok_tmp[got + i] = tok[pc->start + i];
-            s->mask_tmp[got + i] = mask ? mask[pc->start + i] : 1;
-            s->pos_tmp[got + i] = (int32_t)i;
-        }
+        int sh = dt_dataset_shard_of_record(l->d, pc->doc);
+        int64_t first = (int64_t)l->d->shards[sh].offsets[pc->doc - l->d->rec_start[sh]];
+        dt_status st = copy_tokens(l, s, sh, first + pc->start, pc->len, got);
+        if (st) return st;
         got += pc->len;
     }
     int32_t pad = l->d->info.pad_id >= 0 ? l->d->info.pad_id : 0;
     for (; got < l->T + 1; got++)
         s->tok_tmp[got] = (uint32_t)pad, s->mask_tmp[got] = 0, s->pos_tmp[got] = -1;
+    return DT_OK;
 }
 
-static dt_status fill_tokens(const dt_loader *l, slot *s, int64_t n) {
+static dt_status fill_tokens(dt_loader *l, slot *s, int64_t n) {
     const int64_t T = l->T;
     int32_t pad = l->d->info.pad_id >= 0 ? l->d->info.pad_id : 0;
     for (int64_t i = 0; i < n; i++) {
-        if (l->c.pack == DT_PACK_DOCS)
-            packed_tokens(l, s, s->samples[i]);
-        else
-            window_tokens(l, s, s->samples[i]);
+        dt_status st = l->c.pack == DT_PACK_DOCS ? packed_tokens(l, s, s->samples[i])
+                                                 : window_tokens(l, s, s->samples[i]);
+        if (st) return st;
         int32_t *in = s->inputs + i * T, *tg = s->targets + i * T, *ps = s->positions + i * T;
         float *lm = s->loss_mask + i * T;
         for (int64_t t = 0; t < T; t++) {

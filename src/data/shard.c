@@ -51,6 +51,11 @@ void dt_shard_header_encode(const dt_shard_header *h, uint8_t out[DT_SHARD_HEADE
     }
     dt_le_put64(out + 192, h->payload_bytes);
     dt_le_put64(out + 200, h->payload_xxh3);
+    if (h->version >= 2) {
+        dt_le_put64(out + 208, h->blocks_offset);
+        dt_le_put32(out + 216, h->block_bytes);
+        dt_le_put64(out + 224, h->blocks_xxh3);
+    }
     dt_le_put64(out + HDR_CHECKED_BYTES, XXH3_64bits(out, HDR_CHECKED_BYTES));
 }
 
@@ -65,10 +70,10 @@ dt_status dt_shard_header_decode(const char *path, const uint8_t *b, size_t len,
                             "%s: bad magic at byte 0 (%02x %02x %02x %02x ...): not a dtrain shard",
                             path, b[0], b[1], b[2], b[3]);
     uint32_t version = dt_le_get32(b + 8);
-    if (version != DT_SHARD_VERSION)
+    if (version != 1 && version != DT_SHARD_VERSION)
         return dt_error_set(
             DT_ERR_FORMAT,
-            "%s: unsupported shard version %u at byte 8 (this build reads version %u)", path,
+            "%s: unsupported shard version %u at byte 8 (this build reads versions 1 and %u)", path,
             version, DT_SHARD_VERSION);
     uint64_t want = dt_le_get64(b + HDR_CHECKED_BYTES), got = XXH3_64bits(b, HDR_CHECKED_BYTES);
     if (want != got)
@@ -99,44 +104,120 @@ dt_status dt_shard_header_decode(const char *path, const uint8_t *b, size_t len,
     }
     h->payload_bytes = dt_le_get64(b + 192);
     h->payload_xxh3 = dt_le_get64(b + 200);
+    if (version >= 2) {
+        h->blocks_offset = dt_le_get64(b + 208);
+        h->block_bytes = dt_le_get32(b + 216);
+        h->blocks_xxh3 = dt_le_get64(b + 224);
+    }
     return DT_OK;
 }
 
-dt_status dt_shard_write(const char *path, dt_shard_header *h, const void *const *data) {
-    static const uint8_t zeros[SEC_ALIGN];
-    uint64_t off = DT_SHARD_HEADER_BYTES;
-    XXH3_state_t *st = XXH3_createState();
-    if (!st) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
-    XXH3_64bits_reset(st);
+/* The payload as the file holds it: zero padding before each 64-byte-aligned section, then the
+ * section's bytes. `emit` sees it piece by piece, in file order (padding as NULL: zeros). */
+typedef int (*payload_fn)(void *ctx, const void *p, uint64_t n);
+static int walk_payload(const dt_shard_header *h, const void *const *data, payload_fn emit,
+                        void *ctx) {
+    uint64_t pos = DT_SHARD_HEADER_BYTES;
     for (uint32_t i = 0; i < h->n_sections; i++) {
-        uint64_t pad = (SEC_ALIGN - off % SEC_ALIGN) % SEC_ALIGN;
-        XXH3_64bits_update(st, zeros, (size_t)pad);
-        off += pad;
+        if (!emit(ctx, NULL, h->sec[i].offset - pos)) return 0;
+        if (h->sec[i].bytes && !emit(ctx, data[i], h->sec[i].bytes)) return 0;
+        pos = h->sec[i].offset + h->sec[i].bytes;
+    }
+    return emit(ctx, NULL, h->blocks_offset - pos);
+}
+
+/* Hashes the payload before the block table: per block into `sums`, and all of it into `all`. */
+typedef struct hash_ctx {
+    XXH3_state_t *all, *blk;
+    uint64_t in_block, k;
+    uint8_t *sums;
+    uint32_t block_bytes;
+} hash_ctx;
+
+static int hash_piece(void *arg, const void *p, uint64_t n) {
+    static const uint8_t zeros[SEC_ALIGN];
+    hash_ctx *c = arg;
+    const uint8_t *b = p;
+    while (n) {
+        uint64_t take = c->block_bytes - c->in_block;
+        if (take > n) take = n;
+        if (!b && take > SEC_ALIGN) take = SEC_ALIGN;
+        XXH3_64bits_update(c->all, b ? (const void *)b : zeros, (size_t)take);
+        XXH3_64bits_update(c->blk, b ? (const void *)b : zeros, (size_t)take);
+        c->in_block += take, n -= take;
+        if (b) b += take;
+        if (c->in_block == c->block_bytes) {
+            dt_le_put64(c->sums + 8 * c->k++, XXH3_64bits_digest(c->blk));
+            XXH3_64bits_reset(c->blk);
+            c->in_block = 0;
+        }
+    }
+    return 1;
+}
+
+static int write_piece(void *arg, const void *p, uint64_t n) {
+    static const uint8_t zeros[SEC_ALIGN];
+    FILE *f = arg;
+    if (p) return fwrite(p, 1, (size_t)n, f) == n;
+    /* padding is under 64 bytes */
+    return n <= SEC_ALIGN && fwrite(zeros, 1, (size_t)n, f) == n;
+}
+
+dt_status dt_shard_write(const char *path, dt_shard_header *h, const void *const *data) {
+    uint64_t off = DT_SHARD_HEADER_BYTES;
+    for (uint32_t i = 0; i < h->n_sections; i++) {
+        off += (SEC_ALIGN - off % SEC_ALIGN) % SEC_ALIGN;
         h->sec[i].offset = off;
-        if (h->sec[i].bytes) XXH3_64bits_update(st, data[i], (size_t)h->sec[i].bytes);
         off += h->sec[i].bytes;
     }
-    h->payload_bytes = off - DT_SHARD_HEADER_BYTES;
-    h->payload_xxh3 = XXH3_64bits_digest(st);
-    XXH3_freeState(st);
+    off += (SEC_ALIGN - off % SEC_ALIGN) % SEC_ALIGN;
     h->version = DT_SHARD_VERSION;
+    h->block_bytes = DT_SHARD_BLOCK_BYTES;
+    h->blocks_offset = off;
+    uint64_t covered = off - DT_SHARD_HEADER_BYTES;
+    uint64_t n_blocks = (covered + h->block_bytes - 1) / h->block_bytes;
+    hash_ctx c = {XXH3_createState(),       XXH3_createState(), 0, 0,
+                  malloc(n_blocks * 8 + 1), h->block_bytes};
+    dt_status st = DT_OK;
+    if (!c.all || !c.blk || !c.sums) {
+        st = dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    XXH3_64bits_reset(c.all);
+    XXH3_64bits_reset(c.blk);
+    walk_payload(h, data, hash_piece, &c);
+    if (c.in_block) dt_le_put64(c.sums + 8 * c.k++, XXH3_64bits_digest(c.blk));
+    XXH3_64bits_update(c.all, c.sums, (size_t)(n_blocks * 8));
+    h->blocks_xxh3 = XXH3_64bits(c.sums, (size_t)(n_blocks * 8));
+    h->payload_bytes = covered + n_blocks * 8;
+    h->payload_xxh3 = XXH3_64bits_digest(c.all);
 
     uint8_t hdr[DT_SHARD_HEADER_BYTES];
     dt_shard_header_encode(h, hdr);
-    FILE *f = dt_fcreate(path, "wb");
-    if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    int ok = fwrite(hdr, 1, sizeof hdr, f) == sizeof hdr;
-    uint64_t pos = DT_SHARD_HEADER_BYTES;
-    for (uint32_t i = 0; ok && i < h->n_sections; i++) {
-        uint64_t pad = h->sec[i].offset - pos;
-        ok = fwrite(zeros, 1, (size_t)pad, f) == pad;
-        if (ok && h->sec[i].bytes)
-            ok = fwrite(data[i], 1, (size_t)h->sec[i].bytes, f) == h->sec[i].bytes;
-        pos = h->sec[i].offset + h->sec[i].bytes;
+    FILE *f = dt_fcreate(path, "wb"); /* 0640 less the umask */
+    if (!f) {
+        st = dt_error_set(DT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+        goto done;
     }
-    if (fclose(f) != 0) ok = 0;
-    if (!ok) return dt_error_set(DT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-    return DT_OK;
+    int ok = fwrite(hdr, 1, sizeof hdr, f) == sizeof hdr && walk_payload(h, data, write_piece, f) &&
+             fwrite(c.sums, 1, (size_t)(n_blocks * 8), f) == n_blocks * 8;
+    int err = ok ? 0 : errno;
+    /* fflush + fsync before fclose: a full disk (ENOSPC) shows up here at the latest, not as a
+     * short file found later */
+    if (ok && (fflush(f) != 0 || fsync(fileno(f)) != 0)) ok = 0, err = errno;
+    if (fclose(f) != 0 && ok) ok = 0, err = errno;
+    if (!ok) {
+        unlink(path);
+        st = dt_error_set(DT_ERR_IO, "%s: write failed: %s%s", path, strerror(err),
+                          err == ENOSPC ? " (the file system holding it is full: free space "
+                                          "there or import to another directory)"
+                                        : "");
+    }
+done:
+    XXH3_freeState(c.all);
+    XXH3_freeState(c.blk);
+    free(c.sums);
+    return st;
 }
 
 static const char *sec_name(uint32_t id) {
@@ -313,6 +394,86 @@ static dt_status check_records(const dt_shard *s, int verify) {
     return DT_OK;
 }
 
+/* Version 2: the block table sits after the last section and ends the file; its own checksum
+ * (byte 224) is checked here, so that a block found bad later is bad data, not a bad table. */
+static dt_status check_block_table(dt_shard *s) {
+    const dt_shard_header *h = &s->h;
+    uint64_t prev_end = DT_SHARD_HEADER_BYTES, end = DT_SHARD_HEADER_BYTES + h->payload_bytes;
+    for (uint32_t i = 0; i < h->n_sections; i++) prev_end = h->sec[i].offset + h->sec[i].bytes;
+    uint32_t b = h->block_bytes;
+    if (b < 4096 || b > (1u << 30) || (b & (b - 1)))
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: block size %u at byte 216 is not a power of two in [4 KiB, 1 GiB]",
+                            s->path, b);
+    uint64_t at = h->blocks_offset;
+    if (at < prev_end || at % SEC_ALIGN || at > end)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: block table offset %" PRIu64
+                            " (byte 208) is not 64-byte aligned after the last section",
+                            s->path, at);
+    s->n_blocks = (at - DT_SHARD_HEADER_BYTES + b - 1) / b;
+    if (end - at != s->n_blocks * 8)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: block table at byte %" PRIu64 " has %" PRIu64 " bytes, %" PRIu64
+                            " blocks of %u bytes need %" PRIu64,
+                            s->path, at, end - at, s->n_blocks, b, s->n_blocks * 8);
+    s->block_sums = s->map + at;
+    uint64_t got = XXH3_64bits(s->block_sums, (size_t)(s->n_blocks * 8));
+    if (got != h->blocks_xxh3)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: block table checksum mismatch: bytes %" PRIu64 "-%zu hash to "
+                            "%016" PRIx64 ", the header (byte 224) says %016" PRIx64,
+                            s->path, at, s->size - 1, got, h->blocks_xxh3);
+    s->block_state = calloc((size_t)s->n_blocks + 1, 1);
+    if (!s->block_state) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", s->path);
+    return DT_OK;
+}
+
+enum { BLK_UNCHECKED = 0, BLK_GOOD = 1, BLK_BAD = 2 };
+
+dt_status dt_shard_check(dt_shard *s, uint64_t off, uint64_t len) {
+    if (!len) return DT_OK;
+    if (s->h.version < 2) {
+        int w = atomic_load_explicit(&s->whole_checked, memory_order_acquire);
+        if (w == BLK_UNCHECKED) {
+            uint64_t got = XXH3_64bits(s->map + DT_SHARD_HEADER_BYTES, (size_t)s->h.payload_bytes);
+            w = got == s->h.payload_xxh3 ? BLK_GOOD : BLK_BAD;
+            atomic_store_explicit(&s->whole_checked, w, memory_order_release);
+        }
+        if (w == BLK_GOOD) return DT_OK;
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: payload checksum mismatch: bytes %u-%zu do not hash to the "
+                            "header's (byte 200) %016" PRIx64
+                            "; a version 1 shard has no block checksums: re-import the data",
+                            s->path, DT_SHARD_HEADER_BYTES, s->size - 1, s->h.payload_xxh3);
+    }
+    uint64_t B = s->h.block_bytes, end = s->h.blocks_offset;
+    if (off < DT_SHARD_HEADER_BYTES || off >= end || len > end - off)
+        return dt_error_set(DT_ERR_RANGE, "%s: bytes %" PRIu64 "+%" PRIu64 " outside the payload",
+                            s->path, off, len);
+    uint64_t k0 = (off - DT_SHARD_HEADER_BYTES) / B,
+             k1 = (off + len - 1 - DT_SHARD_HEADER_BYTES) / B;
+    for (uint64_t k = k0; k <= k1; k++) {
+        uint64_t a = DT_SHARD_HEADER_BYTES + k * B, n = end - a < B ? end - a : B;
+        uint8_t state = atomic_load_explicit(&s->block_state[k], memory_order_acquire);
+        if (state == BLK_UNCHECKED) {
+            /* two threads may hash the same block at once: both get the same answer, and only
+             * the one whose store lands first counts a corrupt block */
+            int good = XXH3_64bits(s->map + a, (size_t)n) == dt_le_get64(s->block_sums + 8 * k);
+            uint8_t expect = BLK_UNCHECKED;
+            state = good ? BLK_GOOD : BLK_BAD;
+            if (atomic_compare_exchange_strong(&s->block_state[k], &expect, state) && !good)
+                atomic_fetch_add(&s->bad_blocks, 1);
+        }
+        if (state == BLK_BAD)
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: corrupt data in bytes %" PRIu64 "-%" PRIu64 " (block %" PRIu64
+                                " does not match its checksum at byte %" PRIu64 ")",
+                                s->path, a, a + n - 1, k, s->h.blocks_offset + 8 * k);
+    }
+    return DT_OK;
+}
+
 dt_status dt_shard_open(const char *path, int verify, dt_shard *s) {
     memset(s, 0, sizeof *s);
     const uint16_t probe = 1;
@@ -359,6 +520,15 @@ dt_status dt_shard_open(const char *path, int verify, dt_shard *s) {
                               path, s->size - (size_t)end, end);
     }
     if (st == DT_OK) st = check_sections(s);
+    if (st == DT_OK && s->h.version >= 2) st = check_block_table(s);
+    /* the sections read whole at open (labels, document offsets) are checked here, before
+     * check_records reads them */
+    for (uint32_t i = 0; st == DT_OK && i < s->h.n_sections; i++)
+        if (s->h.version >= 2 &&
+            (s->h.sec[i].id == DT_SEC_LABELS || s->h.sec[i].id == DT_SEC_OFFSETS))
+            st = dt_shard_check(s, s->h.sec[i].offset, s->h.sec[i].bytes);
+    if (st == DT_OK && verify && s->h.version >= 2)
+        st = dt_shard_check(s, DT_SHARD_HEADER_BYTES, s->h.blocks_offset - DT_SHARD_HEADER_BYTES);
     if (st == DT_OK && verify) {
         uint64_t got = XXH3_64bits(s->map + DT_SHARD_HEADER_BYTES, (size_t)s->h.payload_bytes);
         if (got != s->h.payload_xxh3)
@@ -377,6 +547,7 @@ dt_status dt_shard_open(const char *path, int verify, dt_shard *s) {
 
 void dt_shard_close(dt_shard *s) {
     if (s->map) munmap(s->map, s->size);
+    free((void *)s->block_state);
     free(s->path);
     memset(s, 0, sizeof *s);
 }

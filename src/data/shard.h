@@ -3,7 +3,7 @@
  * Header: 256 bytes, all fields little-endian.
  *   off  size  field
  *     0     8  magic "DTSHARD\x1a"
- *     8     4  version (1)
+ *     8     4  version (2; version 1 files are still read)
  *    12     4  header bytes (256)
  *    16     4  kind (1 image, 2 tokens)
  *    20     4  dtype of the main section (image: u8 pixels; tokens: u32 tokens)
@@ -15,14 +15,23 @@
  *    64   128  section table, 4 x 32 bytes: u32 id, u32 dtype, u64 offset, u64 bytes, u64 count
  *   192     8  payload bytes (file size - 256)
  *   200     8  xxh3-64 of the payload (every byte after the header, padding included)
- *   208    40  reserved, zero
+ *   208     8  version 2: offset of the block table (version 1: 0)
+ *   216     4  version 2: block bytes B (a power of two, 4 KiB - 1 GiB; the writer uses 1 MiB)
+ *   220     4  reserved, zero
+ *   224     8  version 2: xxh3-64 of the block table
+ *   232    16  reserved, zero
  *   248     8  xxh3-64 of header bytes [0, 248)
+ * Version 2 ends the payload with a block table (64-byte aligned, after the last section): one
+ * u64 xxh3-64 per block of B file bytes from byte 256 up to the table (the last block may be
+ * shorter), so that a reader can check just the blocks it touches (dt_shard_check) instead of
+ * the whole payload. The payload checksum (byte 200) covers the table too.
  * Sections start at 64-byte-aligned offsets; gaps are zero. Section ids: 1 pixels (u8
  * [N,H,W,C]), 2 labels (i32 [N]), 3 tokens (u32 [T]), 4 document offsets (u64 [N+1], from 0 to
  * T, non-decreasing), 5 loss mask (u8 [T], 0 or 1). */
 #ifndef DT_DATA_SHARD_H
 #define DT_DATA_SHARD_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "dtrain/data.h"
@@ -50,6 +59,8 @@ typedef struct dt_shard_header {
     uint32_t n_sections, flags;
     dt_shard_section sec[DT_SHARD_MAX_SECTIONS];
     uint64_t payload_bytes, payload_xxh3;
+    uint64_t blocks_offset, blocks_xxh3; /* version 2 */
+    uint32_t block_bytes;                /* version 2 */
 } dt_shard_header;
 
 /* A mapped, validated shard. */
@@ -63,6 +74,13 @@ typedef struct dt_shard {
     const uint32_t *tokens;
     const uint64_t *offsets;
     const uint8_t *mask;
+    /* version 2: the block table and each block's state (0 unchecked, 1 good, 2 corrupt), set
+     * once by whichever thread checks the block first (atomics: the prefetch threads share it) */
+    const uint8_t *block_sums;
+    uint64_t n_blocks;
+    _Atomic uint8_t *block_state;
+    _Atomic int64_t bad_blocks; /* blocks found corrupt so far */
+    _Atomic int whole_checked;  /* version 1: 0 unchecked, 1 good, 2 corrupt (whole payload) */
 } dt_shard;
 
 /* Writes a shard: `data[i]` holds `h->sec[i].bytes` bytes. Fills in the section offsets, the
@@ -72,6 +90,11 @@ dt_status dt_shard_write(const char *path, dt_shard_header *h, const void *const
  * message names the file and the byte offset of the bad field. */
 dt_status dt_shard_open(const char *path, int verify, dt_shard *s);
 void dt_shard_close(dt_shard *s);
+/* Checks the payload blocks holding file bytes [off, off + len) the first time any of them is
+ * touched (version 2; a version 1 shard is hashed whole, once). DT_OK when intact; otherwise
+ * DT_ERR_FORMAT with a message naming the shard and the bad block's byte range. Safe to call
+ * from several threads at once. */
+dt_status dt_shard_check(dt_shard *s, uint64_t off, uint64_t len);
 /* Encodes / decodes the 256-byte header (decode validates magic, version and header checksum
  * only; dt_shard_open checks the rest). */
 void dt_shard_header_encode(const dt_shard_header *h, uint8_t out[DT_SHARD_HEADER_BYTES]);

@@ -319,6 +319,17 @@ dt_status dt_trainer_run(dt_trainer *t) {
     if (t->rank == 0) st = dt_train_record(t, "running");
     if (st == DT_OK) st = run_loop(t);
     dt_train_progress_end(t);
+    int64_t bad = dt_dataset_bad_blocks(t->train_ds);
+    if (bad) {
+        /* data.on_corrupt=skip: the count of what was left out, on every rank that met it */
+        fprintf(
+            stderr,
+            "dtrain: rank %d skipped the records of %lld corrupt payload block%s of data.train\n",
+            t->rank, (long long)bad, bad == 1 ? "" : "s");
+        if (t->log)
+            fprintf(t->log, "data: skipped the records of %lld corrupt payload block%s\n",
+                    (long long)bad, bad == 1 ? "" : "s");
+    }
     if (st != DT_OK) {
         t->failed = 1;
         if (t->rank == 0) {

@@ -87,6 +87,7 @@ static dt_status make_loaders(dt_trainer *t) {
     lc.shuffle = t->v.data.shuffle;
     lc.drop_last = 1; /* a static graph: every training batch is full */
     lc.prefetch_threads = (int)t->v.data.workers;
+    lc.skip_corrupt = t->v.data.on_corrupt == DT_CFG_CORRUPT_SKIP;
     lc.seq_len = t->T;
     lc.rank = t->rank, lc.world_size = t->world; /* interleaved: the ranks' batch k together
                                                     are the one-process batch k of world x b */

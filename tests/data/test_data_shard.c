@@ -139,20 +139,21 @@ static void test_corrupt(void) {
     tu_flip(shard, 0, 0x20);
     tu_check_error("bad magic", dt_dataset_open(c, 0, &d), shard, "bad magic at byte 0");
     FRESH();
-    tu_write_u32_le(shard, 8, 2);
+    tu_write_u32_le(shard, 8, 3);
     tu_check_error("wrong version", dt_dataset_open(c, 0, &d), shard,
-                   "unsupported shard version 2");
+                   "unsupported shard version 3");
     FRESH();
     tu_flip(shard, 24, 1); /* record count: the header checksum catches it */
     tu_check_error("corrupt header", dt_dataset_open(c, 0, &d), shard, "header checksum mismatch");
     FRESH();
-    tu_flip(shard, 256 + 5, 0x40);       /* a pixel */
-    CHECK_OK(dt_dataset_open(c, 0, &d)); /* not verified: opens */
-    dt_dataset_close(d);
-    d = NULL;
+    tu_flip(shard, 256 + 5, 0x40); /* a pixel */
+    /* version 2: the shard is one block, which also holds the labels that open reads: caught
+     * at open, with the byte range of that block (it ends where the block table starts) */
+    tu_check_error("corrupt block at open", dt_dataset_open(c, 0, &d), shard,
+                   "corrupt data in bytes 256-2303");
     tu_check_error("payload checksum", dt_dataset_open(c, DT_DATA_VERIFY, &d), shard,
-                   "payload checksum mismatch");
-    tu_check_error("verify", dt_dataset_verify(c), shard, "byte 200");
+                   "corrupt data in bytes 256-");
+    tu_check_error("verify", dt_dataset_verify(c), shard, "block 0 does not match");
     FRESH();
     unlink(shard1);
     tu_check_error("missing shard", dt_dataset_open(c, 0, &d), "shard-00001.dts", "missing");

@@ -95,3 +95,9 @@ add_test(NAME train_memory_admission COMMAND ${PROJECT_SOURCE_DIR}/tests/train/m
 set_tests_properties(train_memory_admission PROPERTIES LABELS "e2e;dist" TIMEOUT 300 RUN_SERIAL TRUE
                      SKIP_RETURN_CODE 77 FIXTURES_REQUIRED fortunes_data
                      ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000")
+
+# A flipped payload byte: train stops naming the shard and byte range, or skips and counts it.
+add_test(NAME data_corrupt_train COMMAND ${PROJECT_SOURCE_DIR}/tests/data/corrupt_train.sh
+         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA})
+set_tests_properties(data_corrupt_train PROPERTIES LABELS "e2e;data" TIMEOUT 300 RUN_SERIAL TRUE
+                     FIXTURES_REQUIRED fortunes_data ENVIRONMENT "OMP_NUM_THREADS=1")
