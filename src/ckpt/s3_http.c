@@ -17,7 +17,7 @@ static void curl_init(void) {
     curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-dt_status s3_global_init(void) {
+dt_status dt_s3_global_init(void) {
     pthread_once(&curl_once, curl_init);
     if (curl_init_rc != CURLE_OK)
         return dt_error_set(DT_ERR_INTERNAL, "storage: libcurl initialisation failed: %s",
@@ -25,7 +25,7 @@ dt_status s3_global_init(void) {
     return DT_OK;
 }
 
-size_t s3_encode(char *out, size_t cap, const char *s, int keep_slash) {
+size_t dt_s3_encode(char *out, size_t cap, const char *s, int keep_slash) {
     static const char hex[] = "0123456789ABCDEF";
     size_t o = 0;
     for (; *s; s++) {
@@ -62,7 +62,7 @@ static int sha256_hex(const void *data, size_t n, char out[65]) {
     return 0;
 }
 
-int s3_multipart_etag(char (*etags)[128], int nparts, char out[128]) {
+int dt_s3_multipart_etag(char (*etags)[128], int nparts, char out[128]) {
     unsigned char *bin = malloc((size_t)nparts * 16 + 1), md[EVP_MAX_MD_SIZE];
     unsigned len = 0;
     if (!bin) return -1;
@@ -84,8 +84,8 @@ int s3_multipart_etag(char (*etags)[128], int nparts, char out[128]) {
     return 0;
 }
 
-const char *s3_xml_next(const char *p, const char *end, const char *tag, const char **v,
-                        size_t *vn) {
+const char *dt_s3_xml_next(const char *p, const char *end, const char *tag, const char **v,
+                           size_t *vn) {
     char open[80], close[80];
     int ol = snprintf(open, sizeof open, "<%s>", tag),
         cl = snprintf(close, sizeof close, "</%s>", tag);
@@ -157,7 +157,7 @@ static int xml_text(const char *v, size_t vn, char *out, size_t cap) {
 
 /* On failure out holds "" rather than the undecoded prefix without its terminator (callers
  * print it: found by the s3_xml fuzzer, regress/s3_xml/stack-overflow-unterminated-message). */
-int s3_xml_text(const char *v, size_t vn, char *out, size_t cap) {
+int dt_s3_xml_text(const char *v, size_t vn, char *out, size_t cap) {
     int rc = xml_text(v, vn, out, cap);
     if (rc != 0 && cap) out[0] = 0;
     return rc;
@@ -279,12 +279,13 @@ static void error_fields(s3_resp *r, char *msg, size_t cap) {
     r->code[0] = msg[0] = 0;
     if (!r->body || !memmem(r->body, r->n, "<Error>", 7)) return;
     const char *end = r->body + r->n;
-    if (s3_xml_next(r->body, end, "Code", &v, &vn) && vn < sizeof r->code)
-        s3_xml_text(v, vn, r->code, sizeof r->code);
-    if (s3_xml_next(r->body, end, "Message", &v, &vn) && vn < cap) s3_xml_text(v, vn, msg, cap);
+    if (dt_s3_xml_next(r->body, end, "Code", &v, &vn) && vn < sizeof r->code)
+        dt_s3_xml_text(v, vn, r->code, sizeof r->code);
+    if (dt_s3_xml_next(r->body, end, "Message", &v, &vn) && vn < cap)
+        dt_s3_xml_text(v, vn, msg, cap);
 }
 
-dt_status s3_do(CURL *h, const s3_conf *c, const s3_req *r, s3_resp *out) {
+dt_status dt_s3_do(CURL *h, const s3_conf *c, const s3_req *r, s3_resp *out) {
     const char *key = r->key ? r->key : "";
     char *path = NULL, *url = NULL, sha[65], what[1400];
     struct curl_slist *hdr = NULL;
@@ -301,7 +302,7 @@ dt_status s3_do(CURL *h, const s3_conf *c, const s3_req *r, s3_resp *out) {
     url = malloc(ulen);
     if (!path || !url) goto nomem;
     int u = snprintf(url, ulen, "%s/%s%s", c->endpoint, c->bucket, r->key ? "/" : "");
-    s3_encode(url + u, ulen - (size_t)u, path, 1);
+    dt_s3_encode(url + u, ulen - (size_t)u, path, 1);
     if (r->query && *r->query) strcat(url, "?"), strcat(url, r->query);
     snprintf(what, sizeof what, "%s %s", r->method, url);
 
@@ -433,7 +434,7 @@ done:
     return st;
 }
 
-void s3_resp_free(s3_resp *r) {
+void dt_s3_resp_free(s3_resp *r) {
     free(r->body);
     r->body = NULL, r->n = r->cap = 0;
 }

@@ -35,7 +35,7 @@ typedef struct s3_req {
 typedef struct s3_resp {
     long http; /* status of the last attempt (0: no response) */
     int attempts;
-    char *body; /* response body, NUL-terminated (malloc'd; s3_resp_free) */
+    char *body; /* response body, NUL-terminated (malloc'd; dt_s3_resp_free) */
     size_t n, cap;
     long long length; /* Content-Length (HEAD), -1 if unknown */
     char etag[128];   /* ETag header, quotes included */
@@ -44,27 +44,27 @@ typedef struct s3_resp {
 } s3_resp;
 
 /* One-time libcurl initialisation (pthread_once). */
-dt_status s3_global_init(void);
+dt_status dt_s3_global_init(void);
 /* Runs the request with retries on handle h (reset before each attempt). DT_OK on 2xx;
  * DT_ERR_NOTFOUND on 404; DT_ERR_STATE on 401/403 ("access denied", not retried); DT_ERR_IO on
  * other failures after opts.max_retries retries; DT_ERR_NOMEM. out->msg says why. */
-dt_status s3_do(CURL *h, const s3_conf *c, const s3_req *r, s3_resp *out);
-void s3_resp_free(s3_resp *r);
+dt_status dt_s3_do(CURL *h, const s3_conf *c, const s3_req *r, s3_resp *out);
+void dt_s3_resp_free(s3_resp *r);
 
 /* Percent-encodes s as S3 canonical URIs want (every byte but A-Z a-z 0-9 - _ . ~, and '/'
  * when keep_slash). Returns the encoded length; the output is complete only if it is < cap. */
-size_t s3_encode(char *out, size_t cap, const char *s, int keep_slash);
+size_t dt_s3_encode(char *out, size_t cap, const char *s, int keep_slash);
 
 /* Finds the next <tag>text</tag> in [p, end): *v, *vn = the raw text. Returns the position
  * after the closing tag, or NULL if there is none. */
-const char *s3_xml_next(const char *p, const char *end, const char *tag, const char **v,
-                        size_t *vn);
+const char *dt_s3_xml_next(const char *p, const char *end, const char *tag, const char **v,
+                           size_t *vn);
 /* Decodes XML entities (&amp; &lt; &gt; &quot; &apos; &#N; &#xH;) of raw text into out
  * (cap >= vn + 1 always suffices). Returns 0, or -1 on a malformed entity or a NUL. */
-int s3_xml_text(const char *v, size_t vn, char *out, size_t cap);
+int dt_s3_xml_text(const char *v, size_t vn, char *out, size_t cap);
 
 /* MD5 of a part list's ETags as S3 forms a multipart object's ETag ("<hex>-<nparts>", quoted);
  * returns 0, or -1 if a part ETag is not a quoted MD5. */
-int s3_multipart_etag(char (*etags)[128], int nparts, char out[128]);
+int dt_s3_multipart_etag(char (*etags)[128], int nparts, char out[128]);
 
 #endif

@@ -53,7 +53,7 @@ static dt_status run(s3_store *p, const s3_req *r, s3_resp *resp) {
     if (!h)
         return dt_error_set(DT_ERR_NOMEM, "storage %s: %s: cannot create a curl handle", r->op,
                             p->c.url);
-    dt_status st = s3_do(h, &p->c, r, resp);
+    dt_status st = dt_s3_do(h, &p->c, r, resp);
     give(p, h);
     if (st != DT_OK) dt_error_set(st, "%s", resp->msg);
     return st;
@@ -68,7 +68,7 @@ static dt_status s3_put_single(s3_store *p, const char *key, const void *data, s
                 .content_type = "application/octet-stream"};
     s3_resp resp;
     dt_status st = run(p, &r, &resp);
-    s3_resp_free(&resp);
+    dt_s3_resp_free(&resp);
     return st;
 }
 
@@ -117,7 +117,7 @@ static void *mp_worker(void *arg) {
                     .body = m->data + off,
                     .n = len};
         s3_resp resp;
-        dt_status st = s3_do(h, &m->p->c, &r, &resp);
+        dt_status st = dt_s3_do(h, &m->p->c, &r, &resp);
         if (st == DT_OK && !resp.etag[0]) {
             snprintf(resp.msg, sizeof resp.msg,
                      "storage put: %s: '%s': part %d: no ETag in the reply", m->p->c.url, m->key,
@@ -128,7 +128,7 @@ static void *mp_worker(void *arg) {
             mp_fail(m, st, resp.msg);
         else
             memcpy(m->etags[i], resp.etag, sizeof m->etags[i]);
-        s3_resp_free(&resp);
+        dt_s3_resp_free(&resp);
     }
     free(q);
     give(m->p, h);
@@ -158,11 +158,11 @@ static char *complete_xml(mp *m, size_t *len) {
  * upload is gone (404 NoSuchUpload) and the object's ETag is the one of our parts. */
 static int completed_anyway(s3_store *p, mp *m) {
     char want[128];
-    if (s3_multipart_etag(m->etags, m->nparts, want) != 0) return 0;
+    if (dt_s3_multipart_etag(m->etags, m->nparts, want) != 0) return 0;
     s3_req r = {.op = "put", .method = "HEAD", .key = m->key};
     s3_resp resp;
     int ok = run(p, &r, &resp) == DT_OK && !strcmp(resp.etag, want);
-    s3_resp_free(&resp);
+    dt_s3_resp_free(&resp);
     return ok;
 }
 
@@ -174,19 +174,19 @@ static dt_status s3_put_multipart(s3_store *p, const char *key, const void *data
                 .query = "uploads=",
                 .content_type = "application/octet-stream"};
     dt_status st = run(p, &r, &resp);
-    if (st != DT_OK) return s3_resp_free(&resp), st;
+    if (st != DT_OK) return dt_s3_resp_free(&resp), st;
     const char *v;
     size_t vn;
     char *raw = NULL;
-    if (!resp.body || !s3_xml_next(resp.body, resp.body + resp.n, "UploadId", &v, &vn) || !vn ||
-        !(raw = malloc(vn + 1)) || s3_xml_text(v, vn, raw, vn + 1) != 0) {
-        free(raw), s3_resp_free(&resp);
+    if (!resp.body || !dt_s3_xml_next(resp.body, resp.body + resp.n, "UploadId", &v, &vn) || !vn ||
+        !(raw = malloc(vn + 1)) || dt_s3_xml_text(v, vn, raw, vn + 1) != 0) {
+        free(raw), dt_s3_resp_free(&resp);
         return dt_error_set(DT_ERR_FORMAT,
                             "storage put: %s: '%s': no UploadId in the reply to "
                             "CreateMultipartUpload",
                             p->c.url, key);
     }
-    s3_resp_free(&resp);
+    dt_s3_resp_free(&resp);
 
     mp m = {.p = p, .key = key, .data = data, .n = n};
     m.part = p->c.opts.part_size > MIN_PART ? p->c.opts.part_size : MIN_PART;
@@ -200,7 +200,7 @@ static dt_status s3_put_multipart(s3_store *p, const char *key, const void *data
         free(raw), free(m.uid), free(m.etags), free(q);
         return dt_error_set(DT_ERR_NOMEM, "storage put: %s: '%s': out of memory", p->c.url, key);
     }
-    s3_encode(m.uid, ul, raw, 0);
+    dt_s3_encode(m.uid, ul, raw, 0);
     sprintf(q, "uploadId=%s", m.uid);
     pthread_mutex_init(&m.mu, NULL);
 
@@ -242,7 +242,7 @@ static dt_status s3_put_multipart(s3_store *p, const char *key, const void *data
                                         "and the object is not the one uploaded",
                                         keep);
             }
-            s3_resp_free(&resp);
+            dt_s3_resp_free(&resp);
             free(xml);
         }
     }
@@ -252,7 +252,7 @@ static dt_status s3_put_multipart(s3_store *p, const char *key, const void *data
         snprintf(keep, sizeof keep, "%s", dt_last_error());
         s3_req a = {.op = "put", .method = "DELETE", .key = key, .query = q};
         dt_status ast = run(p, &a, &resp);
-        s3_resp_free(&resp);
+        dt_s3_resp_free(&resp);
         dt_error_set(st, "%s%s", keep,
                      ast == DT_OK || ast == DT_ERR_NOTFOUND
                          ? "; multipart upload aborted"
@@ -278,12 +278,12 @@ static dt_status s3_get(dt_store *s, const char *key, void **data, size_t *n) {
     s3_req r = {.op = "get", .method = "GET", .key = key};
     s3_resp resp;
     dt_status st = run(impl(s), &r, &resp);
-    if (st != DT_OK) return s3_resp_free(&resp), st;
+    if (st != DT_OK) return dt_s3_resp_free(&resp), st;
     if (!resp.body && !(resp.body = malloc(1))) {
         return dt_error_set(DT_ERR_NOMEM, "storage get: %s: '%s': out of memory", s->url, key);
     }
     if (resp.length >= 0 && (size_t)resp.length != resp.n) {
-        s3_resp_free(&resp);
+        dt_s3_resp_free(&resp);
         return dt_error_set(DT_ERR_IO, "storage get: %s: '%s': got %zu bytes of %lld", s->url, key,
                             resp.n, resp.length);
     }
@@ -295,7 +295,7 @@ static dt_status s3_stat(dt_store *s, const char *key, size_t *n) {
     s3_req r = {.op = "stat", .method = "HEAD", .key = key};
     s3_resp resp;
     dt_status st = run(impl(s), &r, &resp);
-    s3_resp_free(&resp);
+    dt_s3_resp_free(&resp);
     if (st != DT_OK) return st;
     if (resp.length < 0)
         return dt_error_set(DT_ERR_FORMAT, "storage stat: %s: '%s': no Content-Length in the reply",
@@ -313,7 +313,7 @@ static dt_status s3_list(dt_store *s, const char *prefix, char ***keys, int *n, 
     dt_status st = DT_OK;
     if (!full || !efull) goto nomem;
     sprintf(full, "%s%s", p->c.prefix, prefix);
-    s3_encode(efull, 3 * fl + 1, full, 0);
+    dt_s3_encode(efull, 3 * fl + 1, full, 0);
     for (int page = 0;; page++) {
         size_t ql = 3 * (token ? strlen(token) : 0) + 3 * fl + 64;
         free(q);
@@ -321,7 +321,7 @@ static dt_status s3_list(dt_store *s, const char *prefix, char ***keys, int *n, 
         int o = 0;
         if (token) {
             o = sprintf(q, "continuation-token=");
-            s3_encode(q + o, ql - (size_t)o, token, 0);
+            dt_s3_encode(q + o, ql - (size_t)o, token, 0);
             o = (int)strlen(q);
             q[o++] = '&';
         }
@@ -330,25 +330,26 @@ static dt_status s3_list(dt_store *s, const char *prefix, char ***keys, int *n, 
         s3_resp resp;
         st = run(p, &r, &resp);
         if (st != DT_OK) {
-            s3_resp_free(&resp);
+            dt_s3_resp_free(&resp);
             break;
         }
         const char *b = resp.body ? resp.body : "", *end = b + resp.n, *v, *blk;
         size_t vn, bn;
         if (!strstr(b, "<ListBucketResult")) {
-            s3_resp_free(&resp);
+            dt_s3_resp_free(&resp);
             st = dt_error_set(DT_ERR_FORMAT,
                               "storage list: %s: '%s': the reply is not a "
                               "ListBucketResult",
                               s->url, prefix);
             break;
         }
-        for (const char *c = b; st == DT_OK && (c = s3_xml_next(c, end, "Contents", &blk, &bn));) {
-            if (!s3_xml_next(blk, blk + bn, "Key", &v, &vn)) continue;
+        for (const char *c = b;
+             st == DT_OK && (c = dt_s3_xml_next(c, end, "Contents", &blk, &bn));) {
+            if (!dt_s3_xml_next(blk, blk + bn, "Key", &v, &vn)) continue;
             char *k = malloc(vn + 1);
             if (!k) {
                 st = dt_error_set(DT_ERR_NOMEM, "storage list: %s: out of memory", s->url);
-            } else if (s3_xml_text(v, vn, k, vn + 1) != 0) {
+            } else if (dt_s3_xml_text(v, vn, k, vn + 1) != 0) {
                 st = dt_error_set(DT_ERR_FORMAT, "storage list: %s: malformed key in the listing",
                                   s->url);
             } else if (!strncmp(k, full, fl) && k[0] &&
@@ -357,11 +358,12 @@ static dt_status s3_list(dt_store *s, const char *prefix, char ***keys, int *n, 
             }
             free(k);
         }
-        int more = s3_xml_next(b, end, "IsTruncated", &v, &vn) && vn == 4 && !memcmp(v, "true", 4);
+        int more =
+            dt_s3_xml_next(b, end, "IsTruncated", &v, &vn) && vn == 4 && !memcmp(v, "true", 4);
         char *next = NULL;
         if (st == DT_OK && more) {
-            if (!s3_xml_next(b, end, "NextContinuationToken", &v, &vn) || !vn ||
-                !(next = malloc(vn + 1)) || s3_xml_text(v, vn, next, vn + 1) != 0 ||
+            if (!dt_s3_xml_next(b, end, "NextContinuationToken", &v, &vn) || !vn ||
+                !(next = malloc(vn + 1)) || dt_s3_xml_text(v, vn, next, vn + 1) != 0 ||
                 (token && !strcmp(token, next)) || page > 10000000) {
                 st = dt_error_set(DT_ERR_FORMAT,
                                   "storage list: %s: '%s': truncated listing "
@@ -370,7 +372,7 @@ static dt_status s3_list(dt_store *s, const char *prefix, char ***keys, int *n, 
                 free(next), next = NULL;
             }
         }
-        s3_resp_free(&resp);
+        dt_s3_resp_free(&resp);
         free(token);
         token = next;
         if (st != DT_OK || !more) break;
@@ -386,7 +388,7 @@ static dt_status s3_del(dt_store *s, const char *key) {
     s3_req r = {.op = "delete", .method = "DELETE", .key = key};
     s3_resp resp;
     dt_status st = run(impl(s), &r, &resp);
-    s3_resp_free(&resp);
+    dt_s3_resp_free(&resp);
     if (st == DT_ERR_NOTFOUND) dt_error_clear(), st = DT_OK; /* already gone */
     return st;
 }
@@ -538,7 +540,7 @@ static dt_status credentials(const char *url, s3_conf *c) {
 }
 
 dt_status dt_store_s3_open(dt_store *s, const char *bucket_prefix) {
-    dt_status st = s3_global_init();
+    dt_status st = dt_s3_global_init();
     if (st != DT_OK) return st;
     const char *slash = strchr(bucket_prefix, '/');
     size_t bl = slash ? (size_t)(slash - bucket_prefix) : strlen(bucket_prefix);

@@ -66,7 +66,7 @@ static int error(sv_buf *b, int code, const char *msg) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "error", msg);
     char *t = cJSON_PrintUnformatted(o);
-    sv_puts(b, t ? t : "{}");
+    dt_sv_puts(b, t ? t : "{}");
     free(t);
     cJSON_Delete(o);
     return code;
@@ -76,7 +76,7 @@ static int emit(sv_buf *b, cJSON *o) {
     char *t = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!t) return b->failed = 1, 500;
-    sv_puts(b, t);
+    dt_sv_puts(b, t);
     free(t);
     return 200;
 }
@@ -84,12 +84,12 @@ static int emit(sv_buf *b, cJSON *o) {
 /* A store failure: the handle is reopened by the next request. */
 static int store_error(dt_serve *s, sv_buf *b) {
     int code = error(b, 503, dt_last_error());
-    sv_store_reset(s);
+    dt_sv_store_reset(s);
     return code;
 }
 
-int sv_api(dt_serve *s, const char *path, const char *key, const char *since, sv_buf *b) {
-    dt_track *st = sv_store(s);
+int dt_sv_api(dt_serve *s, const char *path, const char *key, const char *since, sv_buf *b) {
+    dt_track *st = dt_sv_store(s);
     if (!st) return error(b, 503, dt_last_error());
     if (!strcmp(path, "runs") || !strcmp(path, "runs/")) {
         cJSON *a = cJSON_CreateArray();

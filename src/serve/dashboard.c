@@ -3,7 +3,7 @@
  * its checkpoints and config. Everything is in this one page: no external URLs, no internet. */
 #include "serve/serve_impl.h"
 
-const char sv_dashboard_html[] =
+const char dt_sv_dashboard_html[] =
     "<!doctype html>\n"
     "<html lang=\"en\"><head><meta charset=\"utf-8\"><title>dtrain</title>\n"
     "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"

@@ -172,41 +172,41 @@ static dt_status collect(dt_track *st, run_data *d) {
 static void label(sv_buf *b, const char *v) {
     for (; *v; v++) {
         if (*v == '\\')
-            sv_puts(b, "\\\\");
+            dt_sv_puts(b, "\\\\");
         else if (*v == '"')
-            sv_puts(b, "\\\"");
+            dt_sv_puts(b, "\\\"");
         else if (*v == '\n')
-            sv_puts(b, "\\n");
+            dt_sv_puts(b, "\\n");
         else
-            sv_printf(b, "%c", *v);
+            dt_sv_printf(b, "%c", *v);
     }
 }
 
 static void labels(sv_buf *b, const dt_track_run *r) {
-    sv_puts(b, "experiment=\"");
+    dt_sv_puts(b, "experiment=\"");
     label(b, r->experiment);
-    sv_puts(b, "\",run=\"");
+    dt_sv_puts(b, "\",run=\"");
     label(b, r->name);
-    sv_puts(b, "\"");
+    dt_sv_puts(b, "\"");
 }
 
 static void value(sv_buf *b, double v) {
     if (isnan(v))
-        sv_puts(b, " NaN\n");
+        dt_sv_puts(b, " NaN\n");
     else if (isinf(v))
-        sv_puts(b, v > 0 ? " +Inf\n" : " -Inf\n");
+        dt_sv_puts(b, v > 0 ? " +Inf\n" : " -Inf\n");
     else
-        sv_printf(b, " %.17g\n", v);
+        dt_sv_printf(b, " %.17g\n", v);
 }
 
 static void family(sv_buf *b, const char *name, const char *type, const char *help) {
-    sv_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    dt_sv_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 static void sample(sv_buf *b, const char *name, const dt_track_run *r, double v) {
-    sv_printf(b, "%s{", name);
+    dt_sv_printf(b, "%s{", name);
     labels(b, &r[0]);
-    sv_puts(b, "}");
+    dt_sv_puts(b, "}");
     value(b, v);
 }
 
@@ -282,13 +282,13 @@ static int find_workers(long mpirun, worker *out, int max) {
     return n;
 }
 
-void sv_prometheus(dt_serve *s, sv_buf *b) {
+void dt_sv_prometheus(dt_serve *s, sv_buf *b) {
     run_list l = {calloc(MAX_RUNS, sizeof(run_data)), 0};
     if (!l.d) {
         b->failed = 1;
         return;
     }
-    dt_track *st = sv_store(s);
+    dt_track *st = dt_sv_store(s);
     int up = st != NULL;
     if (st) {
         dt_status rc;
@@ -304,21 +304,21 @@ void sv_prometheus(dt_serve *s, sv_buf *b) {
         for (int i = 0; rc == DT_OK && i < l.n; i++) rc = collect(st, &l.d[i]);
         if (rc != DT_OK) {
             up = 0, l.n = 0;
-            sv_store_reset(s); /* reopened by the next scrape */
+            dt_sv_store_reset(s); /* reopened by the next scrape */
         }
     }
     family(b, "dtrain_store_up", "gauge",
            "1 if the experiment store could be read for this scrape, else 0.");
-    sv_printf(b, "dtrain_store_up %d\n", up);
+    dt_sv_printf(b, "dtrain_store_up %d\n", up);
     double now = dt_track_wall();
     if (l.n) {
         family(b, "dtrain_run_info", "gauge", "1 per run, its status as a label.");
         for (int i = 0; i < l.n; i++) {
-            sv_puts(b, "dtrain_run_info{");
+            dt_sv_puts(b, "dtrain_run_info{");
             labels(b, &l.d[i].r);
-            sv_puts(b, ",status=\"");
+            dt_sv_puts(b, ",status=\"");
             label(b, l.d[i].r.lost ? "lost" : l.d[i].r.status);
-            sv_puts(b, "\"} 1\n");
+            dt_sv_puts(b, "\"} 1\n");
         }
         family(b, "dtrain_run_running", "gauge", "1 while the run is training, else 0.");
         for (int i = 0; i < l.n; i++)
@@ -351,12 +351,12 @@ void sv_prometheus(dt_serve *s, sv_buf *b) {
             const run_data *d = &l.d[i];
             if (!d->count) continue;
             for (int k = 0; k <= N_BUCKETS; k++) {
-                sv_puts(b, "dtrain_step_seconds_bucket{");
+                dt_sv_puts(b, "dtrain_step_seconds_bucket{");
                 labels(b, &d->r);
                 if (k < N_BUCKETS)
-                    sv_printf(b, ",le=\"%g\"} %" PRIu64 "\n", BUCKETS[k], d->bucket[k]);
+                    dt_sv_printf(b, ",le=\"%g\"} %" PRIu64 "\n", BUCKETS[k], d->bucket[k]);
                 else
-                    sv_printf(b, ",le=\"+Inf\"} %" PRIu64 "\n", d->count);
+                    dt_sv_printf(b, ",le=\"+Inf\"} %" PRIu64 "\n", d->count);
             }
             sample(b, "dtrain_step_seconds_sum", &d->r, d->sum);
             sample(b, "dtrain_step_seconds_count", &d->r, (double)d->count);
@@ -408,9 +408,9 @@ void sv_prometheus(dt_serve *s, sv_buf *b) {
             family(b, "dtrain_worker_resident_bytes", "gauge",
                    "Resident memory of each worker on the launcher's host.");
             for (int k = 0; k < nw; k++) {
-                sv_puts(b, "dtrain_worker_resident_bytes{");
+                dt_sv_puts(b, "dtrain_worker_resident_bytes{");
                 labels(b, &l.d[0].r);
-                sv_printf(b, ",rank=\"%d\"}", w[k].rank);
+                dt_sv_printf(b, ",rank=\"%d\"}", w[k].rank);
                 value(b, w[k].rss);
             }
         }

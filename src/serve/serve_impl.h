@@ -16,8 +16,8 @@ typedef struct sv_buf {
     int failed;
 } sv_buf;
 
-void sv_printf(sv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void sv_puts(sv_buf *b, const char *s);
+void dt_sv_printf(sv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void dt_sv_puts(sv_buf *b, const char *s);
 
 struct dt_serve {
     struct MHD_Daemon *mhd;
@@ -37,15 +37,15 @@ struct dt_serve {
 };
 
 /* The store, opened if needed; NULL with dt_last_error() set when there is none (yet). */
-dt_track *sv_store(dt_serve *s);
+dt_track *dt_sv_store(dt_serve *s);
 /* A request failed on the store: closed, reopened by the next request. */
-void sv_store_reset(dt_serve *s);
+void dt_sv_store_reset(dt_serve *s);
 
 /* /metrics (Prometheus text format 0.0.4). */
-void sv_prometheus(dt_serve *s, sv_buf *b);
+void dt_sv_prometheus(dt_serve *s, sv_buf *b);
 /* The JSON API: fills `b` and returns the HTTP status. `path` is after "/api/". */
-int sv_api(dt_serve *s, const char *path, const char *key, const char *since, sv_buf *b);
+int dt_sv_api(dt_serve *s, const char *path, const char *key, const char *since, sv_buf *b);
 /* The dashboard page. */
-extern const char sv_dashboard_html[];
+extern const char dt_sv_dashboard_html[];
 
 #endif

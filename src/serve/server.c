@@ -35,7 +35,7 @@
  * room for a browser's cookies for 127.0.0.1, which every local web service shares. */
 enum { CONN_TIMEOUT_S = 15, MAX_CONNECTIONS = 64, CONN_MEMORY = 32 << 10 };
 
-void sv_printf(sv_buf *b, const char *fmt, ...) {
+void dt_sv_printf(sv_buf *b, const char *fmt, ...) {
     if (b->failed) return;
     for (;;) {
         va_list ap;
@@ -61,16 +61,16 @@ void sv_printf(sv_buf *b, const char *fmt, ...) {
     }
 }
 
-void sv_puts(sv_buf *b, const char *s) {
-    sv_printf(b, "%s", s);
+void dt_sv_puts(sv_buf *b, const char *s) {
+    dt_sv_printf(b, "%s", s);
 }
 
-dt_track *sv_store(dt_serve *s) {
+dt_track *dt_sv_store(dt_serve *s) {
     if (!s->store && dt_track_open_existing(s->db_path, &s->store) != DT_OK) s->store = NULL;
     return s->store;
 }
 
-void sv_store_reset(dt_serve *s) {
+void dt_sv_store_reset(dt_serve *s) {
     dt_track_close(s->store);
     s->store = NULL;
 }
@@ -92,7 +92,7 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char
     if (b->failed) {
         free(b->p);
         *b = (sv_buf){0};
-        sv_puts(b, "out of memory\n");
+        dt_sv_puts(b, "out of memory\n");
         code = MHD_HTTP_INTERNAL_SERVER_ERROR, type = "text/plain; charset=utf-8";
     }
     struct MHD_Response *r =
@@ -113,7 +113,7 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char
 
 static enum MHD_Result text(struct MHD_Connection *c, unsigned code, const char *msg) {
     sv_buf b = {0};
-    sv_puts(&b, msg);
+    dt_sv_puts(&b, msg);
     return reply(c, code, "text/plain; charset=utf-8", &b);
 }
 
@@ -177,17 +177,17 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                     "not let in)\n");
     sv_buf b = {0};
     if (!strcmp(url, "/metrics")) {
-        sv_prometheus(s, &b);
+        dt_sv_prometheus(s, &b);
         return reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", &b);
     }
     if (!strcmp(url, "/") || !strcmp(url, "/index.html")) {
-        sv_puts(&b, sv_dashboard_html);
+        dt_sv_puts(&b, dt_sv_dashboard_html);
         return reply(c, MHD_HTTP_OK, "text/html; charset=utf-8", &b);
     }
     if (!strncmp(url, "/api/", 5)) {
         const char *key = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "key");
         const char *since = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since");
-        int code = sv_api(s, url + 5, key, since, &b);
+        int code = dt_sv_api(s, url + 5, key, since, &b);
         return reply(c, (unsigned)code, "application/json", &b);
     }
     return text(c, MHD_HTTP_NOT_FOUND, "404 not found: try /, /metrics or /api/runs\n");

@@ -642,10 +642,10 @@ static void test_open(void) {
 
 static void test_helpers(void) {
     char out[256];
-    CHECK(s3_encode(out, sizeof out, "a/b c+%~", 1) == 14 && !strcmp(out, "a/b%20c%2B%25~"),
+    CHECK(dt_s3_encode(out, sizeof out, "a/b c+%~", 1) == 14 && !strcmp(out, "a/b%20c%2B%25~"),
           "encode: %s", out);
-    CHECK(s3_encode(out, sizeof out, "a/b", 0) == 5 && !strcmp(out, "a%2Fb"), "encode: %s", out);
-    CHECK(s3_encode(out, 4, "abcdef", 0) == 6 && !strcmp(out, "abc"), "encode cut: %s", out);
+    CHECK(dt_s3_encode(out, sizeof out, "a/b", 0) == 5 && !strcmp(out, "a%2Fb"), "encode: %s", out);
+    CHECK(dt_s3_encode(out, 4, "abcdef", 0) == 6 && !strcmp(out, "abc"), "encode cut: %s", out);
     struct {
         const char *in, *want;
     } good[] = {{"plain", "plain"},
@@ -655,7 +655,7 @@ static void test_helpers(void) {
                 {"&#x1F600;", "\xf0\x9f\x98\x80"},
                 {"", ""}};
     for (int i = 0; i < 6; i++)
-        CHECK(s3_xml_text(good[i].in, strlen(good[i].in), out, strlen(good[i].in) + 1) == 0 &&
+        CHECK(dt_s3_xml_text(good[i].in, strlen(good[i].in), out, strlen(good[i].in) + 1) == 0 &&
                   !strcmp(out, good[i].want),
               "xml '%s' -> '%s'", good[i].in, out);
     const char *bad[] = {"&bogus;",    "&amp",     "&#0;",
@@ -665,22 +665,22 @@ static void test_helpers(void) {
      * (the s3_xml fuzzer's stack-buffer-overflow in an error message) */
     for (int i = 0; i < 9; i++) {
         memset(out, 'x', sizeof out);
-        CHECK(s3_xml_text(bad[i], strlen(bad[i]), out, sizeof out) == -1 && out[0] == 0,
+        CHECK(dt_s3_xml_text(bad[i], strlen(bad[i]), out, sizeof out) == -1 && out[0] == 0,
               "xml '%s' accepted or left unterminated", bad[i]);
     }
     memset(out, 'x', sizeof out);
-    CHECK(s3_xml_text("abc", 3, out, 3) == -1 && out[0] == 0, "xml into a short buffer");
+    CHECK(dt_s3_xml_text("abc", 3, out, 3) == -1 && out[0] == 0, "xml into a short buffer");
     memset(out, 'x', sizeof out);
-    CHECK(s3_xml_text("a\0b", 3, out, sizeof out) == -1 && out[0] == 0, "xml with a NUL");
+    CHECK(dt_s3_xml_text("a\0b", 3, out, sizeof out) == -1 && out[0] == 0, "xml with a NUL");
     const char *v;
     size_t vn;
     const char *x = "<A><Key>k1</Key><KeyCount>2</KeyCount><Key>k2</Key>";
-    const char *p = s3_xml_next(x, x + strlen(x), "Key", &v, &vn);
+    const char *p = dt_s3_xml_next(x, x + strlen(x), "Key", &v, &vn);
     CHECK(p && vn == 2 && !strncmp(v, "k1", 2), "xml_next 1");
-    p = s3_xml_next(p, x + strlen(x), "Key", &v, &vn);
+    p = dt_s3_xml_next(p, x + strlen(x), "Key", &v, &vn);
     CHECK(p && vn == 2 && !strncmp(v, "k2", 2), "xml_next skips <KeyCount>");
-    CHECK(!s3_xml_next(p, x + strlen(x), "Key", &v, &vn), "xml_next at the end");
-    CHECK(!s3_xml_next(x, x + 10, "Key", &v, &vn), "xml_next stops at end");
+    CHECK(!dt_s3_xml_next(p, x + strlen(x), "Key", &v, &vn), "xml_next at the end");
+    CHECK(!dt_s3_xml_next(x, x + 10, "Key", &v, &vn), "xml_next stops at end");
 }
 
 int main(void) {
