@@ -8,18 +8,22 @@ JOBS ?= 2
 GEN := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
 
-.PHONY: all deps venv build demo test test-slow test-asan bench format clean
+.PHONY: all deps deps-demo venv build demo test test-slow test-asan bench format clean
 
 all: build
 
+# The test set (everything) and the demo set (the build and scripts/demo.sh only).
 deps:
-	@scripts/install-deps.sh
+	@scripts/install-deps.sh test
+
+deps-demo:
+	@scripts/install-deps.sh demo
 
 # The reference libraries for parity tests (PyPI, in a venv outside the checkout).
 venv: deps
 	@scripts/setup-venv.sh
 
-build: deps
+build: deps-demo
 	@test -f $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) $(GEN) -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(BUILD) -j $(JOBS)
 
@@ -92,7 +96,7 @@ FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 5
 
 .PHONY: fuzz-build fuzz-smoke fuzz
-fuzz-build: deps
+fuzz-build: deps-demo
 	@test -f $(FUZZ_BUILD)/CMakeCache.txt || cmake -S . -B $(FUZZ_BUILD) $(GEN) -DCMAKE_BUILD_TYPE=Release \
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DDT_FUZZ=ON
 	cmake --build $(FUZZ_BUILD) --target fuzz_all -j $(JOBS)

@@ -9,3 +9,7 @@ endif()
 add_test(NAME test_deploy COMMAND ${DT_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/deploy/test_deploy.py
          ${DT_DEPLOY_ARGS})
 set_tests_properties(test_deploy PROPERTIES LABELS "unit;deploy" TIMEOUT 180)
+# scripts/install-deps.sh: demo set a strict subset without test-only services; nothing enabled.
+add_test(NAME install_deps_check COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/deploy/install_deps_check.sh
+         ${PROJECT_SOURCE_DIR})
+set_tests_properties(install_deps_check PROPERTIES LABELS "unit;deploy" TIMEOUT 60)
