@@ -77,7 +77,7 @@ evaluate: build venv
 	scripts/setup-ray.sh
 	python3 scripts/evaluate.py --build $(BUILD) --work eval-out
 
-bench: build
+bench: build venv
 	@for s in bench/*.sh; do echo "== $$s"; bash $$s $(BUILD); done
 
 format:
