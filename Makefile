@@ -32,7 +32,7 @@ demo: build
 
 # Pretrain a 6.6M-parameter Llama on fortunes, LoRA-finetune it on 2 MPI workers (~2.5 min).
 .PHONY: lora-demo
-lora-demo: build
+lora-demo: deps build
 	scripts/lora_demo.sh $(BUILD)
 
 # DT_GRAPH_POISON=1: every op's output is filled with NaN before it runs, so a kernel reading
