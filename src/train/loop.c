@@ -225,11 +225,9 @@ dt_status dt_trainer_export(dt_trainer *t, const char *dir) {
         /* with the tokenizer the data was made with, so `dtrain generate --model DIR` and
          * AutoTokenizer find it beside the weights, as in a Hugging Face folder */
         dt_status st = dt_llama_save_hf(t->g, &t->lc, dir, (size_t)4 << 30);
-        int copied = 0;
+        int copied = 0; /* 0: the data has no tokenizer to give (docs/data.md) */
         if (st == DT_OK && t->rank == 0 && t->v.data.train[0])
             st = dt_dataset_tokenizer_export(t->v.data.train, dir, &copied);
-        if (st == DT_OK && copied && t->log)
-            fprintf(t->log, "tokenizer.json of %s exported with the model\n", t->v.data.train);
         return st;
     }
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
