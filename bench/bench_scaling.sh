@@ -83,8 +83,8 @@ run_peer() { # model round args...
 }
 # Which side goes first swaps every round, so that each side's jobs follow the other side's as
 # often as their own: a job that starts right after a large one (PyTorch's Llama) can run slower
-# for a while (measured on an AMD Zen 4 VM, bench/RESULTS.md), and with a fixed order only dtrain's ResNet runs
-# followed a Llama job of the other side.
+# for a while (measured on an AMD Zen 4 VM, bench/RESULTS.md), and with a fixed order only
+# dtrain's ResNet runs followed a Llama job of the other side.
 run_round() { # round
   local r=$1
   for m in resnet18 llama56m; do
