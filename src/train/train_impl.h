@@ -40,8 +40,7 @@ struct dt_trainer {
     double t_start, t_last, wait_sum, step_time_sum;
     double comm_wait_mark; /* ddp wait totals at the last log line */
     double comm_cpu_mark;  /* comm-thread CPU total at the last log line */
-    struct dt_train_ckpt *ck; /* checkpoints (src/train/ckpt.c) */
-    double *ck_buf;           /* [2 + world * 5] the per-step checkpoint exchange */
+    struct dt_train_ckpt *ck; /* checkpoints (src/train/ckpt.c over src/ckpt/) */
     char *config_yaml;        /* the resolved config, for trainer_state.json */
     volatile sig_atomic_t stop_requested; /* SIGTERM/SIGINT: save and stop after this step */
     dt_plan plan;          /* dtrain plan's per-worker memory, beside the measured one */
@@ -64,9 +63,10 @@ int64_t dt_train_feed(dt_trainer *t, const dt_batch *b);
 dt_status dt_train_record(dt_trainer *t, const char *status);
 
 typedef struct dt_train_ckpt dt_train_ckpt;
-/* Opens the checkpoint store (ckpt.dir, else output.dir) and starts the writer thread. */
+/* Opens the checkpoint store (ckpt.dir, else output.dir). */
 dt_status dt_train_ckpt_init(dt_trainer *t, const char *run_name);
-/* ckpt.resume: restores weights, optimizer state, progress and the data cursor. */
+/* ckpt.resume: restores weights, optimizer state, progress and the data cursor; then starts the
+ * saver (its writer thread). */
 dt_status dt_train_ckpt_resume(dt_trainer *t);
 /* After every step: the per-step exchange, commits, saves by policy, preemption. */
 dt_status dt_train_ckpt_after_step(dt_trainer *t);
@@ -79,8 +79,9 @@ void dt_train_track_open(dt_trainer *t, const dt_config *cfg);
 void dt_train_track_log(dt_trainer *t);                               /* at each log line */
 void dt_train_track_eval(dt_trainer *t, const dt_eval_result *r);     /* at each evaluation */
 /* A committed checkpoint (the ckpt writer thread): its trainer_state.json gives the metrics. */
+struct dt_ckpt_state;
 void dt_train_track_ckpt(dt_trainer *t, int64_t step, const char *store_url, const char *dir,
-                         const char *state_json);
+                         const struct dt_ckpt_state *state);
 void dt_train_track_export(dt_trainer *t, const char *dir);           /* the exported model */
 void dt_train_track_end(dt_trainer *t, const char *status, const char *reason);
 void dt_train_track_close(dt_trainer *t); /* ends a run left open as failed; closes */

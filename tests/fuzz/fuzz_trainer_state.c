@@ -64,6 +64,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         cJSON_Delete(o);
         free(txt);
     }
-    dt_ckpt_retain(g_store, "ck", 2, 1, 1, "loss", "min", NULL);
+    dt_ckpt_retain(g_store, "ck", 2, 1, 1, "loss", "min", NULL, NULL);
     return 0;
 }
