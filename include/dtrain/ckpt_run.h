@@ -56,7 +56,8 @@ typedef struct dt_ckpt_policy {
     int async;            /* 0: every save waits for its commit */
     int keep_last, keep_best;
     const char *best_metric;
-    int best_max; /* 1: a larger best_metric is better */
+    int best_max;         /* 1: a larger best_metric is better */
+    int require_writable; /* a failed probe at open refuses; 0: a warning */
     dt_ckpt_event_fn on_event;
     void *event_ud;
 } dt_ckpt_policy;
@@ -76,8 +77,11 @@ typedef struct dt_ckpt_progress {
 
 typedef struct dt_ckpt_saver dt_ckpt_saver;
 
-/* Starts the writer thread; with periodic saves configured, sizes and touches the snapshot
- * buffers now (so the first save's stall is a copy, not page faults). Every rank. */
+/* Probes the location (every rank creates, writes, syncs and deletes an object of its own under
+ * c->root; the ranks agree, so that all refuse or none), starts the writer thread, and with
+ * periodic saves configured sizes and touches the snapshot buffers now (so the first save's
+ * stall is a copy, not page faults). Every rank. A failed probe is an error naming the location
+ * and the config key unless p->require_writable is 0 (then a warning on stderr). */
 dt_status dt_ckpt_saver_open(const dt_ckpt_ctx *c, const dt_ckpt_policy *p, dt_ckpt_saver **out);
 /* After every optimizer step, on every rank: the per-step exchange (stop requests, a timed save
  * due, writers done), commits a finished save, saves by policy (and at the last step), and on a
@@ -86,6 +90,14 @@ dt_status dt_ckpt_saver_open(const dt_ckpt_ctx *c, const dt_ckpt_policy *p, dt_c
  * is returned as an error. */
 dt_status dt_ckpt_saver_step(dt_ckpt_saver *s, const dt_ckpt_progress *p, int stop_requested,
                              int *preempted);
+/* What happened to this rank's saves so far (after dt_ckpt_saver_step). */
+typedef struct dt_ckpt_report {
+    int saves, failed, committed; /* committed: rank 0 only (it writes the commits) */
+    int64_t last_committed_step;  /* -1: none in this run */
+    int last_failed;              /* the newest save failed */
+    char last_error[1024];        /* the newest failure's message */
+} dt_ckpt_report;
+void dt_ckpt_saver_report(dt_ckpt_saver *s, dt_ckpt_report *r);
 /* Waits for the writer and joins it. */
 void dt_ckpt_saver_close(dt_ckpt_saver *s);
 

@@ -126,6 +126,7 @@ typedef struct dt_config_values {
         char best_metric[DT_CFG_STR_MAX];
         int best_mode; /* 0 min, 1 max */
         int async;
+        int require_writable;        /* probe the location at start; refuse if it fails */
         char resume[DT_CFG_STR_MAX]; /* "auto", "never", or a checkpoint URI */
     } ckpt;
     struct {

@@ -64,6 +64,8 @@ struct dt_ckpt_saver {
     int failed; /* the last save failed on this rank (files or commit) */
     char commit_line[2048];
     char failed_msg[1024];
+    int n_saves, n_failed, n_committed; /* n_committed: under mu (the writer counts) */
+    int64_t last_committed, first_step; /* -1: none yet */
 };
 
 static double now(void) {
@@ -98,6 +100,9 @@ static dt_status put_commit(dt_ckpt_saver *s) {
     dt_status st = dt_store_put(s->c.store, key, s->commit_json, strlen(s->commit_json));
     if (st != DT_OK) return st;
     if (s->c.log) fputs(s->commit_line, s->c.log), fflush(s->c.log);
+    pthread_mutex_lock(&s->mu);
+    s->n_committed++, s->last_committed = s->step;
+    pthread_mutex_unlock(&s->mu);
     emit(s, DT_CKPT_COMMITTED, s->step, s->dir, &s->state, NULL);
     /* Retention only after the new checkpoint is committed. Its failure leaves extra
      * checkpoints behind, not a bad one: a warning, not a failed save. */
@@ -146,6 +151,28 @@ static void submit(dt_ckpt_saver *s, int job) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* A save of this rank failed: remembered (a final or preemption save fails the run), counted,
+ * and said loudly -- on stderr (`own`: this rank's writer failed; else another rank's did) and
+ * as an event -- with a reminder while no save of this run has been committed at all. */
+static void note_failure(dt_ckpt_saver *s, const char *msg, int own) {
+    if (s->failed) return; /* counted once per save */
+    s->failed = 1, s->n_failed++;
+    snprintf(s->failed_msg, sizeof s->failed_msg, "%s", msg);
+    pthread_mutex_lock(&s->mu);
+    int none = s->n_committed == 0 && s->last_committed < 0;
+    pthread_mutex_unlock(&s->mu);
+    char tail[200] = "";
+    if (none)
+        snprintf(tail, sizeof tail,
+                 "; no checkpoint of this run is committed yet (%d of %d saves failed): the "
+                 "training since step %" PRId64 " is not protected",
+                 s->n_failed, s->n_saves, s->first_step);
+    if (own || s->rank == 0)
+        fprintf(stderr, "rank %d: checkpoint step %" PRId64 " FAILED (not committed): %s%s\n",
+                s->rank, s->step, msg, tail);
+    if (own || s->rank == 0) emit(s, DT_CKPT_FAILED, s->step, s->dir, NULL, msg);
+}
+
 /* Waits for this rank's writer. A storage failure does not stop training (the previous
  * checkpoint stays the newest; the next save tries again): it is reported on stderr and as an
  * event, and remembered so that a final or preemption save can fail the run. Returns 1 if it
@@ -159,11 +186,7 @@ static int writer_wait(dt_ckpt_saver *s) {
     s->err = DT_OK;
     pthread_mutex_unlock(&s->mu);
     if (st == DT_OK) return 0;
-    s->failed = 1;
-    snprintf(s->failed_msg, sizeof s->failed_msg, "%s", msg);
-    fprintf(stderr, "rank %d: checkpoint step %" PRId64 " FAILED (not committed): %s\n", s->rank,
-            s->step, msg);
-    emit(s, DT_CKPT_FAILED, s->step, s->dir, NULL, msg);
+    note_failure(s, msg, 1);
     return 1;
 }
 
@@ -358,11 +381,7 @@ static dt_status commit(dt_ckpt_saver *s, const exchange *x) {
     if (!x->all_ok) {
         /* some rank failed to write: the save is abandoned, the previous checkpoint stays the
          * newest; the writer's own error is reported on the rank that had it */
-        if (!writer_wait(s)) {
-            s->failed = 1;
-            snprintf(s->failed_msg, sizeof s->failed_msg, "another rank could not write its files");
-            if (s->rank == 0) emit(s, DT_CKPT_FAILED, s->step, s->dir, NULL, s->failed_msg);
-        }
+        if (!writer_wait(s)) note_failure(s, "another rank could not write its files", 0);
         if (s->c.log)
             fprintf(s->c.log, "checkpoint step %" PRId64 " not committed: %s\n", s->step,
                     s->failed_msg);
@@ -417,7 +436,7 @@ static dt_status save(dt_ckpt_saver *s, const dt_ckpt_progress *p, const char *w
     double t0 = now();
     dt_status st = drain(s); /* back-pressure: one save at a time */
     if (st != DT_OK) return st;
-    s->failed = 0;
+    s->failed = 0, s->n_saves++;
     double waited = now() - t0;
     if ((st = dt_ddp_params_whole(s->c.ddp)) != DT_OK) return st;
     s->step = p->step;
@@ -449,6 +468,7 @@ static dt_status save(dt_ckpt_saver *s, const dt_ckpt_progress *p, const char *w
 dt_status dt_ckpt_saver_step(dt_ckpt_saver *s, const dt_ckpt_progress *p, int stop_requested,
                              int *preempted) {
     *preempted = 0;
+    if (s->first_step < 0) s->first_step = p->step - 1;
     exchange x;
     dt_status st = do_exchange(s, stop_requested, &x);
     if (st != DT_OK) return st;
@@ -482,6 +502,40 @@ dt_status dt_ckpt_saver_step(dt_ckpt_saver *s, const dt_ckpt_progress *p, int st
 
 /* ---- open, close -------------------------------------------------------------------------- */
 
+/* Every rank puts (the store writes, syncs and renames: the same path a checkpoint file takes)
+ * and deletes an object of its own under the root, so that a location that cannot take a
+ * checkpoint -- read-only, a file where a folder should be, no permission, no credentials, a
+ * full disk -- is found before training rather than at the first save. The ranks agree: a rank
+ * that failed names its error, the others say that one did. */
+static dt_status probe(dt_ckpt_saver *s) {
+    char key[1200];
+    snprintf(key, sizeof key, "%s/.probe-rank-%05d", s->root, s->rank);
+    static const char body[] = "dtrain checkpoint location probe\n";
+    dt_status st = dt_store_put(s->c.store, key, body, sizeof body - 1);
+    if (st == DT_OK) st = dt_store_delete(s->c.store, key);
+    char msg[1024] = "";
+    if (st != DT_OK) snprintf(msg, sizeof msg, "%s", dt_last_error());
+    double bad = st != DT_OK;
+    if (s->world > 1) {
+        dt_status cs = dt_comm_allreduce_f64(s->c.comm, &bad, 1);
+        if (cs != DT_OK) return cs;
+    }
+    if (bad == 0) return DT_OK;
+    if (!msg[0]) snprintf(msg, sizeof msg, "another rank could not write its probe");
+    if (!s->p.require_writable) {
+        if (s->rank == 0 || st != DT_OK)
+            fprintf(stderr,
+                    "warning: rank %d: checkpoints cannot be written to %s/%s: %s; training "
+                    "anyway (ckpt.require_writable=false): no checkpoint will be saved\n",
+                    s->rank, dt_store_url(s->c.store), s->root, msg);
+        return DT_OK;
+    }
+    return dt_error_set(DT_ERR_IO,
+                        "ckpt.dir: checkpoints cannot be written to %s/%s: %s (fix ckpt.dir or "
+                        "output.dir, or set ckpt.require_writable=false to train without them)",
+                        dt_store_url(s->c.store), s->root, msg);
+}
+
 dt_status dt_ckpt_saver_open(const dt_ckpt_ctx *c, const dt_ckpt_policy *p, dt_ckpt_saver **out) {
     *out = NULL;
     dt_ckpt_saver *s = calloc(1, sizeof *s);
@@ -494,10 +548,12 @@ dt_status dt_ckpt_saver_open(const dt_ckpt_ctx *c, const dt_ckpt_policy *p, dt_c
     s->sharded = dt_ddp_shards_optimizer(c->ddp);
     s->enabled = p->every_steps > 0 || p->every_minutes > 0;
     s->last_save_time = now();
+    s->last_committed = s->first_step = -1;
     dt_ckpt_state_init(&s->state);
     dt_status st = DT_OK;
     if (!(s->xbuf = malloc((size_t)(2 + s->world * SLOT) * sizeof *s->xbuf)))
         st = dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
+    if (st == DT_OK) st = probe(s);
     /* Periodic saves: the snapshot buffers get their final size and every page now, so the
      * first save's stall is a copy like every other one's, not ~0.4 s of page faults per GB.
      * (The same memory the first save would take anyway; only resident from the start.) A run
@@ -520,6 +576,15 @@ dt_status dt_ckpt_saver_open(const dt_ckpt_ctx *c, const dt_ckpt_policy *p, dt_c
     }
     *out = s;
     return DT_OK;
+}
+
+void dt_ckpt_saver_report(dt_ckpt_saver *s, dt_ckpt_report *r) {
+    memset(r, 0, sizeof *r);
+    r->saves = s->n_saves, r->failed = s->n_failed, r->last_failed = s->failed;
+    pthread_mutex_lock(&s->mu);
+    r->committed = s->n_committed, r->last_committed_step = s->last_committed;
+    pthread_mutex_unlock(&s->mu);
+    snprintf(r->last_error, sizeof r->last_error, "%s", s->failed ? s->failed_msg : "");
 }
 
 void dt_ckpt_saver_close(dt_ckpt_saver *s) {

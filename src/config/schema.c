@@ -170,6 +170,10 @@ static const dt_config_key keys[] = {
      "whether a smaller (min) or larger (max) ckpt.best_metric is better", OFF(ckpt.best_mode)},
     {"ckpt.async", DT_CFG_BOOL, "true", 0, 0, 0, NULL,
      "write checkpoints in the background while training goes on", OFF(ckpt.async)},
+    {"ckpt.require_writable", DT_CFG_BOOL, "true", 0, 0, 0, NULL,
+     "refuse to train when a probe file cannot be written to the checkpoint location at start "
+     "(false: warn and train)",
+     OFF(ckpt.require_writable)},
     {"ckpt.resume", DT_CFG_STR, "auto", 0, 0, 0, NULL,
      "auto: from the latest good checkpoint of this run, never, or a checkpoint URI",
      OFF(ckpt.resume)},

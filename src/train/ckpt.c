@@ -61,6 +61,7 @@ static dt_status open_saver(dt_trainer *t) {
                         .keep_best = (int)v->ckpt.keep_best,
                         .best_metric = v->ckpt.best_metric,
                         .best_max = v->ckpt.best_mode,
+                        .require_writable = v->ckpt.require_writable,
                         .on_event = on_event,
                         .event_ud = t};
     return dt_ckpt_saver_open(&t->ck->ctx, &p, &t->ck->saver);
@@ -99,6 +100,30 @@ dt_status dt_train_ckpt_after_step(dt_trainer *t) {
     dt_status st = dt_ckpt_saver_step(c->saver, &p, t->stop_requested, &preempted);
     if (preempted) t->prog.preempted = 1;
     return st;
+}
+
+int dt_train_ckpt_failed(dt_trainer *t) {
+    if (!t->ck || !t->ck->saver) return 0;
+    dt_ckpt_report r;
+    dt_ckpt_saver_report(t->ck->saver, &r);
+    return r.last_failed;
+}
+
+void dt_train_ckpt_summary(dt_trainer *t) {
+    if (!t->ck || !t->ck->saver || t->rank != 0) return;
+    dt_ckpt_report r;
+    dt_ckpt_saver_report(t->ck->saver, &r);
+    if (!r.failed) return;
+    char newest[64] = "none";
+    if (r.last_committed_step >= 0)
+        snprintf(newest, sizeof newest, "step %lld", (long long)r.last_committed_step);
+    char line[1400];
+    snprintf(line, sizeof line,
+             "checkpoints: %d of %d saves of this run FAILED (the newest committed: %s); last "
+             "error: %s\n",
+             r.failed, r.saves, newest, r.last_error[0] ? r.last_error : "(a failed save)");
+    FILE *f = t->log ? t->log : stderr;
+    fputs(line, f), fflush(f);
 }
 
 void dt_train_ckpt_free(dt_trainer *t) {
