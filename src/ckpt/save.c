@@ -375,6 +375,21 @@ static dt_status add_file(dt_ckpt_state *o, const char *name, int64_t bytes, uin
     return DT_OK;
 }
 
+/* An abandoned save: each rank removes the files it wrote, so that a full disk is not kept full
+ * by a save that will never be committed (retention would remove them only after the next
+ * commit, which they may prevent). A missing file is not an error; a failure is a warning. */
+static void discard(dt_ckpt_saver *s) {
+    snap_file *f[2] = {s->have_model ? &s->model : NULL, s->have_optim ? &s->optim : NULL};
+    for (int i = 0; i < 2; i++) {
+        if (!f[i]) continue;
+        char key[1300];
+        snprintf(key, sizeof key, "%s/%s", s->dir, f[i]->name);
+        if (dt_store_delete(s->c.store, key) != DT_OK)
+            fprintf(stderr, "warning: rank %d: cannot remove %s of the abandoned save: %s\n",
+                    s->rank, key, dt_last_error());
+    }
+}
+
 /* All writers are done with the pending save: rank 0 commits it (in its writer thread). */
 static dt_status commit(dt_ckpt_saver *s, const exchange *x) {
     s->pending = 0;
@@ -382,6 +397,7 @@ static dt_status commit(dt_ckpt_saver *s, const exchange *x) {
         /* some rank failed to write: the save is abandoned, the previous checkpoint stays the
          * newest; the writer's own error is reported on the rank that had it */
         if (!writer_wait(s)) note_failure(s, "another rank could not write its files", 0);
+        discard(s);
         if (s->c.log)
             fprintf(s->c.log, "checkpoint step %" PRId64 " not committed: %s\n", s->step,
                     s->failed_msg);

@@ -55,7 +55,7 @@ endif()
 
 # An unusable checkpoint location (src/ckpt/save.c's probe; src/train/loop.c exports anyway):
 # refused before training, or with ckpt.require_writable=false trained, reported and exported.
-foreach(case file readonly train)
+foreach(case file readonly train enospc)
   add_test(NAME ckpt_unwritable_${case}
            COMMAND ${PROJECT_SOURCE_DIR}/tests/ckpt/unwritable.sh $<TARGET_FILE:dtrain>
                    ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${case})

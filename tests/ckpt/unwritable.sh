@@ -9,6 +9,11 @@
 #             interval, before the next save) that nothing of the run is committed yet, prints a summary of the failed saves, exports the
 #             weights anyway, and its last line names the folder they went to (exit 1); the
 #             exported model loads (`dtrain generate` writes tokens from it)
+#   enospc    ckpt.dir is a 14 MiB tmpfs, room for one checkpoint of about 9.6 MB (SKIP 77
+#             without mount): step 2 commits, the saves of steps 4 and 6 fail with "No space
+#             left on device" and leave nothing behind (no step folder, no temporary file), the
+#             run trains to the end and exports its weights to output.dir, and step 2 still
+#             verifies
 #   mpi       as `file` with 2 MPI ranks: both refuse, nobody hangs (the ranks agree on the
 #             probe)
 #   unwritable.sh DTRAIN REPO DATA_DIR CASE [MPIRUN...]
@@ -88,6 +93,32 @@ train)
     "$dtrain" generate --model "$model" --prompt "The" --max-new 4 > "$tmp/gen" 2>&1 ||
         { cat "$tmp/gen"; fail "the exported model does not load"; }
     echo "ok: trained, the weights exported to $model and loadable"
+    ;;
+enospc)
+    mnt="$tmp/small"
+    mkdir -p "$mnt"
+    if ! mount -t tmpfs -o size=14m tmpfs "$mnt" 2> /dev/null; then
+        mnt=
+        echo "SKIP: cannot mount a tmpfs here"
+        exit 77
+    fi
+    rc=0
+    "$dtrain" train "${args[@]}" ckpt.dir="$mnt" ckpt.every_steps=2 ckpt.keep_last=1 \
+        > "$tmp/log" 2>&1 || rc=$?
+    cat "$tmp/log"
+    [ "$rc" = 1 ] || fail "exit $rc, expected 1 (the final checkpoint failed)"
+    root="$mnt/llama-tiny-fortunes/r/checkpoints"
+    grep -q 'checkpoint step 2 committed' "$tmp/log" || fail "step 2 was not committed"
+    for s in 4 6; do
+        grep "checkpoint step $s FAILED" "$tmp/log" | grep -q 'No space left on device' ||
+            fail "the save of step $s does not say the disk is full"
+        [ ! -e "$root/step-00000000$s" ] || { ls -la "$root/step-00000000$s"; fail "step $s left files behind"; }
+    done
+    [ -z "$(find "$mnt" -name '*.tmp-*')" ] || fail "temporary files left: $(find "$mnt" -name '*.tmp-*')"
+    "$dtrain" ckpt verify "$root/step-000000002" || fail "step 2 does not verify"
+    [ -s "$tmp/runs/llama-tiny-fortunes/r/model/model.safetensors" ] || fail "no exported model"
+    tail -n 1 "$tmp/log" | grep -q 'were exported to .* instead' || fail "the last line does not say where"
+    echo "ok: the full disk kept step 2, left nothing half-written, and the weights were exported"
     ;;
 mpi)
     [ $# -gt 0 ] || { echo "SKIP: no mpirun"; exit 77; }
