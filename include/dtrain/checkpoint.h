@@ -68,7 +68,8 @@ typedef struct dt_ckpt_state {
     int64_t step, epoch, samples_seen; /* integers in [0, 9e15) */
     char *data_cursor;                 /* dt_data_cursor_format's text */
     int64_t rng_seed, rng_counter;     /* rng.seed, rng.counter */
-    int64_t sched_step, sched_total;   /* schedule.step, schedule.total_steps */
+    int64_t sched_step, sched_total;   /* schedule.step, schedule.total_steps (the horizon) */
+    int64_t sched_start;               /* schedule.start: the step the schedule began at */
     double sched_lr;                   /* schedule.lr */
     int64_t optimizer_step;            /* the optimizer's own step count */
     int world_size;                    /* [1, 1e7); -1 absent */

@@ -66,6 +66,7 @@ typedef struct dt_ckpt_policy {
  * context: layout, optimizer, cursor, world size, ZeRO stage). */
 typedef struct dt_ckpt_progress {
     int64_t step, epoch, total_steps;
+    int64_t sched_start, sched_total; /* the LR schedule: began at, horizon (from its start) */
     int64_t samples_seen, rng_counter;
     int64_t seed;
     double lr, loss;

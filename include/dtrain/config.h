@@ -93,6 +93,8 @@ typedef struct dt_config_values {
         double min_lr;
         int64_t step_size;
         double gamma;
+        int on_extend; /* a resume whose run is longer or shorter: 0 continue, 1 stretch,
+                        * 2 restart (docs/checkpoints.md) */
     } schedule;
     struct {
         int64_t steps, epochs, grad_accum, threads, seed;

@@ -14,10 +14,10 @@
  * negative at once, so a model can be built without checking every call and checked once.
  *
  * Memory: all trainable parameters live in one flat f32 buffer and their gradients in a second
- * one with the same layout (docs/architecture.md, "flat buffers"); frozen parameters (f32 or bf16) and
- * non-trainable state (batchnorm running statistics) live in their own flat buffers. Activations,
- * activation gradients, saved-for-backward data and scratch are assigned offsets in one arena by
- * a liveness-based planner at compile time; a step allocates nothing. */
+ * one with the same layout (docs/architecture.md, "flat buffers"); frozen parameters (f32 or bf16)
+ * and non-trainable state (batchnorm running statistics) live in their own flat buffers.
+ * Activations, activation gradients, saved-for-backward data and scratch are assigned offsets in
+ * one arena by a liveness-based planner at compile time; a step allocates nothing. */
 #ifndef DTRAIN_GRAPH_H
 #define DTRAIN_GRAPH_H
 
@@ -183,8 +183,8 @@ const dt_param_info *dt_graph_param_info(const dt_graph *g, int i);
 
 /* Planner report. */
 typedef struct dt_graph_mem {
-    size_t arena_bytes;    /* planned activations + grads + aux + scratch (with reuse) */
-    size_t unplanned_bytes;/* the same without reuse: sum of all buffer sizes */
+    size_t arena_bytes;     /* planned activations + grads + aux + scratch (with reuse) */
+    size_t unplanned_bytes; /* the same without reuse: sum of all buffer sizes */
     size_t param_bytes, grad_bytes, frozen_bytes, state_bytes, input_bytes;
 } dt_graph_mem;
 void dt_graph_memory(const dt_graph *g, dt_graph_mem *m);

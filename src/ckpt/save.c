@@ -293,7 +293,7 @@ static dt_status make_state(dt_ckpt_saver *s, const dt_ckpt_progress *p) {
     o->epoch = p->epoch;
     o->samples_seen = p->samples_seen;
     o->rng_seed = p->seed, o->rng_counter = p->rng_counter;
-    o->sched_total = p->total_steps;
+    o->sched_total = p->sched_total, o->sched_start = p->sched_start;
     o->sched_lr = p->lr;
     dt_optim_state os;
     if (dt_optim_get_state(s->c.opt, &os) == DT_OK) o->optimizer_step = os.step;

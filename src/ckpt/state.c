@@ -18,7 +18,7 @@
 void dt_ckpt_state_init(dt_ckpt_state *s) {
     memset(s, 0, sizeof *s);
     s->step = s->epoch = s->samples_seen = -1;
-    s->rng_seed = s->rng_counter = s->sched_step = s->sched_total = -1;
+    s->rng_seed = s->rng_counter = s->sched_step = s->sched_total = s->sched_start = -1;
     s->optimizer_step = s->layout_n = s->layout_shard = -1;
     s->world_size = s->zero_stage = s->layout_shards = -1;
     s->sched_lr = NAN;
@@ -85,9 +85,10 @@ dt_status dt_ckpt_state_encode(const dt_ckpt_state *s, char **json) {
         add_int(r, "seed", s->rng_seed);
         add_int(r, "counter", s->rng_counter);
     }
-    if (s->sched_step >= 0 || s->sched_total >= 0 || !isnan(s->sched_lr)) {
+    if (s->sched_step >= 0 || s->sched_total >= 0 || s->sched_start >= 0 || !isnan(s->sched_lr)) {
         cJSON *sc = cJSON_AddObjectToObject(o, "schedule");
         add_int(sc, "step", s->sched_step);
+        add_int(sc, "start", s->sched_start);
         add_int(sc, "total_steps", s->sched_total);
         if (!isnan(s->sched_lr)) cJSON_AddNumberToObject(sc, "lr", s->sched_lr);
     }
@@ -331,6 +332,7 @@ static void decode(dec *d, const cJSON *o, dt_ckpt_state *s) {
     const cJSON *sc = cJSON_GetObjectItemCaseSensitive(o, "schedule");
     if (sc && object_ok(d, sc, "schedule")) {
         get_int(d, sc, "step", "schedule.step", 0, INT_MAX_EXCL, "[0, 9e15)", &s->sched_step);
+        get_int(d, sc, "start", "schedule.start", 0, INT_MAX_EXCL, "[0, 9e15)", &s->sched_start);
         get_int(d, sc, "total_steps", "schedule.total_steps", 0, INT_MAX_EXCL, "[0, 9e15)",
                 &s->sched_total);
         const cJSON *lr = cJSON_GetObjectItemCaseSensitive(sc, "lr");

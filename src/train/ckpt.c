@@ -67,11 +67,81 @@ static dt_status open_saver(dt_trainer *t) {
     return dt_ckpt_saver_open(&t->ck->ctx, &p, &t->ck->saver);
 }
 
+/* A run resumed with another length (train.steps or train.epochs changed): a linear or cosine
+ * schedule whose horizon is the run's length would be stretched over the new one, and the rate
+ * jump (back up after a finished decay, or down). schedule.on_extend chooses, and one line says
+ * what the schedule does. A horizon set by schedule.total_steps, or one the schedule does not
+ * use (constant, step), is left as configured. */
+static dt_status on_extend(dt_trainer *t, const dt_ckpt_state *s) {
+    dt_lr_schedule *sc = &t->sched;
+    int64_t step = t->prog.step, total = t->prog.total_steps;
+    if (t->v.schedule.total_steps || (sc->kind != DT_LR_LINEAR && sc->kind != DT_LR_COSINE))
+        return DT_OK;
+    FILE *log = t->log ? t->log : stderr;
+    if (s->sched_total < 0) { /* an older checkpoint: the horizon was the run's length */
+        if (t->log)
+            fprintf(t->log,
+                    "schedule: the checkpoint does not record its schedule's horizon; "
+                    "the schedule spans this run's %lld steps\n",
+                    (long long)total);
+        return DT_OK;
+    }
+    int64_t start = s->sched_start > 0 ? s->sched_start : 0, end = start + s->sched_total;
+    if (end == total) { /* the same length (a restarted schedule keeps its start) */
+        t->sched_start = start, sc->total_steps = s->sched_total;
+        return DT_OK;
+    }
+    dt_lr_schedule old = *sc;
+    old.total_steps = s->sched_total;
+    double lr_old = dt_lr_at(&old, step - start);
+    const char *mode = t->v.schedule.on_extend == 1   ? "stretch"
+                       : t->v.schedule.on_extend == 2 ? "restart"
+                                                      : "continue";
+    char what[400];
+    if (t->v.schedule.on_extend == 1) { /* the horizon is the new length, from step 0 */
+        t->sched_start = 0, sc->total_steps = total;
+        snprintf(what, sizeof what,
+                 "stretched over the %lld steps: the rate goes from %.3g to %.3g", (long long)total,
+                 lr_old, dt_lr_at(sc, step));
+    } else if (t->v.schedule.on_extend == 2) { /* warmup and decay again over what is left */
+        t->sched_start = step, sc->total_steps = total - step;
+        if (sc->total_steps <= sc->warmup_steps)
+            return dt_error_set(
+                DT_ERR_INVALID,
+                "schedule.on_extend=restart: %lld steps remain after step %lld, not "
+                "more than schedule.warmup_steps %lld",
+                (long long)sc->total_steps, (long long)step, (long long)sc->warmup_steps);
+        snprintf(what, sizeof what,
+                 "restarted at step %lld: warmup and decay over the %lld steps left (rate %.3g, "
+                 "was %.3g)",
+                 (long long)step, (long long)sc->total_steps, dt_lr_at(sc, 0), lr_old);
+    } else { /* the saved horizon: the decay goes on as it was; min_lr after its end */
+        t->sched_start = start, sc->total_steps = s->sched_total;
+        snprintf(what, sizeof what, "continued as saved: it ends at step %lld, %s (rate %.3g)",
+                 (long long)end,
+                 end < total ? "then min_lr until the run's end" : "after the run's end", lr_old);
+    }
+    if (dt_lr_check(sc) != DT_OK) {
+        char m[512];
+        snprintf(m, sizeof m, "%s", dt_last_error());
+        return dt_error_set(DT_ERR_INVALID, "schedule.on_extend=%s: %s", mode, m);
+    }
+    if (t->rank == 0)
+        fprintf(log,
+                "schedule: the run now has %lld steps, the checkpoint's schedule was for %lld; "
+                "schedule.on_extend=%s: %s\n",
+                (long long)total, (long long)end, mode, what);
+    return DT_OK;
+}
+
 dt_status dt_train_ckpt_resume(dt_trainer *t) {
     dt_train_ckpt *c = t->ck;
     dt_ckpt_resumed r;
     dt_status st = dt_ckpt_restore(&c->ctx, t->v.ckpt.resume, &r);
-    if (st == DT_OK && r.found) t->prog.step = r.step, t->prog.epoch = r.epoch;
+    if (st == DT_OK && r.found) {
+        t->prog.step = r.step, t->prog.epoch = r.epoch;
+        st = on_extend(t, &r.state);
+    }
     dt_ckpt_state_free(&r.state);
     /* the saver starts after the restore: ckpt.every_minutes counts from here */
     return st == DT_OK ? open_saver(t) : st;
@@ -85,6 +155,8 @@ dt_status dt_train_ckpt_after_step(dt_trainer *t) {
         .step = g->step,
         .epoch = g->epoch,
         .total_steps = g->total_steps,
+        .sched_start = t->sched_start,
+        .sched_total = t->sched.total_steps,
         .samples_seen = g->step * t->v.train.grad_accum * t->B * t->world,
         .rng_counter = g->step * t->v.train.grad_accum,
         .seed = t->v.train.seed,

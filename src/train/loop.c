@@ -66,7 +66,7 @@ dt_status dt_trainer_step(dt_trainer *t) {
         loss += *(const float *)dt_graph_value(t->g, t->loss)->data;
     }
     double norm;
-    float lr = dt_lr_at(&t->sched, step);
+    float lr = dt_lr_at(&t->sched, step - t->sched_start);
     dt_status st;
     if (t->ddp) {
         /* This rank's slice: everything, or its ZeRO shard (then all-gathered for stages 1-2;

@@ -29,6 +29,7 @@ struct dt_trainer {
     int failed; /* a collective may be left unmatched: do not finalise MPI cleanly */
     dt_optim *opt;
     dt_lr_schedule sched;
+    int64_t sched_start; /* the schedule's step 0 (> 0 after schedule.on_extend=restart) */
     float *p, *gr;
     size_t n;
     dt_train_progress prog;

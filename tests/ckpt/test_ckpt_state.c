@@ -20,7 +20,7 @@ static void round_trip(void) {
     s.step = 2, s.epoch = 1, s.samples_seen = 64;
     s.data_cursor = strdup("epoch=1 batch=3 seed=7 rank=0 world=2");
     s.rng_seed = 7, s.rng_counter = 4;
-    s.sched_step = 2, s.sched_total = 10, s.sched_lr = 0.00123;
+    s.sched_step = 2, s.sched_total = 10, s.sched_start = 1, s.sched_lr = 0.00123;
     s.optimizer_step = 2, s.world_size = 2, s.zero_stage = 1;
     s.layout_n = 30, s.layout_shards = 2, s.layout_shard = 15;
     s.params = calloc(2, sizeof *s.params);
@@ -44,7 +44,7 @@ static void round_trip(void) {
     CHECK(d.data_cursor && !strcmp(d.data_cursor, s.data_cursor), "cursor %s", d.data_cursor);
     CHECK(d.rng_seed == 7 && d.rng_counter == 4, "rng %lld %lld", (long long)d.rng_seed,
           (long long)d.rng_counter);
-    CHECK(d.sched_step == 2 && d.sched_total == 10 && d.sched_lr == 0.00123,
+    CHECK(d.sched_step == 2 && d.sched_total == 10 && d.sched_start == 1 && d.sched_lr == 0.00123,
           "schedule %lld %lld %g", (long long)d.sched_step, (long long)d.sched_total, d.sched_lr);
     CHECK(d.optimizer_step == 2 && d.world_size == 2 && d.zero_stage == 1,
           "opt %lld world %d zero %d", (long long)d.optimizer_step, d.world_size, d.zero_stage);
