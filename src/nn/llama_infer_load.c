@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "data/util.h"
+#include "core/file.h"
 #include "dtrain/generate.h"
 #include "dtrain/safetensors.h"
 

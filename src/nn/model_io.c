@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include "dtrain/models.h"
 #include "dtrain/safetensors.h"
-#include "data/util.h"
+#include "core/file.h"
 
 #define MAX_FILES 512
 /* model.safetensors.index.json is read whole: sized by the file, refused above this (a 405B

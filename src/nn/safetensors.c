@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "core/file.h"
-#include "data/util.h"
+#include "core/json.h"
 #include "dtrain/safetensors.h"
 
 #define ST_MAX_HEADER 100000000u /* the reference implementation's limit (100 MB) */

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "data/util.h"
+#include "core/file.h"
 #include "dtrain/checkpoint.h"
 #include "dtrain/dtrain.h"
 #include "dtrain/models.h"
