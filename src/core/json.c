@@ -4,6 +4,16 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 
+const char *dt_json_kind(const cJSON *v) {
+    return cJSON_IsString(v)   ? "a string"
+           : cJSON_IsNumber(v) ? "a number"
+           : cJSON_IsObject(v) ? "an object"
+           : cJSON_IsArray(v)  ? "an array"
+           : cJSON_IsBool(v)   ? "a boolean"
+           : cJSON_IsNull(v)   ? "null"
+                               : "not a value";
+}
+
 void dt_line_col(const char *s, size_t off, int64_t *line, int64_t *col) {
     int64_t l = 1;
     size_t start = 0;
