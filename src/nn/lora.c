@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include "dtrain/models.h"
 #include "dtrain/safetensors.h"
-#include "data/util.h"
+#include "core/file.h"
 #include "core/fsmode.h"
 #include "nn/lora_impl.h"
 
