@@ -9,7 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "data/util.h"
+#include "core/file.h"
+#include "core/json.h"
 #include "dtrain/checkpoint.h"
 
 #define INT_MAX_EXCL 9e15                /* integers a double holds exactly, with room */
