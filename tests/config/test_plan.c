@@ -8,7 +8,7 @@
  *    test's own arithmetic (written out below, independent of src/config);
  *  - ResNet-152 and ResNet-18/Fashion-MNIST examples: exact parameter counts (torchvision's
  *    published counts adjusted for stem and classes) and a real-graph calibration of ResNet-152;
- *  - ZeRO sharding arithmetic; errors (missing config.json, no image size).
+ *  - ZeRO sharding arithmetic, dt_plan_reshard; errors (missing config.json, no image size).
  * argv[1]: the source tree (for examples/). */
 #include <math.h>
 #include <stdlib.h>
@@ -384,6 +384,25 @@ static void test_zero_and_errors(void) {
         CHECK(p.total_bytes == p.param_bytes + p.grad_bytes + p.optim_bytes + p.frozen_bytes +
                                    p.state_bytes + p.activation_bytes,
               "zero %d: total is the sum", z);
+    }
+    /* Resharding a plan equals planning again; a plan of another batch is refused. */
+    {
+        char *z0[] = {"dist.zero_stage=0"}, *z3[] = {"dist.zero_stage=3"},
+             *b8[] = {"dist.zero_stage=3", "data.batch=8"};
+        dt_config *c0 = config(y, 1, z0), *c3 = config(y, 1, z3), *c8 = config(y, 2, b8);
+        if (c0 && c3 && c8) {
+            dt_plan p = plan(c0, 1), want = plan(c3, 5);
+            CHECK_OK(dt_plan_reshard(c3, 5, &p));
+            CHECK(p.world == 5 && p.zero_stage == 3 && p.param_bytes == want.param_bytes &&
+                      p.grad_bytes == want.grad_bytes && p.optim_bytes == want.optim_bytes &&
+                      p.activation_bytes == want.activation_bytes &&
+                      p.total_bytes == want.total_bytes && !strcmp(p.run_desc, want.run_desc),
+                  "reshard to ZeRO-3 x 5 = plan of it: %s", p.run_desc);
+            CHECK(dt_plan_reshard(c8, 5, &p) == DT_ERR_INVALID &&
+                      strstr(dt_last_error(), "data.batch"),
+                  "reshard across batches refused: %s", dt_last_error());
+        }
+        dt_config_free(c0), dt_config_free(c3), dt_config_free(c8);
     }
     /* SGD without momentum keeps no state. */
     char *sgd[] = {"optim.name=sgd"};
