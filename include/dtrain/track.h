@@ -87,6 +87,12 @@ dt_status dt_track_metric(dt_track *s, int64_t run_id, const char *key, int64_t 
  * metrics (no I/O: the checkpoint writer thread never waits on the store). Thread-safe. */
 dt_status dt_track_artifact(dt_track *s, int64_t run_id, const char *kind, const char *uri,
                             int64_t step, const char *metrics_json);
+/* The artifact at `uri` is gone (a checkpoint removed by retention): recorded as a row of kind
+ * "removed" after it (buffered, thread-safe), so that readers mark it (dt_track_artifact_row's
+ * `removed`) instead of listing a folder that no longer exists. `why` ("retention", ...) goes
+ * into the row's metrics as {"reason": why}. */
+dt_status dt_track_artifact_removed(dt_track *s, int64_t run_id, const char *uri, int64_t step,
+                                    const char *why);
 /* Sets (replaces) a tag. */
 dt_status dt_track_tag(dt_track *s, int64_t run_id, const char *key, const char *value);
 /* Flushes metrics, then sets status ("done", "failed", "preempted", ...), exit reason and end
@@ -178,6 +184,7 @@ typedef struct dt_track_artifact_row {
     const char *kind, *uri, *metrics_json; /* metrics_json "" if none */
     double created;
     int attempt;
+    double removed; /* when it was recorded as removed (dt_track_artifact_removed); 0: not */
 } dt_track_artifact_row;
 typedef int (*dt_track_artifact_cb)(void *ud, const dt_track_artifact_row *a);
 
@@ -197,6 +204,8 @@ dt_status dt_track_tags(dt_track *s, int64_t run_id, dt_track_kv_cb cb, void *ud
 dt_status dt_track_metrics(dt_track *s, int64_t run_id, const char *key, dt_track_metric_cb cb,
                            void *ud);
 dt_status dt_track_metric_summary(dt_track *s, int64_t run_id, dt_track_summary_cb cb, void *ud);
+/* Artifacts in the order recorded, each with its `removed` time; the "removed" rows themselves are
+ * not listed. */
 dt_status dt_track_artifacts(dt_track *s, int64_t run_id, dt_track_artifact_cb cb, void *ud);
 /* The attempts that were recorded, oldest first. */
 dt_status dt_track_attempts(dt_track *s, int64_t run_id, dt_track_attempt_cb cb, void *ud);

@@ -196,8 +196,14 @@ static int print_kv(void *ud, const char *key, const char *value) {
 }
 
 static int print_artifact(void *ud, const dt_track_artifact_row *a) {
-    printf("  %-10s step %-8lld attempt %d  %s  %s\n", a->kind, (long long)a->step, a->attempt,
-           a->uri, a->metrics_json);
+    char gone[64] = "";
+    if (a->removed > 0) {
+        char t[32];
+        fmt_time(a->removed, t, sizeof t);
+        snprintf(gone, sizeof gone, "  (removed %s UTC)", t);
+    }
+    printf("  %-10s step %-8lld attempt %d  %s  %s%s\n", a->kind, (long long)a->step, a->attempt,
+           a->uri, a->metrics_json, gone);
     return 0;
 }
 

@@ -191,6 +191,7 @@ static int metric_cb(void *ud, const dt_track_metric_row *m) {
 }
 
 static int artifact_cb(void *ud, const dt_track_artifact_row *a) {
+    if (a->removed > 0) return 0; /* the list names what exists */
     fprintf(ud, "%s\t%lld\t%d\t%s\t%s\n", a->kind, (long long)a->step, a->attempt, a->uri,
             a->metrics_json);
     return 0;

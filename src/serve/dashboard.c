@@ -90,7 +90,7 @@ const char dt_sv_dashboard_html[] =
     "  var tk=r.metric_keys.indexOf(\"tokens_per_s\")>=0?\"tokens_per_s\":\"samples_per_s\";\n"
     "  return Promise.all([more(id,\"loss\"),more(id,tk)]).then(function(){\n"
     "   var ck=r.artifacts.filter(function(a){return "
-    "a.kind===\"checkpoint\"||a.kind===\"model\";});\n"
+    "(a.kind===\"checkpoint\"||a.kind===\"model\")&&!a.removed;});\n"
     "   var rows=ck.map(function(a){return "
     "\"<tr><td>\"+esc(a.kind)+\"</td><td>\"+a.step+\"</td><td>\"+new "
     "Date(a.created*1000).toLocaleTimeString()+\"</td><td>\"+esc(a.uri)+\"</td></"

@@ -115,7 +115,7 @@ static int loss_cb(void *ud, const dt_track_metric_row *m) {
 
 static int ckpt_cb(void *ud, const dt_track_artifact_row *a) {
     run_data *d = ud;
-    if (strcmp(a->kind, "checkpoint")) return 0;
+    if (strcmp(a->kind, "checkpoint") || a->removed > 0) return 0;
     d->n_ckpt++;
     /* rows come in id order: the last is the newest commit */
     d->ckpt_step = a->step, d->ckpt_attempt = a->attempt, d->ckpt_created = a->created;
@@ -365,7 +365,8 @@ void dt_sv_prometheus(dt_serve *s, sv_buf *b) {
     any = 0;
     for (int i = 0; i < l.n; i++) any |= l.d[i].n_ckpt > 0;
     if (any) {
-        family(b, "dtrain_checkpoints", "gauge", "Committed checkpoints recorded for the run.");
+        family(b, "dtrain_checkpoints", "gauge",
+               "Committed checkpoints of the run that retention has not removed.");
         for (int i = 0; i < l.n; i++)
             if (l.d[i].n_ckpt) sample(b, "dtrain_checkpoints", &l.d[i].r, l.d[i].n_ckpt);
         family(b, "dtrain_last_checkpoint_step", "gauge", "Step of the newest checkpoint.");

@@ -191,6 +191,17 @@ dt_status dt_track_artifact(dt_track *s, int64_t run_id, const char *kind, const
     return append(s, &m);
 }
 
+dt_status dt_track_artifact_removed(dt_track *s, int64_t run_id, const char *uri, int64_t step,
+                                    const char *why) {
+    char m[300];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "reason", why ? why : "");
+    int ok = o && cJSON_PrintPreallocated(o, m, sizeof m, 0);
+    cJSON_Delete(o);
+    if (!ok) return dt_error_set(DT_ERR_INVALID, "track artifact %s: reason too long", uri);
+    return dt_track_artifact(s, run_id, "removed", uri, step, m);
+}
+
 dt_status dt_trk_metrics_flush(dt_track *s) {
     pthread_mutex_lock(&s->mu);
     dt_status st = flush_locked(s);

@@ -266,7 +266,8 @@ static int artifact_row(sqlite3_stmt *q, void *ud) {
                                .step = sqlite3_column_int64(q, 3),
                                .metrics_json = text(q, 4),
                                .created = sqlite3_column_double(q, 5),
-                               .attempt = sqlite3_column_int(q, 6)};
+                               .attempt = sqlite3_column_int(q, 6),
+                               .removed = sqlite3_column_double(q, 7)};
     return ((dt_track_artifact_cb)p->cb)(p->ud, &a);
 }
 
@@ -274,8 +275,10 @@ dt_status dt_track_artifacts(dt_track *s, int64_t run_id, dt_track_artifact_cb c
     sqlite3_stmt *q;
     dt_status st =
         dt_trk_prep(s,
-                    "SELECT id, kind, uri, step, metrics, created, attempt FROM artifacts"
-                    " WHERE run_id = ?1 ORDER BY id",
+                    "SELECT a.id, a.kind, a.uri, a.step, a.metrics, a.created, a.attempt,"
+                    " (SELECT MIN(b.created) FROM artifacts b WHERE b.run_id = a.run_id AND"
+                    " b.kind = 'removed' AND b.uri = a.uri AND b.id > a.id) FROM artifacts a"
+                    " WHERE a.run_id = ?1 AND a.kind <> 'removed' ORDER BY a.id",
                     &q);
     if (st != DT_OK) return st;
     sqlite3_bind_int64(q, 1, run_id);

@@ -8,6 +8,8 @@ cJSON *dt_track_artifact_json(const dt_track_artifact_row *a) {
     cJSON_AddNumberToObject(o, "step", (double)a->step);
     cJSON_AddNumberToObject(o, "attempt", a->attempt);
     cJSON_AddNumberToObject(o, "created", a->created);
+    cJSON_AddItemToObject(o, "removed",
+                          a->removed > 0 ? cJSON_CreateNumber(a->removed) : cJSON_CreateNull());
     cJSON *m = a->metrics_json[0] ? cJSON_Parse(a->metrics_json) : NULL;
     cJSON_AddItemToObject(o, "metrics", m ? m : cJSON_CreateObject());
     return o;

@@ -24,6 +24,8 @@ static void on_event(void *ud, const dt_ckpt_event *e) {
     if (e->kind == DT_CKPT_COMMITTED) {
         dt_train_progress_ckpt(t, e->step); /* the progress line's "ckpt" */
         dt_train_track_ckpt(t, e->step, e->store_url, e->dir, e->state);
+    } else if (e->kind == DT_CKPT_REMOVED) {
+        dt_train_track_ckpt_removed(t, e->step, e->store_url, e->dir, e->message);
     }
 }
 

@@ -213,6 +213,13 @@ static void absolute(const char *p, char *out, size_t n) {
         snprintf(out, n, "%s", p);
 }
 
+/* The URI a checkpoint is recorded under: the store made absolute, then its key prefix. */
+static void ckpt_uri(const char *store_url, const char *dir, char *uri, size_t n) {
+    char root[PATH_MAX];
+    absolute(store_url, root, sizeof root);
+    snprintf(uri, n, "%s/%s", root, dir);
+}
+
 /* {"loss": ..., ...}: the metrics as the store records them (null: not finite) */
 static void metrics_json(const dt_ckpt_metric *m, int n, char *out, size_t cap) {
     int l = snprintf(out, cap, "{");
@@ -226,12 +233,20 @@ static void metrics_json(const dt_ckpt_metric *m, int n, char *out, size_t cap) 
 void dt_train_track_ckpt(dt_trainer *t, int64_t step, const char *store_url, const char *dir,
                          const dt_ckpt_state *state) {
     if (!on(t)) return;
-    char root[PATH_MAX], uri[PATH_MAX + 1300], m[DT_CKPT_MAX_METRICS * 100];
-    absolute(store_url, root, sizeof root);
-    snprintf(uri, sizeof uri, "%s/%s", root, dir);
+    char uri[PATH_MAX + 1300], m[DT_CKPT_MAX_METRICS * 100];
+    ckpt_uri(store_url, dir, uri, sizeof uri);
     metrics_json(state->metrics, state->n_metrics, m, sizeof m);
     if (dt_track_artifact(t->tk->store, t->tk->run, "checkpoint", uri, step, m) != DT_OK)
         warn_off(t, "cannot record the checkpoint");
+}
+
+void dt_train_track_ckpt_removed(dt_trainer *t, int64_t step, const char *store_url,
+                                 const char *dir, const char *why) {
+    if (!on(t)) return;
+    char uri[PATH_MAX + 1300];
+    ckpt_uri(store_url, dir, uri, sizeof uri);
+    if (dt_track_artifact_removed(t->tk->store, t->tk->run, uri, step, why) != DT_OK)
+        warn_off(t, "cannot record a removed checkpoint");
 }
 
 void dt_train_track_export(dt_trainer *t, const char *dir) {

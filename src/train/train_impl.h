@@ -87,6 +87,9 @@ void dt_train_track_eval(dt_trainer *t, const dt_eval_result *r); /* at each eva
 struct dt_ckpt_state;
 void dt_train_track_ckpt(dt_trainer *t, int64_t step, const char *store_url, const char *dir,
                          const struct dt_ckpt_state *state);
+/* A checkpoint retention removed (the ckpt writer thread): marked so in the store. */
+void dt_train_track_ckpt_removed(dt_trainer *t, int64_t step, const char *store_url,
+                                 const char *dir, const char *why);
 void dt_train_track_export(dt_trainer *t, const char *dir); /* the exported model */
 void dt_train_track_end(dt_trainer *t, const char *status, const char *reason);
 void dt_train_track_close(dt_trainer *t); /* ends a run left open as failed; closes */

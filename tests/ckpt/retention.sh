@@ -4,7 +4,8 @@
 # expected final set is computed by replaying that rule commit by commit (the newest 3 committed
 # plus the 2 of lowest loss among those still present; ties to the older) over the exact losses
 # of a reference run that keeps every checkpoint (same config and seed: the same losses, bit
-# for bit). After the run exactly those step directories exist, all committed and verified.
+# for bit). After the run exactly those step directories exist, all committed and verified, and
+# the experiment store marks every other committed one as removed.
 #   CASE plain        every save commits
 #   CASE failed-save  step-000000010 exists as a FILE before the run, so that save's put fails
 #                     (step 10 has the lowest loss of the first 12 steps here, so counting a
@@ -93,4 +94,19 @@ cat "$tmp/ls.txt"
 grep -q incomplete "$tmp/ls.txt" && fail "an incomplete checkpoint directory is left"
 [ "$(grep -c " verified$" "$tmp/ls.txt")" = "$(wc -w <<< "$expected")" ] ||
     fail "not every kept checkpoint verifies"
+# The experiment store lists every committed checkpoint once, and marks exactly those retention
+# removed (`dtrain runs show`, the dashboard and the API read the same rows).
+"$dtrain" runs show llama-tiny-fortunes/run --output-dir "$tmp/runs" > "$tmp/show.txt" 2>&1 ||
+    { cat "$tmp/show.txt"; fail "runs show"; }
+for s in $(seq "$steps"); do
+    [ "$case" = failed-save ] && [ "$s" = "$failed" ] && continue
+    line=$(grep -E "^  checkpoint +step $s +" "$tmp/show.txt" || true)
+    [ "$(grep -c . <<< "$line")" = 1 ] || fail "runs show lists checkpoint step $s $(grep -c . <<< "$line") times"
+    if [[ " $expected" == *" $s "* ]]; then
+        [[ "$line" != *"(removed "* ]] || fail "step $s exists but is shown as removed: $line"
+    else
+        [[ "$line" == *"(removed "* ]] || fail "step $s was removed but is not shown so: $line"
+    fi
+done
+echo "ok: runs show marks the $(grep -c '(removed ' "$tmp/show.txt") removed checkpoints"
 echo "ok ($case)"

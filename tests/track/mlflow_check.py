@@ -58,7 +58,10 @@ with tempfile.TemporaryDirectory() as tmp:
             renamed[folder, key] = new
     p = client.download_artifacts(info.run_id, "dtrain_artifacts.tsv", tmp)
     arts = [line.split("\t") for line in open(p).read().splitlines()[1:]]
-    want = [(a["kind"], str(a["step"]), str(a["attempt"]), a["uri"]) for a in d["artifacts"]]
+    # the list names what exists: a checkpoint removed later (here attempt 1's step 10, whose
+    # folder the resumed attempt 2 replaced: retention drops an abandoned timeline) is left out
+    want = [(a["kind"], str(a["step"]), str(a["attempt"]), a["uri"]) for a in d["artifacts"]
+            if a["removed"] is None]
     assert [tuple(a[:4]) for a in arts] == want, (arts, want)
 
 
