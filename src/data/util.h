@@ -69,6 +69,16 @@ struct cJSON;
  * finds the first, Python's json keeps the last): 1 and *dup = that key, 0 if none, -1 if out of
  * memory. Sorts the keys (n log n: a large header may hold 10^6). */
 int dt_json_duplicate_key(const struct cJSON *o, const char **dup);
+/* Parses a file's whole text as one JSON document the way its specification (RFC 8259) and
+ * every reader agree on: one value with nothing but whitespace after it (cJSON alone ignores
+ * what follows), and no object anywhere holding a key twice (cJSON finds the first copy,
+ * Python's json and serde maps keep the last). NULL with *st set to one line naming the file:
+ * "PATH:L:C: malformed JSON", "PATH:L:C: bytes after the JSON value ...", or "PATH: model.vocab:
+ * key "x" appears twice (duplicate JSON key ...)". */
+struct cJSON *dt_json_parse_strict(const char *path, const char *txt, size_t len, dt_status *st);
+/* A JSON value as a message shows it: 2.5, a string "x", an object, null,
+ * missing (v NULL); buf of n bytes. */
+const char *dt_json_what(const struct cJSON *v, char *buf, size_t n);
 
 /* Line and column (1-based, columns in bytes) of byte offset `off` in `s`. */
 void dt_line_col(const char *s, size_t off, int64_t *line, int64_t *col);
