@@ -66,7 +66,10 @@ static dt_status get_int(const mctx *m, const cJSON *o, const char *key, const c
     /* the range first: (int64_t) of 1e300 (or of "1e999", inf) is undefined */
     if (!cJSON_IsNumber(x) || !(x->valuedouble >= -9e15 && x->valuedouble <= 9e15) ||
         x->valuedouble != (double)(int64_t)x->valuedouble || x->valuedouble < (double)lo)
-        return bad_key(m, path, lo >= 0 ? "a non-negative integer" : "an integer");
+        return bad_key(m, path,
+                       lo > 0    ? "a positive integer"
+                       : lo == 0 ? "a non-negative integer"
+                                 : "an integer >= -1 (-1: none)");
     *v = (int64_t)x->valuedouble;
     return DT_OK;
 }
@@ -302,8 +305,9 @@ static dt_status open_shards(dt_dataset *d, const mctx *m, const cJSON *shards, 
         d->n_shards = i + 1;
         const dt_shard_header *h = &s->h;
         if ((int64_t)s->size != bytes)
-            return dt_error_set(DT_ERR_FORMAT, "%s: has %zu bytes, the manifest (%s) says %" PRId64,
-                                s->path, s->size, m->file, bytes);
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: shards[%d].bytes %" PRId64 ", but %s has %zu bytes", m->file,
+                                i, bytes, s->path, s->size);
         if (h->payload_xxh3 != sum)
             return dt_error_set(DT_ERR_FORMAT,
                                 "%s: payload checksum %016" PRIx64
@@ -311,9 +315,9 @@ static dt_status open_shards(dt_dataset *d, const mctx *m, const cJSON *shards, 
                                 s->path, h->payload_xxh3, hex);
         if ((int64_t)h->records != recs)
             return dt_error_set(DT_ERR_FORMAT,
-                                "%s: %" PRIu64 " records (byte 24), the manifest "
-                                "says %" PRId64,
-                                s->path, h->records, recs);
+                                "%s: shards[%d].records %" PRId64 ", but %s holds %" PRIu64
+                                " records (byte 24)",
+                                m->file, i, recs, s->path, h->records);
         if ((int)h->kind != (int)in->kind ||
             (in->kind == DT_DATA_IMAGE &&
              (h->shape[0] != (uint32_t)in->height || h->shape[1] != (uint32_t)in->width ||

@@ -113,7 +113,8 @@ static dt_status targets_from_regex(const char *path, const char *re, int n_laye
                                         ".mlp.act_fn",
                                         ".input_layernorm",
                                         ".post_attention_layernorm"};
-    /* local[k] for k in 2..9 is projection target_names[k - 2] */
+    /* the target bit of local[k] (target_names order), 0 for modules that are not projections */
+    static const unsigned bit[] = {0, 0, 1, 2, 4, 8, 0, 16, 32, 64, 0, 0, 0};
     char name[96];
     unsigned first = 0;
     int layers = n_layers > 0 ? n_layers : 1;
@@ -132,14 +133,14 @@ static dt_status targets_from_regex(const char *path, const char *re, int n_laye
                                   "%s: key target_modules: \"%.80s\" could not be matched "
                                   "against \"%s\" (PCRE2 error %d: too complex?)",
                                   path, re, name, r);
-            else if (r >= 0 && (l < 0 || k < 2 || k > 9))
+            else if (r >= 0 && (l < 0 || !bit[k]))
                 st = dt_error_set(DT_ERR_FORMAT,
                                   "%s: key target_modules: \"%.80s\" matches the module \"%s\", "
                                   "which is not a projection dtrain adapts (q_proj, k_proj, "
                                   "v_proj, o_proj, gate_proj, up_proj, down_proj)",
                                   path, re, name);
             else if (r >= 0)
-                here |= 1u << (k - 2);
+                here |= bit[k];
         }
         if (l == 0) first = here;
         if (!st && l > 0 && here != first)
