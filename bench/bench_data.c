@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "data/util.h"
+#include "core/file.h"
 #include "dtrain/data.h"
 #include "dtrain/tokenizer.h"
 #include "bench_util.h"

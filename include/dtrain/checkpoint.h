@@ -36,6 +36,75 @@ typedef struct dt_ckpt_info {
     int64_t bytes; /* all files */
 } dt_ckpt_info;
 
+#define DT_CKPT_FORMAT "dtrain-checkpoint-1" /* trainer_state.json's "format" */
+#define DT_CKPT_MODEL "model.safetensors"
+
+/* ---- trainer_state.json, decoded (src/ckpt/state.c: the only code that spells its keys) ----
+ * docs/checkpoints.md lists every key. Decoding checks the type and range of every key present
+ * and refuses duplicate keys and a "format" other than DT_CKPT_FORMAT; a key that is absent is
+ * left at its "absent" value (-1 for integers, NAN for numbers, NULL for strings, 0 entries),
+ * so each reader decides what it needs (the resume needs the layout, the cursor and the step;
+ * `dtrain ckpt verify` only the files). Unknown keys are ignored (a newer writer may add some). */
+typedef struct dt_ckpt_file_entry {
+    char *name;    /* a plain file name of the checkpoint directory (no '/', not "." or "..") */
+    int64_t bytes; /* in [0, 2^53] */
+    uint64_t xxh3;
+} dt_ckpt_file_entry;
+
+typedef struct dt_ckpt_param_entry {
+    char *name;
+    int64_t offset, numel; /* in the flat parameter buffer */
+} dt_ckpt_param_entry;
+
+typedef struct dt_ckpt_metric {
+    char name[64];
+    double value; /* NAN: recorded as null (not finite) */
+} dt_ckpt_metric;
+
+enum { DT_CKPT_MAX_METRICS = 16 };
+
+typedef struct dt_ckpt_state {
+    char *format;                      /* DT_CKPT_FORMAT */
+    int64_t step, epoch, samples_seen; /* integers in [0, 9e15) */
+    char *data_cursor;                 /* dt_data_cursor_format's text */
+    int64_t rng_seed, rng_counter;     /* rng.seed, rng.counter */
+    int64_t sched_step, sched_total;   /* schedule.step, schedule.total_steps (the horizon) */
+    int64_t sched_start;               /* schedule.start: the step the schedule began at */
+    double sched_lr;                   /* schedule.lr */
+    int64_t optimizer_step;            /* the optimizer's own step count */
+    int world_size;                    /* [1, 1e7); -1 absent */
+    int zero_stage;                    /* [0, 3]; -1 absent */
+    int64_t layout_n, layout_shard;    /* layout.n, layout.shard */
+    int layout_shards;                 /* layout.shards: [1, 1e6); -1 absent */
+    dt_ckpt_param_entry *params;       /* layout.params, flat-buffer order */
+    int n_params;
+    dt_ckpt_metric metrics[DT_CKPT_MAX_METRICS];
+    int n_metrics;
+    char *config, *code_version, *dtrain_version;
+    dt_ckpt_file_entry *files;
+    int n_files;
+} dt_ckpt_state;
+
+/* Every field absent, no entries. */
+void dt_ckpt_state_init(dt_ckpt_state *s);
+void dt_ckpt_state_free(dt_ckpt_state *s); /* then as after _init */
+/* Decodes JSON text; `where` names the file in messages ("<dir>/trainer_state.json"). On error
+ * *s is left as after _init; the message names the file, the key and the rule broken. */
+dt_status dt_ckpt_state_decode(const char *json, const char *where, dt_ckpt_state *s);
+/* Encodes (indented, keys in the documented order; absent fields are left out) into a
+ * malloc'd NUL-terminated string. */
+dt_status dt_ckpt_state_encode(const dt_ckpt_state *s, char **json);
+/* Reads and decodes trainer_state.json of checkpoint `dir`. */
+dt_status dt_ckpt_state_load(dt_store *st, const char *dir, dt_ckpt_state *s);
+/* Adds a metric (at most DT_CKPT_MAX_METRICS; names up to 63 bytes). */
+dt_status dt_ckpt_state_set_metric(dt_ckpt_state *s, const char *name, double value);
+/* The metric's value, NAN if absent. */
+double dt_ckpt_state_metric(const dt_ckpt_state *s, const char *name);
+/* The file's entry, NULL if not listed. */
+const dt_ckpt_file_entry *dt_ckpt_state_file(const dt_ckpt_state *s, const char *name);
+/* The name of optimizer shard `shard` of `shards`: "optim-RRRRR-of-WWWWW.safetensors". */
+void dt_ckpt_optim_name(char name[64], int shard, int shards);
+
 /* Every step-* directory under root, committed or not, by step ascending (malloc'd array).
  * metric: a key of trainer_state.json's "metrics" object to fill info.metric with (NULL: none;
  * needs reading each trainer_state.json). */
@@ -75,9 +144,12 @@ dt_status dt_ckpt_read_state(dt_store *s, const char *dir, char **json);
  * and the `keep_best` best by metric (mode "min" or "max"; keep_best 0: none); never removes
  * the newest committed one; removes uncommitted directories older than it (failed saves).
  * trainer_state.json goes first, so a half-removed checkpoint is never taken for a good one.
- * Reports what it removed on log (may be NULL). */
+ * Reports each directory it removed to `removed` (may be NULL): why is "retention", "incomplete
+ * save" or "newer than the run's current step". */
+typedef void (*dt_ckpt_removed_fn)(void *ud, const char *dir, int64_t step, const char *why);
 dt_status dt_ckpt_retain(dt_store *s, const char *root, int64_t current, int keep_last,
-                         int keep_best, const char *metric, const char *mode, FILE *log);
+                         int keep_best, const char *metric, const char *mode,
+                         dt_ckpt_removed_fn removed, void *ud);
 
 #ifdef __cplusplus
 }

@@ -93,6 +93,8 @@ typedef struct dt_config_values {
         double min_lr;
         int64_t step_size;
         double gamma;
+        int on_extend; /* a resume whose run is longer or shorter: 0 continue, 1 stretch,
+                        * 2 restart (docs/checkpoints.md) */
     } schedule;
     struct {
         int64_t steps, epochs, grad_accum, threads, seed;
@@ -126,6 +128,7 @@ typedef struct dt_config_values {
         char best_metric[DT_CFG_STR_MAX];
         int best_mode; /* 0 min, 1 max */
         int async;
+        int require_writable;        /* probe the location at start; refuse if it fails */
         char resume[DT_CFG_STR_MAX]; /* "auto", "never", or a checkpoint URI */
     } ckpt;
     struct {
@@ -226,8 +229,9 @@ dt_status dt_config_save_yaml(const dt_config *c, const char *path);
 /* Per-worker memory of one training step, in bytes, computed from the configured model, batch,
  * sequence length / image size, precision, ZeRO stage, LoRA and recomputation, without weights.
  * Llama: reads model.hf_path's config.json. ResNet: needs data.image_size (or data.train's
- * dataset for its image size). Activations follow what the graph keeps for backward (see
- * src/config/plan_llama.c and plan_resnet.c): the planner's peak over the step. */
+ * dataset for its image size). Activations are the arena the graph compiler plans for the
+ * trainer's graph of that configuration (src/config/plan_measure.c): activations, their
+ * gradients, saved-for-backward data and the ops' own scratch, packed. */
 typedef struct dt_plan {
     int kind; /* DT_CFG_MODEL_* */
     int world, zero_stage;
@@ -242,8 +246,8 @@ typedef struct dt_plan {
     int64_t optim_bytes;      /* optimizer state (/N under stage >= 1) */
     int64_t frozen_bytes;     /* frozen base weights: the LoRA base, bf16 (docs/lora.md) */
     int64_t state_bytes;      /* non-trainable state: batchnorm running statistics */
-    int64_t activation_bytes; /* planned peak of activations, their gradients and scratch */
-    int64_t saved_bytes;      /* of that: kept from forward for backward at the peak */
+    int64_t activation_bytes; /* planned arena: activations, their gradients and scratch */
+    int64_t saved_bytes;      /* of that: live when forward ends (kept for backward) */
     int64_t logits_bytes;     /* Llama logits [B, T, V] f32 (one copy) */
     int64_t total_bytes;
     /* The same before sharding (world 1), for the table. */
@@ -252,7 +256,16 @@ typedef struct dt_plan {
     char run_desc[300];   /* batch, precision, workers, ZeRO, LoRA, recompute */
 } dt_plan;
 
+/* The plan of one training step of c on `world` workers. Activations, parameter counts, frozen
+ * and state bytes come from the real training graph (the model's builder and the loss, compiled
+ * with measure_only: planned, nothing allocated); parameters, gradients and optimizer state are
+ * then sharded by the ZeRO stage. */
 dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p);
+/* p, a plan of a config that differs from c at most in dist.* and optim.* (the same training
+ * graph), redone for c on `world` workers: ZeRO shards, optimizer state, totals and the
+ * description, the graph's figures kept instead of measured again. For searches over worker
+ * counts and ZeRO stages (plan --compare, memory admission). */
+dt_status dt_plan_reshard(const dt_config *c, int world, dt_plan *p);
 /* A readable table (GiB with 2 decimals) or, with json, one JSON object (bytes as integers). */
 void dt_plan_print(FILE *f, const dt_plan *p, int json);
 /* Memory admission (train.memory_check): the plan of `world` workers against what one of

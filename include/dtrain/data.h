@@ -14,9 +14,9 @@
  *
  * The loader shuffles with a keyed pseudo-random permutation (a 4-round Feistel network whose
  * round keys are Philox outputs for (seed, epoch)): any position of any epoch maps to its sample
- * in O(1) without a per-epoch array, so every batch is a pure function of (seed, epoch, rank, batch index). That makes the
- * order reproducible, ranks disjoint, augmentation independent of thread timing, and resume a
- * matter of saving (epoch, batch). */
+ * in O(1) without a per-epoch array, so every batch is a pure function of (seed, epoch, rank, batch
+ * index). That makes the order reproducible, ranks disjoint, augmentation independent of thread
+ * timing, and resume a matter of saving (epoch, batch). */
 #ifndef DTRAIN_DATA_H
 #define DTRAIN_DATA_H
 
@@ -29,8 +29,8 @@ extern "C" {
 #endif
 
 /* ---- shard format constants ---- */
-#define DT_SHARD_MAGIC "DTSHARD\x1a" /* 8 bytes */
-#define DT_SHARD_VERSION 2u /* writes 2 (per-block checksums); reads 1 and 2 */
+#define DT_SHARD_MAGIC "DTSHARD\x1a"    /* 8 bytes */
+#define DT_SHARD_VERSION 2u             /* writes 2 (per-block checksums); reads 1 and 2 */
 #define DT_SHARD_BLOCK_BYTES (1u << 20) /* payload bytes per block checksum (version 2) */
 #define DT_SHARD_HEADER_BYTES 256u
 #define DT_MANIFEST_NAME "manifest.json"

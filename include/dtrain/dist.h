@@ -180,8 +180,8 @@ typedef struct dt_ddp_opts {
                          back after their last use in forward and again in backward. */
     int sparse;       /* 1 (default): a row-sparse gradient (an embedding table of 64 rows or
                          more, dt_param_info.sparse_row; it gets a bucket of its own) sends only
-                         the rows some rank touched: a bitmap OR, then the packed rows' all-reduce; bit-identical
-                         to the dense all-reduce on 2 ranks (dist.sparse_embedding). ZeRO
+                         the rows some rank touched: a bitmap OR, then the packed rows' all-reduce;
+                         bit-identical       to the dense all-reduce on 2 ranks (dist.sparse_embedding). ZeRO
                          stages 2-3 always send dense buckets. */
     int shm;          /* 1 (default): the ranks of a host all-reduce dense buckets by reading
                          each other's gradient buffers (dt_comm_share; dist.shared_memory);
@@ -305,10 +305,10 @@ typedef struct dt_ddp_stats {
     double wait_total_s; /* sums over all communicating steps */
     double comm_total_s;
     double comm_cpu_total_s;
-    int64_t steps;         /* communicating steps (dt_ddp_wait calls with communication on) */
-    size_t bytes_per_step; /* gradient bytes per step (the flat gradient buffer) */
-    size_t sent_bytes;     /* last communicating step: gradient bytes reduced; less than
-                              bytes_per_step when row-sparse buckets sent only touched rows */
+    int64_t steps;              /* communicating steps (dt_ddp_wait calls with communication on) */
+    size_t bytes_per_step;      /* gradient bytes per step (the flat gradient buffer) */
+    size_t sent_bytes;          /* last communicating step: gradient bytes reduced; less than
+                                   bytes_per_step when row-sparse buckets sent only touched rows */
     double gather_wait_total_s; /* ZeRO-3: time forward/backward waited for parameters */
     int shared; /* 1: gradients are all-reduced through shared memory (dt_comm_share_note) */
 } dt_ddp_stats;

@@ -14,10 +14,10 @@
  * negative at once, so a model can be built without checking every call and checked once.
  *
  * Memory: all trainable parameters live in one flat f32 buffer and their gradients in a second
- * one with the same layout (docs/architecture.md, "flat buffers"); frozen parameters (f32 or bf16) and
- * non-trainable state (batchnorm running statistics) live in their own flat buffers. Activations,
- * activation gradients, saved-for-backward data and scratch are assigned offsets in one arena by
- * a liveness-based planner at compile time; a step allocates nothing. */
+ * one with the same layout (docs/architecture.md, "flat buffers"); frozen parameters (f32 or bf16)
+ * and non-trainable state (batchnorm running statistics) live in their own flat buffers.
+ * Activations, activation gradients, saved-for-backward data and scratch are assigned offsets in
+ * one arena by a liveness-based planner at compile time; a step allocates nothing. */
 #ifndef DTRAIN_GRAPH_H
 #define DTRAIN_GRAPH_H
 
@@ -80,6 +80,12 @@ typedef struct dt_graph_opts {
      * DT_GRAPH_BLOCK=8|16 from the environment). Any other value fails compile. Both widths
      * give the same bits on one machine (the convolutions' kernels are the CPU's either way). */
     int layout_block;
+    /* Plan and stop: run every op's prepare (workspace and saved-data sizes), the schedule and
+     * the memory planner, and allocate nothing -- no arena, no flat buffers, no bindings -- as
+     * ggml's allocator measures a graph before reserving it. dt_graph_memory then reports the
+     * figures a real compile of the same graph would give; the graph cannot run or be compiled
+     * again (build a new one). What `dtrain plan` reads its activation figures from. */
+    int measure_only;
 } dt_graph_opts;
 
 /* Derives the backward schedule from `loss` (a scalar), plans memory, allocates every buffer
@@ -183,8 +189,9 @@ const dt_param_info *dt_graph_param_info(const dt_graph *g, int i);
 
 /* Planner report. */
 typedef struct dt_graph_mem {
-    size_t arena_bytes;    /* planned activations + grads + aux + scratch (with reuse) */
-    size_t unplanned_bytes;/* the same without reuse: sum of all buffer sizes */
+    size_t arena_bytes;     /* planned activations + grads + aux + scratch (with reuse) */
+    size_t unplanned_bytes; /* the same without reuse: sum of all buffer sizes */
+    size_t saved_bytes;     /* of the arena, bytes live when forward ends (kept for backward) */
     size_t param_bytes, grad_bytes, frozen_bytes, state_bytes, input_bytes;
 } dt_graph_mem;
 void dt_graph_memory(const dt_graph *g, dt_graph_mem *m);

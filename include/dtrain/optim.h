@@ -1,9 +1,9 @@
 /* Optimizers (SGD, AdamW), learning-rate schedules and gradient clipping.
  *
- * Everything works on the flat buffers (docs/architecture.md, "flat buffers"): all trainable parameters
- * are one contiguous f32 buffer of n_total elements and the gradients a second one with the same
- * layout (dt_graph_flat_param / dt_graph_flat_grad). An optimizer owns one contiguous slice
- * [lo, hi) of it -- the whole buffer for plain data parallelism, one shard under ZeRO -- and
+ * Everything works on the flat buffers (docs/architecture.md, "flat buffers"): all trainable
+ * parameters are one contiguous f32 buffer of n_total elements and the gradients a second one with
+ * the same layout (dt_graph_flat_param / dt_graph_flat_grad). An optimizer owns one contiguous
+ * slice [lo, hi) of it -- the whole buffer for plain data parallelism, one shard under ZeRO -- and
  * keeps moment buffers for that slice only, allocated once by dt_optim_init. A slice may start
  * or end in the middle of a parameter. dt_optim_step allocates nothing.
  *

@@ -16,11 +16,15 @@ extern "C" {
 /* Four 32-bit random words for (key, counter). */
 void dt_philox4x32(uint64_t key, const uint32_t ctr[4], uint32_t out[4]);
 /* Uniform float in [0, 1) from a 32-bit word (24 bits of precision). */
-static inline float dt_rng_u01(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
+static inline float dt_rng_u01(uint32_t x) {
+    return (float)(x >> 8) * (1.0f / 16777216.0f);
+}
 /* Fill n floats uniform in [lo, hi) from stream (key, c0, c1). */
-void dt_rng_uniform(float *out, int64_t n, uint64_t key, uint32_t c0, uint32_t c1, float lo, float hi);
+void dt_rng_uniform(float *out, int64_t n, uint64_t key, uint32_t c0, uint32_t c1, float lo,
+                    float hi);
 /* Fill n floats N(mean, std^2) (Box-Muller) from stream (key, c0, c1). */
-void dt_rng_normal(float *out, int64_t n, uint64_t key, uint32_t c0, uint32_t c1, float mean, float std);
+void dt_rng_normal(float *out, int64_t n, uint64_t key, uint32_t c0, uint32_t c1, float mean,
+                   float std);
 
 #ifdef __cplusplus
 }

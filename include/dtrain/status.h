@@ -12,15 +12,15 @@ extern "C" {
 
 typedef enum dt_status {
     DT_OK = 0,
-    DT_ERR_INVALID = 1,  /* bad argument or API misuse */
-    DT_ERR_SHAPE = 2,    /* shapes do not fit together */
-    DT_ERR_DTYPE = 3,    /* unsupported or mismatched dtype */
-    DT_ERR_RANGE = 4,    /* index out of range (embedding id, class label, ...) */
-    DT_ERR_NOMEM = 5,    /* allocation failed */
-    DT_ERR_IO = 6,       /* file or network I/O failed */
-    DT_ERR_FORMAT = 7,   /* malformed file contents */
-    DT_ERR_STATE = 8,    /* call not valid in the object's current state */
-    DT_ERR_INTERNAL = 9, /* a library (BLAS, oneDNN) failed */
+    DT_ERR_INVALID = 1,   /* bad argument or API misuse */
+    DT_ERR_SHAPE = 2,     /* shapes do not fit together */
+    DT_ERR_DTYPE = 3,     /* unsupported or mismatched dtype */
+    DT_ERR_RANGE = 4,     /* index out of range (embedding id, class label, ...) */
+    DT_ERR_NOMEM = 5,     /* allocation failed */
+    DT_ERR_IO = 6,        /* file or network I/O failed */
+    DT_ERR_FORMAT = 7,    /* malformed file contents */
+    DT_ERR_STATE = 8,     /* call not valid in the object's current state */
+    DT_ERR_INTERNAL = 9,  /* a library (BLAS, oneDNN) failed */
     DT_ERR_NOTFOUND = 10, /* a file, object or key that does not exist */
 } dt_status;
 

@@ -40,13 +40,19 @@ const char *dt_dtype_name(dt_dtype t);
 
 /* Round-to-nearest-even f32 -> bf16 (NaN stays NaN), and the exact widening back. */
 static inline uint16_t dt_bf16_from_f32(float f) {
-    union { float f; uint32_t u; } v = {f};
+    union {
+        float f;
+        uint32_t u;
+    } v = {f};
     if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);
     v.u += 0x7fffu + ((v.u >> 16) & 1u);
     return (uint16_t)(v.u >> 16);
 }
 static inline float dt_bf16_to_f32(uint16_t h) {
-    union { uint32_t u; float f; } v = {(uint32_t)h << 16};
+    union {
+        uint32_t u;
+        float f;
+    } v = {(uint32_t)h << 16};
     return v.f;
 }
 /* IEEE half <-> f32 (round to nearest even; subnormals, inf and NaN handled). */

@@ -43,7 +43,7 @@ typedef struct dt_eval_result {
 
 typedef struct dt_train_progress {
     int64_t step, total_steps, epoch;
-    double loss;        /* last optimizer step's mean micro-batch loss */
+    double loss; /* last optimizer step's mean micro-batch loss */
     double lr, grad_norm;
     double samples_per_s; /* over the last log interval */
     double data_wait;     /* share of step time spent waiting for data, last interval */
@@ -51,9 +51,9 @@ typedef struct dt_train_progress {
     double data_wait_total_s, comm_wait_total_s; /* this attempt so far (seconds) */
     double comm_bytes; /* gradient bytes this worker reduced in the last step (several workers;
                           less than the gradients when embedding rows were sent sparse) */
-    double comm_cpu; /* CPU time of the communication thread (all-reduces, ZeRO gathers) as a
-                        share of step time, last interval: the compute it took from this worker
-                        where it shares the worker's cores, even when overlap hides the wait */
+    double comm_cpu;   /* CPU time of the communication thread (all-reduces, ZeRO gathers) as a
+                          share of step time, last interval: the compute it took from this worker
+                          where it shares the worker's cores, even when overlap hides the wait */
     double comm_cpu_total_s; /* this attempt so far (seconds) */
     double elapsed_s;
     int preempted; /* dt_trainer_request_stop: a checkpoint was saved and the run stopped */

@@ -1,6 +1,5 @@
 /* Checkpoint directories on a store: listing, verification, choosing the newest good one,
  * retention (see include/dtrain/checkpoint.h). */
-#include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -60,14 +59,10 @@ dt_status dt_ckpt_read_state(dt_store *s, const char *dir, char **json) {
 }
 
 static double read_metric(dt_store *s, const char *dir, const char *metric) {
-    char *txt;
-    if (dt_ckpt_read_state(s, dir, &txt) != DT_OK) return NAN;
-    cJSON *o = cJSON_Parse(txt);
-    free(txt);
-    cJSON *m =
-        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "metrics"), metric);
-    double v = cJSON_IsNumber(m) ? m->valuedouble : NAN;
-    cJSON_Delete(o);
+    dt_ckpt_state st;
+    if (dt_ckpt_state_load(s, dir, &st) != DT_OK) return NAN;
+    double v = dt_ckpt_state_metric(&st, metric);
+    dt_ckpt_state_free(&st);
     return v;
 }
 
@@ -120,37 +115,17 @@ static dt_status hash_chunk(void *ud, size_t off, const void *p, size_t n) {
                : dt_error_set(DT_ERR_INTERNAL, "checkpoint: xxh3 update failed");
 }
 
-/* One listed file: its size (a stat at DT_CKPT_SIZES; at DT_CKPT_CHECKSUMS the file streamed
- * through xxh3, never more than the size listed, and never held in memory whole). The name
- * must be a plain file name of the directory: a trainer_state.json cannot send the check to
- * "../../x". *n: its size. */
-static dt_status check_file(dt_store *s, const char *dir, const cJSON *f, dt_ckpt_level level,
-                            size_t *n) {
-    cJSON *jb = cJSON_GetObjectItemCaseSensitive(f, "bytes");
-    cJSON *jh = cJSON_GetObjectItemCaseSensitive(f, "xxh3");
-    const char *name = f->string ? f->string : "";
-    *n = 0;
-    if (!name[0] || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
-        return dt_error_set(DT_ERR_FORMAT,
-                            "checkpoint %s/%s: files[\"%.200s\"] is not a plain file name in the "
-                            "checkpoint directory (no '/', '.' or '..')",
-                            dir, DT_CKPT_STATE, name);
-    /* a size is an integer a double holds exactly (beyond 2^53 the comparison below would not
-     * be exact, and a size_t cast of a larger one undefined) */
-    if (!cJSON_IsNumber(jb) || !cJSON_IsString(jh))
-        return dt_error_set(DT_ERR_FORMAT,
-                            "checkpoint %s/%s: files[\"%.200s\"]: needs \"bytes\" and \"xxh3\"",
-                            dir, DT_CKPT_STATE, name);
-    if (!(jb->valuedouble >= 0 && jb->valuedouble <= 9007199254740992.0) ||
-        jb->valuedouble != floor(jb->valuedouble))
-        return dt_error_set(DT_ERR_FORMAT,
-                            "checkpoint %s/%s: files[\"%.200s\"].bytes %.0f is not a size (an "
-                            "integer in [0, 2^53])",
-                            dir, DT_CKPT_STATE, name, jb->valuedouble);
-    size_t want = (size_t)jb->valuedouble;
-    char key[1400], hex[17] = "";
-    snprintf(key, sizeof key, "%s/%s", dir, name);
+/* One listed file (its name and size checked by the decoder): its size (a stat at DT_CKPT_SIZES;
+ * at DT_CKPT_CHECKSUMS the file streamed through xxh3, never more than the size listed, and
+ * never held in memory whole). */
+static dt_status check_file(dt_store *s, const char *dir, const dt_ckpt_file_entry *f,
+                            dt_ckpt_level level, size_t *n) {
+    size_t want = (size_t)f->bytes;
+    char key[1400];
+    snprintf(key, sizeof key, "%s/%s", dir, f->name);
+    uint64_t hash = 0;
     dt_status st;
+    *n = 0;
     if (level == DT_CKPT_SIZES) {
         st = dt_store_stat(s, key, n);
     } else {
@@ -160,52 +135,49 @@ static dt_status check_file(dt_store *s, const char *dir, const cJSON *f, dt_ckp
             return dt_error_set(DT_ERR_NOMEM, "checkpoint %s: out of memory", dir);
         }
         st = dt_store_get_stream(s, key, want, hash_chunk, h, n);
-        if (st == DT_OK) snprintf(hex, sizeof hex, "%016" PRIx64, (uint64_t)XXH3_64bits_digest(h));
+        hash = XXH3_64bits_digest(h);
         XXH3_freeState(h);
         if (st == DT_ERR_RANGE)
             return dt_error_set(DT_ERR_FORMAT,
                                 "checkpoint %s: file %s is longer than the %zu bytes listed "
                                 "(replaced)",
-                                dir, name, want);
+                                dir, f->name, want);
     }
     if (st == DT_ERR_NOTFOUND)
-        return dt_error_set(st, "checkpoint %s: file %s is missing", dir, name);
+        return dt_error_set(st, "checkpoint %s: file %s is missing", dir, f->name);
     if (st != DT_OK) return st;
     if (*n != want)
         return dt_error_set(DT_ERR_FORMAT,
                             "checkpoint %s: file %s has %zu bytes, expected %zu "
                             "(truncated or replaced)",
-                            dir, name, *n, want);
-    if (level != DT_CKPT_SIZES && strcmp(hex, jh->valuestring) != 0)
+                            dir, f->name, *n, want);
+    if (level != DT_CKPT_SIZES && hash != f->xxh3)
         return dt_error_set(DT_ERR_FORMAT,
-                            "checkpoint %s: file %s: checksum xxh3 %s, expected %s (corrupt)", dir,
-                            name, hex, jh->valuestring);
+                            "checkpoint %s: file %s: checksum xxh3 %016" PRIx64
+                            ", expected %016" PRIx64 " (corrupt)",
+                            dir, f->name, hash, f->xxh3);
     return DT_OK;
 }
 
 dt_status dt_ckpt_check(dt_store *s, const char *dir, dt_ckpt_level level, int64_t *bytes) {
-    char *txt;
     if (bytes) *bytes = 0;
-    dt_status st = dt_ckpt_read_state(s, dir, &txt);
+    dt_ckpt_state cs;
+    dt_status st = dt_ckpt_state_load(s, dir, &cs);
     if (st == DT_ERR_NOTFOUND)
         return dt_error_set(st, "checkpoint %s: no %s (not committed: the save did not finish)",
                             dir, DT_CKPT_STATE);
     if (st != DT_OK) return st;
-    cJSON *o = cJSON_Parse(txt);
-    free(txt);
-    cJSON *files = cJSON_GetObjectItemCaseSensitive(o, "files");
-    if (!cJSON_IsObject(files) || !cJSON_GetArraySize(files)) {
-        cJSON_Delete(o);
-        return dt_error_set(DT_ERR_FORMAT, "checkpoint %s/%s: not valid JSON or no \"files\"", dir,
+    if (!cs.n_files) {
+        dt_ckpt_state_free(&cs);
+        return dt_error_set(DT_ERR_FORMAT, "checkpoint %s/%s: lists no \"files\"", dir,
                             DT_CKPT_STATE);
     }
-    cJSON *f;
-    cJSON_ArrayForEach(f, files) {
+    for (int i = 0; i < cs.n_files && st == DT_OK; i++) {
         size_t n;
-        if ((st = check_file(s, dir, f, level, &n)) != DT_OK) break;
+        st = check_file(s, dir, &cs.files[i], level, &n);
         if (bytes) *bytes += (int64_t)n;
     }
-    cJSON_Delete(o);
+    dt_ckpt_state_free(&cs);
     return st;
 }
 
@@ -268,7 +240,8 @@ static dt_status remove_dir(dt_store *s, const char *dir) {
 }
 
 dt_status dt_ckpt_retain(dt_store *s, const char *root, int64_t current, int keep_last,
-                         int keep_best, const char *metric, const char *mode, FILE *log) {
+                         int keep_best, const char *metric, const char *mode,
+                         dt_ckpt_removed_fn removed, void *ud) {
     dt_ckpt_info *v;
     int n;
     dt_status st = dt_ckpt_list(s, root, keep_best > 0 ? metric : NULL, &v, &n);
@@ -279,9 +252,8 @@ dt_status dt_ckpt_retain(dt_store *s, const char *root, int64_t current, int kee
     for (int i = 0; current >= 0 && i < n && st == DT_OK; i++) {
         if (v[i].step <= current) continue;
         st = remove_dir(s, v[i].dir);
-        if (st == DT_OK && log)
-            fprintf(log, "checkpoint %s removed (newer than the run's current step %lld)\n",
-                    v[i].dir, (long long)current);
+        if (st == DT_OK && removed)
+            removed(ud, v[i].dir, v[i].step, "newer than the run's current step");
         v[i].committed = 0, v[i].step = -1; /* gone */
     }
     if (st != DT_OK) {
@@ -320,9 +292,8 @@ dt_status dt_ckpt_retain(dt_store *s, const char *root, int64_t current, int kee
          * one may be a save in flight */
         if (!v[i].committed && (newest < 0 || v[i].step > v[newest].step)) continue;
         st = remove_dir(s, v[i].dir);
-        if (st == DT_OK && log)
-            fprintf(log, "checkpoint %s removed (%s)\n", v[i].dir,
-                    v[i].committed ? "retention" : "incomplete save");
+        if (st == DT_OK && removed)
+            removed(ud, v[i].dir, v[i].step, v[i].committed ? "retention" : "incomplete save");
     }
     (void)committed;
     free(keep), free(v);

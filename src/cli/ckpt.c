@@ -144,63 +144,38 @@ static const char *human(int64_t b, char *buf, size_t n) {
     return buf;
 }
 
-/* The parsed trainer_state.json of a checkpoint, or NULL with the error printed/recorded. */
-static cJSON *read_state(dt_store *s, const char *dir) {
-    char *txt;
-    if (dt_ckpt_read_state(s, dir, &txt) != DT_OK) return NULL;
-    cJSON *o = cJSON_Parse(txt);
-    free(txt);
-    if (!cJSON_IsObject(o)) {
-        cJSON_Delete(o);
-        dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s is not valid JSON", dir, DT_CKPT_STATE);
-        return NULL;
-    }
-    return o;
-}
-
-static double metric(const cJSON *state, const char *name) {
-    const cJSON *m =
-        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(state, "metrics"), name);
-    return cJSON_IsNumber(m) ? m->valuedouble : NAN;
-}
-
 /* Checks beyond the checksums: trainer_state.json lists model.safetensors and every optimizer
  * shard its layout names, and its step is the directory's. */
 static dt_status check_complete(dt_store *s, const char *dir) {
-    cJSON *o = read_state(s, dir);
-    if (!o) return DT_ERR_FORMAT;
-    const cJSON *files = cJSON_GetObjectItemCaseSensitive(o, "files");
-    const cJSON *ly = cJSON_GetObjectItemCaseSensitive(o, "layout");
-    const cJSON *js = cJSON_GetObjectItemCaseSensitive(ly, "shards");
-    const cJSON *jstep = cJSON_GetObjectItemCaseSensitive(o, "step");
-    dt_status st = DT_OK;
+    dt_ckpt_state cs;
+    dt_status st = dt_ckpt_state_load(s, dir, &cs);
+    if (st != DT_OK) return st;
     int64_t dstep;
-    if (!cJSON_IsNumber(js) || js->valuedouble < 1 || js->valuedouble > 1e6) {
+    if (cs.layout_shards < 1) {
         st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s has no layout.shards", dir,
                           DT_CKPT_STATE);
-    } else if (!cJSON_GetObjectItemCaseSensitive(files, "model.safetensors")) {
-        st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s does not list model.safetensors", dir,
-                          DT_CKPT_STATE);
-    } else if (!cJSON_IsNumber(jstep)) {
+    } else if (!dt_ckpt_state_file(&cs, DT_CKPT_MODEL)) {
+        st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s does not list %s", dir, DT_CKPT_STATE,
+                          DT_CKPT_MODEL);
+    } else if (cs.step < 0) {
         st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s has no step", dir, DT_CKPT_STATE);
-    } else if (is_step_name(basename_of(dir), &dstep) && (double)dstep != jstep->valuedouble) {
-        st =
-            dt_error_set(DT_ERR_FORMAT,
-                         "checkpoint %s: %s is of step %.0f, not of this directory's step %" PRId64,
-                         dir, DT_CKPT_STATE, jstep->valuedouble, dstep);
+    } else if (is_step_name(basename_of(dir), &dstep) && dstep != cs.step) {
+        st = dt_error_set(DT_ERR_FORMAT,
+                          "checkpoint %s: %s is of step %" PRId64
+                          ", not of this directory's step %" PRId64,
+                          dir, DT_CKPT_STATE, cs.step, dstep);
     } else {
-        int shards = (int)js->valuedouble;
-        for (int r = 0; r < shards; r++) {
+        for (int r = 0; r < cs.layout_shards; r++) {
             char name[64];
-            snprintf(name, sizeof name, "optim-%05d-of-%05d.safetensors", r, shards);
-            if (!cJSON_GetObjectItemCaseSensitive(files, name)) {
+            dt_ckpt_optim_name(name, r, cs.layout_shards);
+            if (!dt_ckpt_state_file(&cs, name)) {
                 st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s does not list %s", dir,
                                   DT_CKPT_STATE, name);
                 break;
             }
         }
     }
-    cJSON_Delete(o);
+    dt_ckpt_state_free(&cs);
     return st;
 }
 
@@ -273,10 +248,11 @@ static int cmd_ls(const char *arg, int verify, int json) {
         double loss = NAN, eval_loss = NAN;
         int state_ok = 1;
         if (c->committed) {
-            cJSON *o = read_state(L.store, c->dir);
-            state_ok = o != NULL;
-            loss = metric(o, "loss"), eval_loss = metric(o, "eval_loss");
-            cJSON_Delete(o);
+            dt_ckpt_state cs;
+            state_ok = dt_ckpt_state_load(L.store, c->dir, &cs) == DT_OK;
+            loss = dt_ckpt_state_metric(&cs, "loss"),
+            eval_loss = dt_ckpt_state_metric(&cs, "eval_loss");
+            dt_ckpt_state_free(&cs);
         }
         char msg[1024] = "";
         int good = 0;
@@ -363,25 +339,18 @@ static int cmd_verify(const char *arg) {
         dt_store_close(L.store);
         return EXIT_BAD;
     }
-    cJSON *o = read_state(L.store, L.key);
-    int nf = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(o, "files"));
+    dt_ckpt_state cs;
+    dt_ckpt_state_load(L.store, L.key, &cs); /* verified just now */
     char size[32];
-    printf("ok: %s: step %.0f, %d files + %s, %s, sizes and xxh3 checksums match\n", L.url,
-           cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "step")), nf, DT_CKPT_STATE,
-           human(bytes, size, sizeof size));
-    cJSON_Delete(o);
+    printf("ok: %s: step %" PRId64 ", %d files + %s, %s, sizes and xxh3 checksums match\n", L.url,
+           cs.step, cs.n_files, DT_CKPT_STATE, human(bytes, size, sizeof size));
+    dt_ckpt_state_free(&cs);
     dt_store_close(L.store);
     return EXIT_GOOD;
 }
 
-static const char *str_or(const cJSON *o, const char *name, const char *dflt) {
-    const char *s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, name));
-    return s ? s : dflt;
-}
-
-static void print_num(const char *label, const cJSON *o, const char *name) {
-    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (cJSON_IsNumber(j)) printf("%-15s %.10g\n", label, j->valuedouble);
+static void print_int(const char *label, int64_t v) {
+    if (v >= 0) printf("%-15s %" PRId64 "\n", label, v);
 }
 
 static int cmd_show(const char *arg, int json) {
@@ -402,67 +371,56 @@ static int cmd_show(const char *arg, int json) {
         dt_store_close(L.store);
         return EXIT_GOOD;
     }
-    cJSON *o = cJSON_Parse(txt);
+    char where[4200];
+    snprintf(where, sizeof where, "%s/%s", L.url, DT_CKPT_STATE);
+    dt_ckpt_state o;
+    dt_status st = dt_ckpt_state_decode(txt, where, &o);
     free(txt);
-    if (!cJSON_IsObject(o)) {
-        fprintf(stderr, "dtrain ckpt show: %s/%s: not valid JSON\n", L.url, DT_CKPT_STATE);
-        cJSON_Delete(o);
+    if (st != DT_OK) {
+        fprintf(stderr, "dtrain ckpt show: %s\n", dt_last_error());
         dt_store_close(L.store);
         return EXIT_BAD;
     }
     printf("%-15s %s\n", "checkpoint", L.url);
-    printf("%-15s %s\n", "format", str_or(o, "format", "?"));
-    print_num("step", o, "step");
-    print_num("optimizer step", o, "optimizer_step");
-    print_num("epoch", o, "epoch");
-    print_num("samples seen", o, "samples_seen");
-    print_num("world size", o, "world_size");
-    print_num("ZeRO stage", o, "zero_stage");
-    const cJSON *ly = cJSON_GetObjectItemCaseSensitive(o, "layout");
-    if (ly) {
-        const cJSON *ps = cJSON_GetObjectItemCaseSensitive(ly, "params");
-        printf("%-15s %.0f trainable values in %d tensors, %.0f optimizer shard(s) of %.0f\n",
-               "layout", cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(ly, "n")),
-               cJSON_GetArraySize(ps),
-               cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(ly, "shards")),
-               cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(ly, "shard")));
-    }
-    printf("%-15s %s\n", "data cursor", str_or(o, "data_cursor", "-"));
-    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(o, "schedule");
-    if (sc) print_num("learning rate", sc, "lr");
-    const cJSON *rng = cJSON_GetObjectItemCaseSensitive(o, "rng");
-    if (rng)
-        printf("%-15s seed %.0f, counter %.0f\n", "rng",
-               cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rng, "seed")),
-               cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rng, "counter")));
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "metrics"), *e;
+    printf("%-15s %s\n", "format", o.format ? o.format : "?");
+    print_int("step", o.step);
+    print_int("optimizer step", o.optimizer_step);
+    print_int("epoch", o.epoch);
+    print_int("samples seen", o.samples_seen);
+    print_int("world size", o.world_size);
+    print_int("ZeRO stage", o.zero_stage);
+    if (o.layout_n >= 0)
+        printf("%-15s %" PRId64 " trainable values in %d tensors, %d optimizer shard(s) of %" PRId64
+               "\n",
+               "layout", o.layout_n, o.n_params, o.layout_shards, o.layout_shard);
+    printf("%-15s %s\n", "data cursor", o.data_cursor ? o.data_cursor : "-");
+    if (!isnan(o.sched_lr)) printf("%-15s %.10g\n", "learning rate", o.sched_lr);
+    if (o.rng_seed >= 0 || o.rng_counter >= 0)
+        printf("%-15s seed %" PRId64 ", counter %" PRId64 "\n", "rng", o.rng_seed, o.rng_counter);
     printf("%-15s", "metrics");
     int nm = 0;
-    cJSON_ArrayForEach(e, m) {
-        if (cJSON_IsNumber(e)) printf(" %s %.6g", e->string, e->valuedouble), nm++;
-    }
+    for (int i = 0; i < o.n_metrics; i++)
+        if (!isnan(o.metrics[i].value))
+            printf(" %s %.6g", o.metrics[i].name, o.metrics[i].value), nm++;
     printf("%s\n", nm ? "" : " -");
-    printf("%-15s %s (dtrain %s)\n", "code version", str_or(o, "code_version", "?"),
-           str_or(o, "dtrain_version", "?"));
-    const char *cfg = str_or(o, "config", NULL);
-    if (cfg) {
+    printf("%-15s %s (dtrain %s)\n", "code version", o.code_version ? o.code_version : "?",
+           o.dtrain_version ? o.dtrain_version : "?");
+    if (o.config) {
         int lines = 0;
-        for (const char *c = cfg; *c; c++) lines += *c == '\n';
+        for (const char *c = o.config; *c; c++) lines += *c == '\n';
         printf("%-15s %d lines of resolved YAML (--json shows it)\n", "config", lines);
     }
-    const cJSON *files = cJSON_GetObjectItemCaseSensitive(o, "files");
     printf("files\n");
     int64_t total = 0;
-    cJSON_ArrayForEach(e, files) {
-        const cJSON *jb = cJSON_GetObjectItemCaseSensitive(e, "bytes");
-        double b = cJSON_IsNumber(jb) ? jb->valuedouble : -1;
-        printf("  %-40s %14.0f bytes  xxh3 %s\n", e->string, b, str_or(e, "xxh3", "?"));
-        if (b > 0) total += (int64_t)b;
+    for (int i = 0; i < o.n_files; i++) {
+        printf("  %-40s %14" PRId64 " bytes  xxh3 %016" PRIx64 "\n", o.files[i].name,
+               o.files[i].bytes, o.files[i].xxh3);
+        total += o.files[i].bytes;
     }
     char size[32];
     printf("  %-40s %14" PRId64 " bytes  (%s, without %s)\n", "total", total,
            human(total, size, sizeof size), DT_CKPT_STATE);
-    cJSON_Delete(o);
+    dt_ckpt_state_free(&o);
     dt_store_close(L.store);
     return EXIT_GOOD;
 }

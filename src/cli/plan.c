@@ -89,19 +89,19 @@ static dt_status variant_config(const char *path, int n_over, char *const *over,
     return st;
 }
 
-/* Fewest workers in 1..MAX at which the config fits; 0 when none. The total does not grow with
- * the worker count (ZeRO shards are ceil(n / workers), the rest does not depend on it), so a
- * bisection finds the smallest. */
-static dt_status min_workers(const dt_config *c, double budget_gib, int *out) {
-    dt_plan p;
+/* Fewest workers in 1..MAX at which c, planned as p0, fits; 0 when none. The total does not
+ * grow with the worker count (ZeRO shards are ceil(n / workers), the rest does not depend on
+ * it), so a bisection finds the smallest; the graph is the same at every count (reshard). */
+static dt_status min_workers(const dt_config *c, const dt_plan *p0, double budget_gib, int *out) {
+    dt_plan p = *p0;
     dt_status st;
     *out = 0;
-    if ((st = dt_plan_compute(c, DT_PLAN_COMPARE_MAX_WORKERS, &p))) return st;
+    if ((st = dt_plan_reshard(c, DT_PLAN_COMPARE_MAX_WORKERS, &p))) return st;
     if (!fits(&p, budget_gib)) return DT_OK;
     int lo = 0, hi = DT_PLAN_COMPARE_MAX_WORKERS; /* lo does not fit (0: none), hi fits */
     while (hi - lo > 1) {
         int mid = lo + (hi - lo) / 2;
-        if ((st = dt_plan_compute(c, mid, &p))) return st;
+        if ((st = dt_plan_reshard(c, mid, &p))) return st;
         if (fits(&p, budget_gib))
             hi = mid;
         else
@@ -138,8 +138,14 @@ dt_status dt_plan_compare(const char *path, int n_over, char *const *over, int w
                 dt_config *c;
                 if ((st = variant_config(path, n_over, over, lora, lora_in_config, rc, z, &c)))
                     return st;
-                st = dt_plan_compute(c, world, &r->plan);
-                if (!st) st = min_workers(c, budget_gib, &r->min_workers);
+                /* the ZeRO stages of one (lora, recompute) pair share a graph: measure it once */
+                if (z == 0) {
+                    st = dt_plan_compute(c, world, &r->plan);
+                } else {
+                    r->plan = rows[n - 1].plan;
+                    st = dt_plan_reshard(c, world, &r->plan);
+                }
+                if (!st) st = min_workers(c, &r->plan, budget_gib, &r->min_workers);
                 dt_config_free(c);
                 if (st) return st;
                 r->fits = fits(&r->plan, budget_gib);

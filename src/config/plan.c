@@ -5,9 +5,11 @@
  * of the same size, optimizer moments one (SGD with momentum) or two (AdamW) more. ZeRO shards
  * equal slices of these buffers, padded to a multiple of the world size: stage 1 the optimizer
  * state, stage 2 also the gradients, stage 3 also the parameters. Frozen weights (the LoRA base,
- * bf16 as docs/distributed.md has it) and batchnorm statistics are not sharded. Activations are the
- * graph planner's peak for one micro-batch (plan_llama.c, plan_resnet.c); gradient accumulation
- * does not change them. */
+ * bf16 as docs/distributed.md has it) and batchnorm statistics are not sharded. Activations,
+ * parameter counts, frozen and state bytes come from the real training graph of one micro-batch,
+ * built by the model's builder and compiled with measure_only (plan_measure.c): the arena the
+ * graph compiler plans for it, with nothing allocated; gradient accumulation does not change
+ * them. */
 #include <string.h>
 #include <unistd.h>
 #include "config/plan_impl.h"
@@ -17,15 +19,24 @@ static int64_t shard(int64_t n, int world) {
     return (n + world - 1) / world;
 }
 
-static dt_status lora_targets(const dt_config_list *l, unsigned *mask) {
-    *mask = 0;
-    for (int i = 0; i < l->n; i++) {
-        int t = 0;
-        while (t < PLAN_T_N && strcmp(l->item[i], dt_plan_lora_target_names[t])) t++;
-        if (t == PLAN_T_N)
+/* lora.* of the config as dt_llama_build reads it (the trainer's mapping, src/train/trainer.c). */
+static dt_status lora_config(const dt_config_values *v, dt_lora_config *l) {
+    *l = (dt_lora_config){.rank = (int)v->lora.rank,
+                          .alpha = (float)v->lora.alpha,
+                          .dropout = (float)v->lora.dropout};
+    for (int i = 0; i < v->lora.targets.n; i++) {
+        unsigned b = dt_lora_target_bit(v->lora.targets.item[i]);
+        if (!b)
             return dt_error_set(DT_ERR_INVALID, "plan: lora.targets: unknown layer '%s'",
-                                l->item[i]);
-        *mask |= 1u << t;
+                                v->lora.targets.item[i]);
+        l->targets |= b;
+    }
+    for (int i = 0; i < v->lora.modules_to_save.n; i++) {
+        unsigned b = dt_lora_module_bits(v->lora.modules_to_save.item[i]);
+        if (!b)
+            return dt_error_set(DT_ERR_INVALID, "plan: lora.modules_to_save: unknown module '%s'",
+                                v->lora.modules_to_save.item[i]);
+        l->modules_to_save |= b;
     }
     return DT_OK;
 }
@@ -65,80 +76,75 @@ dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p) {
     if (world < 1) return dt_error_set(DT_ERR_INVALID, "plan: %d workers (expected >= 1)", world);
     memset(p, 0, sizeof *p);
     const dt_config_values *v = dt_config_get_values(c);
+    /* the trainer's thread count (train.threads, 0: every CPU), which per-thread scratch follows */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    plan_opts o = {
-        .batch = v->data.batch,
-        .seq_len = v->data.seq_len,
-        .recompute = v->model.recompute,
-        .threads = v->train.threads > 0 ? (int)v->train.threads : (cpus > 0 ? (int)cpus : 1),
-        /* docs/lora.md: the frozen LoRA base is bf16, consumed by bf16 GEMMs directly. */
-        .frozen_bf16 = 1,
-        .lora = v->lora.enabled,
-        .lora_rank = (int)v->lora.rank,
-        .lora_dropout = v->lora.dropout,
-    };
+    int threads = v->train.threads > 0 ? (int)v->train.threads : (cpus > 0 ? (int)cpus : 1);
+    int64_t batch = v->data.batch;
     dt_status st;
-    ps_result act;
+    plan_figures f;
     p->kind = v->model.kind;
-    p->world = world;
-    p->zero_stage = (int)v->dist.zero_stage;
-    p->batch = v->data.batch;
+    p->batch = batch;
     if (v->model.kind == DT_CFG_MODEL_LLAMA) {
         char path[DT_CFG_STR_MAX];
         dt_config_resolve_path(c, v->model.hf_path, path, sizeof path);
         dt_llama_config m;
         if ((st = dt_llama_config_load(path, &m))) return st;
-        if (o.lora && (st = lora_targets(&v->lora.targets, &o.lora_targets))) return st;
-        for (int i = 0; o.lora && i < v->lora.modules_to_save.n; i++) {
-            unsigned b = dt_lora_module_bits(v->lora.modules_to_save.item[i]);
-            if (!b)
-                return dt_error_set(DT_ERR_INVALID,
-                                    "plan: lora.modules_to_save: unknown module '%s'",
-                                    v->lora.modules_to_save.item[i]);
-            o.lora_modules |= b;
-        }
+        m.recompute = v->model.recompute;
+        if (v->lora.enabled && (st = lora_config(v, &m.lora))) return st;
         /* every byte count below is int64: a configuration whose tensors could pass 2^60 bytes
          * (B x T up to 2^42 tokens, times a 2^20 vocabulary...) is refused before any of them is
          * formed, with the sum bounded generously in double (rows x widths, 8 bytes each) */
-        double N = (double)o.batch * (double)o.seq_len, D = m.hidden_size, F = m.intermediate_size,
-               H = (double)m.num_attention_heads * m.head_dim;
+        double N = (double)batch * (double)v->data.seq_len, D = m.hidden_size,
+               F = m.intermediate_size, H = (double)m.num_attention_heads * m.head_dim;
         double bound = 8.0 * N *
                        (m.vocab_size +
-                        (double)m.num_hidden_layers * (16 * D + 6 * F + 4 * H + 2.0 * o.lora_rank));
+                        (double)m.num_hidden_layers * (16 * D + 6 * F + 4 * H + 2.0 * m.lora.rank));
         if ((st = too_large(bound, "data.batch x data.seq_len tokens of this model"))) return st;
-        if ((st = dt_plan_llama_activations(&m, &o, &act))) return st;
-        int64_t base = dt_llama_param_count(&m);
-        p->seq_len = o.seq_len;
-        /* modules to save move from the frozen base to the trainable parameters */
-        int64_t saved = o.lora ? dt_plan_lora_saved_params(&m, o.lora_modules) : 0;
-        int64_t adapters = o.lora ? dt_plan_lora_params(&m, o.lora_rank, o.lora_targets) : 0;
-        p->params_trainable = o.lora ? adapters + saved : base;
-        p->params_frozen = o.lora ? base - saved : 0;
-        p->params_total = base + adapters;
-        p->logits_bytes = o.batch * o.seq_len * m.vocab_size * 4;
+        if ((st = dt_plan_measure_llama(&m, batch, v->data.seq_len, threads, &f))) return st;
+        p->seq_len = v->data.seq_len;
+        p->logits_bytes = batch * p->seq_len * m.vocab_size * 4;
         snprintf(p->model_desc, sizeof p->model_desc,
                  "llama: %d layers, hidden %d, %d heads (%d kv, dim %d), mlp %d, vocab %d%s",
                  m.num_hidden_layers, m.hidden_size, m.num_attention_heads, m.num_key_value_heads,
                  m.head_dim, m.intermediate_size, m.vocab_size,
                  m.tie_word_embeddings ? ", tied embeddings" : "");
     } else {
-        if ((st = image_size(c, &o.image_size))) return st;
+        int64_t side;
+        if ((st = image_size(c, &side))) return st;
         dt_resnet_config m = {(int)v->model.depth,       (int)v->model.in_channels,
                               (int)v->model.num_classes, v->model.small_stem,
                               (int)v->model.width,       v->model.recompute};
-        int64_t n = dt_resnet_param_count(&m);
-        if (n < 0) return DT_ERR_INVALID;
+        if (dt_resnet_param_count(&m) < 0) return DT_ERR_INVALID;
         /* the widest layer is width << 3 channels; a stem keeps the full image side */
-        double bound = 8.0 * (double)o.batch * (double)o.image_size * (double)o.image_size *
+        double bound = 8.0 * (double)batch * (double)side * (double)side *
                        ((double)m.width * 64.0 + m.in_channels) * (m.depth / 2 + 4);
         if ((st = too_large(bound, "data.batch images of this size and model.width"))) return st;
-        if ((st = dt_plan_resnet_activations(&m, &o, &act))) return st;
-        p->seq_len = o.image_size;
-        p->params_trainable = p->params_total = n;
+        if ((st = dt_plan_measure_resnet(&m, batch, side, threads, &f))) return st;
+        p->seq_len = side;
         snprintf(p->model_desc, sizeof p->model_desc,
                  "resnet-%d: %s stem, width %d, %d input channels, %d classes", m.depth,
                  m.small_stem ? "small-image" : "stock", m.width, m.in_channels, m.num_classes);
     }
+    p->params_trainable = f.params_trainable;
+    p->params_frozen = f.params_frozen;
+    p->params_total = f.params_trainable + f.params_frozen;
+    p->frozen_bytes = f.frozen_bytes;
+    p->state_bytes = f.state_bytes;
+    p->activation_bytes = f.activation_bytes;
+    p->saved_bytes = f.saved_bytes;
+    return dt_plan_reshard(c, world, p);
+}
+
+dt_status dt_plan_reshard(const dt_config *c, int world, dt_plan *p) {
+    if (!c || !p) return dt_error_set(DT_ERR_INVALID, "plan: NULL config or plan");
+    if (world < 1) return dt_error_set(DT_ERR_INVALID, "plan: %d workers (expected >= 1)", world);
+    const dt_config_values *v = dt_config_get_values(c);
+    if (p->kind != v->model.kind || p->batch != v->data.batch)
+        return dt_error_set(DT_ERR_INVALID,
+                            "plan: reshard: the plan is of another model or data.batch");
+    int lora = v->lora.enabled;
+    p->world = world;
+    p->zero_stage = (int)v->dist.zero_stage;
     p->optim_states = v->optim.name == DT_CFG_OPTIM_ADAMW ? 2 : v->optim.momentum > 0 ? 1 : 0;
     int64_t t = p->params_trainable;
     p->param_bytes_1 = 4 * t;
@@ -148,21 +154,18 @@ dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p) {
     p->param_bytes = 4 * (z >= 3 ? shard(t, world) : t);
     p->grad_bytes = 4 * (z >= 2 ? shard(t, world) : t);
     p->optim_bytes = 4 * p->optim_states * (z >= 1 ? shard(t, world) : t);
-    p->frozen_bytes = p->params_frozen * (o.frozen_bf16 ? 2 : 4);
-    p->state_bytes = act.state;
-    p->activation_bytes = act.peak;
-    p->saved_bytes = act.saved;
     p->total_bytes = p->param_bytes + p->grad_bytes + p->optim_bytes + p->frozen_bytes +
                      p->state_bytes + p->activation_bytes;
-    char lora[160] = "";
-    if (o.lora) {
-        size_t j = (size_t)snprintf(lora, sizeof lora, ", LoRA r=%d on ", o.lora_rank);
-        for (int i = 0; i < v->lora.targets.n && j < sizeof lora; i++)
-            j += (size_t)snprintf(lora + j, sizeof lora - j, "%s%s", i ? "," : "",
+    char lora_desc[160] = "";
+    if (lora) {
+        size_t j =
+            (size_t)snprintf(lora_desc, sizeof lora_desc, ", LoRA r=%d on ", (int)v->lora.rank);
+        for (int i = 0; i < v->lora.targets.n && j < sizeof lora_desc; i++)
+            j += (size_t)snprintf(lora_desc + j, sizeof lora_desc - j, "%s%s", i ? "," : "",
                                   v->lora.targets.item[i]);
-        for (int i = 0; i < v->lora.modules_to_save.n && j < sizeof lora; i++)
-            j += (size_t)snprintf(lora + j, sizeof lora - j, "%s%s", i ? "," : " + training ",
-                                  v->lora.modules_to_save.item[i]);
+        for (int i = 0; i < v->lora.modules_to_save.n && j < sizeof lora_desc; i++)
+            j += (size_t)snprintf(lora_desc + j, sizeof lora_desc - j, "%s%s",
+                                  i ? "," : " + training ", v->lora.modules_to_save.item[i]);
     }
     if (v->model.kind == DT_CFG_MODEL_LLAMA)
         snprintf(p->run_desc, sizeof p->run_desc, "batch %lld x %lld tokens", (long long)p->batch,
@@ -174,7 +177,7 @@ dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p) {
     snprintf(p->run_desc + j, sizeof p->run_desc - j, ", %s, %s, %d worker%s, ZeRO stage %d%s%s",
              v->train.precision == DT_CFG_PREC_BF16 ? "bf16" : "fp32",
              v->optim.name == DT_CFG_OPTIM_ADAMW ? "AdamW" : "SGD", world, world > 1 ? "s" : "", z,
-             lora, o.recompute ? ", recompute" : "");
+             lora_desc, v->model.recompute ? ", recompute" : "");
     return DT_OK;
 }
 
@@ -233,11 +236,12 @@ void dt_plan_print(FILE *f, const dt_plan *p, int json) {
     fprintf(f, "%-44s %10.2f %10.2f\n", lbl, gib(p->optim_bytes), gib(p->optim_bytes_1));
     if (p->params_frozen)
         fprintf(f, "%-44s %10.2f\n",
-                p->frozen_bytes == 2 * p->params_frozen ? "  frozen base weights (bf16)"
-                                                        : "  frozen base weights (f32)",
+                /* bf16 matrices; the frozen norms (a few thousandths of it) stay f32 */
+                p->frozen_bytes < 3 * p->params_frozen ? "  frozen base weights (bf16)"
+                                                       : "  frozen base weights (f32)",
                 gib(p->frozen_bytes));
     if (p->state_bytes) fprintf(f, "%-44s %10.2f\n", "  batchnorm statistics", gib(p->state_bytes));
-    fprintf(f, "%-44s %10.2f\n", "  activations (planned peak)", gib(p->activation_bytes));
+    fprintf(f, "%-44s %10.2f\n", "  activations (planned arena)", gib(p->activation_bytes));
     fprintf(f, "%-44s %10.2f\n", "    kept from forward for backward", gib(p->saved_bytes));
     if (p->logits_bytes)
         fprintf(f, "%-44s %10.2f\n", "    logits [B, T, V] f32 (one copy)", gib(p->logits_bytes));

@@ -27,8 +27,10 @@ static int variant_fits(const dt_config *w, int world, int64_t budget) {
     return ok;
 }
 
-/* "data.batch=N", "model.recompute=true", ... each enough alone; j: bytes written so far. */
-static size_t suggestions(const dt_config *c, int world, int64_t budget, char *buf, size_t n) {
+/* "data.batch=N", "model.recompute=true", ... each enough alone; j: bytes written so far.
+ * p: c's plan (a ZeRO stage changes only the sharding: resharded, not measured again). */
+static size_t suggestions(const dt_config *c, const dt_plan *p, int world, int64_t budget,
+                          char *buf, size_t n) {
     dt_config *w = malloc(sizeof *w);
     size_t j = 0;
     int k = 0;
@@ -59,7 +61,10 @@ static size_t suggestions(const dt_config *c, int world, int64_t budget, char *b
     for (int z = (int)c->v.dist.zero_stage + 1; world > 1 && z <= 3; z++) {
         *w = *c;
         w->v.dist.zero_stage = z;
-        if (variant_fits(w, world, budget)) {
+        dt_plan pz = *p;
+        int ok = dt_plan_reshard(w, world, &pz) == DT_OK && pz.total_bytes <= budget;
+        dt_error_clear();
+        if (ok) {
             ADD("dist.zero_stage=%d", z);
             break;
         }
@@ -108,7 +113,7 @@ dt_status dt_plan_admit(const dt_config *c, int world, int local_ranks, char *wa
         /* a ResNet plan reads the image side from the dataset: once is enough */
         if (p.kind != DT_CFG_MODEL_LLAMA) w->v.data.image_size = p.seq_len;
         char fit[600] = "";
-        if (suggestions(w, world, m.per_worker, fit, sizeof fit))
+        if (suggestions(w, &p, world, m.per_worker, fit, sizeof fit))
             j += (size_t)snprintf(msg + j, sizeof msg - j, "; it fits with %s", fit);
         else if (j < sizeof msg)
             j += (size_t)snprintf(msg + j, sizeof msg - j,

@@ -91,6 +91,10 @@ static const dt_config_key keys[] = {
      "step: multiply the rate by gamma every this many steps", OFF(schedule.step_size)},
     {"schedule.gamma", DT_CFG_FLOAT, "0.1", GT | MAX, 0, 1, NULL,
      "step: decay factor", OFF(schedule.gamma)},
+    {"schedule.on_extend", DT_CFG_ENUM, "continue", 0, 0, 0, "continue|stretch|restart",
+     "resumed with another run length (linear/cosine over the run): continue the saved decay "
+     "(then min_lr), stretch it over the new length, or restart warmup and decay",
+     OFF(schedule.on_extend)},
     /* train */
     {"train.steps", DT_CFG_INT, "0", MIN, 0, 0, NULL,
      "optimizer steps to run (0: train.epochs passes over data.train)", OFF(train.steps)},
@@ -170,6 +174,10 @@ static const dt_config_key keys[] = {
      "whether a smaller (min) or larger (max) ckpt.best_metric is better", OFF(ckpt.best_mode)},
     {"ckpt.async", DT_CFG_BOOL, "true", 0, 0, 0, NULL,
      "write checkpoints in the background while training goes on", OFF(ckpt.async)},
+    {"ckpt.require_writable", DT_CFG_BOOL, "true", 0, 0, 0, NULL,
+     "refuse to train when a probe file cannot be written to the checkpoint location at start "
+     "(false: warn and train)",
+     OFF(ckpt.require_writable)},
     {"ckpt.resume", DT_CFG_STR, "auto", 0, 0, 0, NULL,
      "auto: from the latest good checkpoint of this run, never, or a checkpoint URI",
      OFF(ckpt.resume)},

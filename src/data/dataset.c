@@ -8,7 +8,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <xxhash.h>
-#include "data/util.h"
+#include "core/bytes.h"
+#include "core/file.h"
+#include "core/json.h"
 
 uint64_t dt_dataset_fingerprint(const dt_dataset_info *info, const char *shard_lines) {
     char head[256];

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "data/sampler.h"
-#include "data/util.h"
+#include "core/file.h"
 #include "core/fsmode.h"
 
 void dt_import_options_default(dt_import_options *o) {

@@ -8,7 +8,7 @@
 #include <string.h>
 #include "data/import.h"
 #include "core/file.h"
-#include "data/util.h"
+#include "core/bytes.h"
 #include <unistd.h>
 #include <zlib.h>
 

@@ -14,7 +14,8 @@
 #include <sys/stat.h>
 #include <xxhash.h>
 #include "data/import.h"
-#include "data/util.h"
+#include "core/bytes.h"
+#include "core/file.h"
 
 /* Sizes and modification times of everything below `path` (sorted names, at most 8 levels):
  * a changed, added or removed file changes it. */

@@ -10,7 +10,8 @@
 #include <xxhash.h>
 #include "core/file.h"
 #include "data/import.h"
-#include "data/util.h"
+#include "core/bytes.h"
+#include "core/json.h"
 #include "dtrain/tokenizer.h"
 
 /* ---- sources ---- */

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
-#include "data/util.h"
+#include "core/bytes.h"
 #include "core/file.h"
 #include "core/fsmode.h"
 

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "data/tok.h"
-#include "data/util.h"
+#include "core/file.h"
+#include "core/json.h"
 
 static int b64_val(int c) {
     if (c >= 'A' && c <= 'Z') return c - 'A';

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <xxhash.h>
 #include "data/tok.h"
-#include "data/util.h"
+#include "core/json.h"
 
 /* cl100k_base's pattern, as tiktoken and Llama 3 use it ((?i:...) spelled out as in
  * cl100k_base.json, so no engine's case folding rules can differ). */

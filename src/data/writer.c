@@ -9,7 +9,8 @@
 #include <string.h>
 #include "core/fsmode.h"
 #include "data/dataset.h"
-#include "data/util.h"
+#include "core/bytes.h"
+#include "core/file.h"
 
 struct dt_dataset_writer {
     char *final_dir, *tmp_dir;

@@ -75,9 +75,14 @@ static int cmp_size_desc(const void *a, const void *b, void *ctx) {
     return x < y ? 1 : x > y ? -1 : (*(const int *)a - *(const int *)b);
 }
 
-/* Greedy best-offset packing. Returns the arena size. */
+/* Greedy best-offset packing: largest first, each at the lowest offset (0 or right after a
+ * buffer) that collides with no placed buffer whose lifetime overlaps its own. The placed
+ * buffers are kept as one array in offset order, so that offset is one sequential sweep over
+ * them, and a graph of thousands of buffers (Llama-3.1-8B) packs in tens of milliseconds.
+ * Returns the arena size. */
 static size_t pack(buf *bs, int n, int no_reuse) {
-    int *order = malloc((size_t)n * sizeof *order), *placed = malloc((size_t)n * sizeof *placed);
+    int *order = malloc((size_t)n * sizeof *order);
+    buf *placed = malloc((size_t)n * sizeof *placed);
     size_t total = 0;
     if (!order || !placed) {
         free(order), free(placed);
@@ -92,32 +97,37 @@ static size_t pack(buf *bs, int n, int no_reuse) {
         if (no_reuse) {
             off = total;
         } else {
-            /* Try offsets at 0 and right after each conflicting buffer; keep the lowest fit. */
-            size_t best = (size_t)-1;
-            for (int c = -1; c < n_placed; c++) {
-                size_t cand = 0;
-                if (c >= 0) {
-                    buf *o = &bs[placed[c]];
-                    if (o->end < b->start || o->start > b->end) continue;
-                    cand = o->off + o->size;
-                }
-                if (cand >= best) continue;
-                int ok = 1;
-                for (int d = 0; d < n_placed && ok; d++) {
-                    buf *o = &bs[placed[d]];
-                    if (o->end < b->start || o->start > b->end) continue;
-                    if (cand < o->off + o->size && o->off < cand + b->size) ok = 0;
-                }
-                if (ok) best = cand;
+            /* every offset below `off` collides with a buffer already swept */
+            for (const buf *o = placed, *e = placed + n_placed; o < e; o++) {
+                if (o->end < b->start || o->start > b->end) continue;
+                if (o->off >= off + b->size) break;
+                if (o->off + o->size > off) off = o->off + o->size;
             }
-            off = best;
         }
         b->off = off;
         if (off + b->size > total) total = off + b->size;
-        placed[n_placed++] = order[k];
+        int lo = 0, hi = n_placed; /* insert after the placed buffers at or below off */
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (placed[mid].off <= off)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        memmove(placed + lo + 1, placed + lo, (size_t)(n_placed - lo) * sizeof *placed);
+        placed[lo] = *b;
+        n_placed++;
     }
     free(order), free(placed);
     return total;
+}
+
+/* Planned bytes live at schedule position pos (n_fwd - 1: what forward leaves for backward). */
+static size_t live_bytes_at(const plan *p, int pos) {
+    size_t sum = 0;
+    for (int b = 0; b < p->n_bufs; b++)
+        if (p->bufs[b].start <= pos && pos <= p->bufs[b].end) sum += p->bufs[b].size;
+    return sum;
 }
 
 static void *alloc_touched(size_t bytes) {
@@ -443,7 +453,10 @@ static void mark_sparse_rows(dt_graph *g) {
 
 dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
     if (!g) return dt_error_set(DT_ERR_INVALID, "compile: graph is NULL");
-    if (g->compiled) return dt_error_set(DT_ERR_STATE, "compile: graph is already compiled");
+    if (g->compiled || g->measured)
+        return dt_error_set(DT_ERR_STATE, "compile: graph is already %s",
+                            g->measured ? "measured (measure_only): build it again to run it"
+                                        : "compiled");
     dt_node *ln = dt_graph_node_(g, loss);
     if (!ln)
         return dt_error_set(DT_ERR_INVALID, "compile: loss is node %d, not in the graph", loss);
@@ -451,8 +464,8 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
         return dt_error_set(DT_ERR_SHAPE, "compile: loss '%s' must be one f32 value, has %lld %s",
                             dt_graph_name(g, loss), (long long)dt_tensor_numel(&ln->t),
                             dt_dtype_name(ln->t.dtype));
-    dt_runtime_tune_malloc();
     dt_graph_opts o = opts ? *opts : (dt_graph_opts){0};
+    if (!o.measure_only) dt_runtime_tune_malloc();
     if (getenv("DT_PLAN_NO_REUSE")) o.no_reuse = 1; /* debugging aid: rule the planner out */
     const char *pz = getenv("DT_GRAPH_POISON");
     if (pz && pz[0] && strcmp(pz, "0")) o.poison = 1;
@@ -482,6 +495,7 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
     }
 #undef NEWI
     dt_graph_choose_layouts(g, block);
+    g->measuring = o.measure_only != 0;
     for (int i = 0; i < n; i++) {
         dt_node *nd = &g->nodes[i];
         if (nd->kind == DT_NODE_OP && nd->op->prepare) {
@@ -502,6 +516,14 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
     st = dt_error_set(DT_ERR_NOMEM, "compile: out of memory allocating %zu bytes of activations",
                       g->arena_bytes);
     if (g->arena_bytes == (size_t)-1) goto fail;
+    g->saved_bytes = live_bytes_at(&p, g->n_fwd - 1);
+    g->measuring = 0;
+    if (o.measure_only) { /* the figures are known: allocate and bind nothing */
+        dt_error_clear();
+        g->measured = 1;
+        plan_free(&p);
+        return DT_OK;
+    }
     g->arena = alloc_touched(g->arena_bytes);
     g->flat_cap = o.flat_capacity > g->n_flat ? o.flat_capacity : g->n_flat;
     g->flat_param = alloc_touched(g->flat_cap * sizeof(float));
@@ -526,6 +548,7 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
     plan_free(&p);
     return DT_OK;
 fail:
+    g->measuring = 0;
     plan_free(&p);
     return st;
 }

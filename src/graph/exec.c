@@ -72,13 +72,17 @@ static dt_status run_range(dt_graph *g, int from, int to) {
 }
 
 dt_status dt_graph_forward(dt_graph *g, int training) {
-    if (!g || !g->compiled) return dt_error_set(DT_ERR_STATE, "forward: graph is not compiled");
+    if (!g || !g->compiled)
+        return dt_error_set(DT_ERR_STATE, "forward: graph is not compiled%s",
+                            g && g->measured ? " (only measured: measure_only)" : "");
     g->run.training = training != 0;
     return run_range(g, 0, g->n_fwd);
 }
 
 dt_status dt_graph_backward(dt_graph *g) {
-    if (!g || !g->compiled) return dt_error_set(DT_ERR_STATE, "backward: graph is not compiled");
+    if (!g || !g->compiled)
+        return dt_error_set(DT_ERR_STATE, "backward: graph is not compiled%s",
+                            g && g->measured ? " (only measured: measure_only)" : "");
     if (g->no_backward)
         return dt_error_set(DT_ERR_STATE, "backward: graph was compiled with no_backward");
     g->loss_grad[0] = g->loss_scale;

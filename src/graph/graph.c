@@ -33,13 +33,16 @@ dt_node *dt_graph_node_(const dt_graph *g, int id) {
     return (g && id >= 0 && id < g->n_nodes) ? &g->nodes[id] : NULL;
 }
 dt_node *dt_graph_node(dt_graph *g, int id) { return dt_graph_node_(g, id); }
+int dt_graph_measuring(const dt_graph *g) {
+    return g && g->measuring;
+}
 
 int dt_ids_bad(dt_graph *g, const char *op, int n, const int *ids) {
     if (!g) {
         dt_error_set(DT_ERR_INVALID, "%s: graph is NULL", op);
         return 1;
     }
-    if (g->compiled) {
+    if (g->compiled || g->measured) {
         dt_error_set(DT_ERR_STATE, "%s: graph is already compiled", op);
         return 1;
     }
@@ -217,7 +220,8 @@ int dt_graph_param(dt_graph *g, const char *name, dt_dtype dtype, int ndim, cons
 }
 
 dt_status dt_graph_recompute(dt_graph *g, int first, int last) {
-    if (!g || g->compiled) return dt_error_set(DT_ERR_STATE, "recompute: graph compiled or NULL");
+    if (!g || g->compiled || g->measured)
+        return dt_error_set(DT_ERR_STATE, "recompute: graph compiled or NULL");
     if (first < -1 || last <= first || last >= g->n_nodes)
         return dt_error_set(DT_ERR_INVALID, "recompute: bad segment (%d, %d] of %d nodes", first,
                             last, g->n_nodes);
@@ -239,7 +243,8 @@ dt_status dt_graph_recompute(dt_graph *g, int first, int last) {
 dt_status dt_graph_keep(dt_graph *g, int id) {
     if (!g || id < 0 || id >= g->n_nodes)
         return dt_error_set(DT_ERR_INVALID, "keep: no node %d", id);
-    if (g->compiled) return dt_error_set(DT_ERR_STATE, "keep: graph is already compiled");
+    if (g->compiled || g->measured)
+        return dt_error_set(DT_ERR_STATE, "keep: graph is already compiled");
     g->keep[id] = 1;
     return DT_OK;
 }
@@ -303,6 +308,7 @@ void dt_graph_memory(const dt_graph *g, dt_graph_mem *m) {
     memset(m, 0, sizeof *m);
     m->arena_bytes = g->arena_bytes;
     m->unplanned_bytes = g->unplanned_bytes;
+    m->saved_bytes = g->saved_bytes;
     m->param_bytes = g->n_flat * sizeof(float);
     m->grad_bytes = g->no_backward ? 0 : g->n_flat * sizeof(float);
     m->frozen_bytes = g->frozen_bytes;

@@ -39,9 +39,11 @@ struct dt_graph {
 
     /* after compile */
     int compiled, loss, no_backward, poison;
+    int measuring; /* a measure_only compile is under way (dt_graph_measuring) */
+    int measured;  /* compiled with measure_only: sizes planned, nothing allocated or bound */
     float *flat_param, *flat_grad, *flat_state;
     void *flat_frozen, *input_mem, *arena;
-    size_t arena_bytes, unplanned_bytes;
+    size_t arena_bytes, unplanned_bytes, saved_bytes;
     dt_tensor *val, *grad; /* per node: user-visible bindings */
     dt_entry *entries;
     int n_entries, n_fwd;

@@ -121,6 +121,10 @@ int dt_node_add(dt_graph *g, const dt_op_def *op, int n_in, const int *in, dt_dt
                 int nfp);
 /* Node by id (NULL if out of range). Builders use it to read input shapes. */
 dt_node *dt_graph_node(dt_graph *g, int id);
+/* 1 while a measure_only compile (dt_graph_opts) runs prepare: the graph will only be measured,
+ * never run, so prepare may skip work that sizes nothing (tables, precomputed data) and must
+ * still set aux_bytes / ws_fwd / ws_bwd exactly as for a real compile. */
+int dt_graph_measuring(const dt_graph *g);
 /* Returns 1 (and sets an error naming `op`) if any id is negative or unknown: the builder
  * should then return -1. Use as: if (dt_ids_bad(g, "linear", 2, (int[]){x, w})) return -1; */
 int dt_ids_bad(dt_graph *g, const char *op, int n, const int *ids);

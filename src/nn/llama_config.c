@@ -6,7 +6,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "dtrain/models.h"
-#include "data/util.h"
+#include "core/file.h"
+#include "core/json.h"
 
 /* config.json is read whole, sized by the file; a real one is about 1 KB. */
 #define MAX_CONFIG_BYTES ((size_t)16 << 20)

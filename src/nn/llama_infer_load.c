@@ -1,83 +1,11 @@
 /* Reading a Hugging Face Llama folder's weights straight into dt_llm's f32 buffer (no graph, so
  * no gradient buffers: memory is the weights). Sources: model.safetensors, or the shards that
  * model.safetensors.index.json names; f32, bf16 and f16 tensors convert to f32. */
-#include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include "data/util.h"
 #include "dtrain/generate.h"
-#include "dtrain/safetensors.h"
-
-#define MAX_FILES 1024
-
-typedef struct sources {
-    int n;
-    char *path[MAX_FILES];
-    dt_st_file *f[MAX_FILES];
-} sources;
-
-static void sources_close(sources *s) {
-    for (int i = 0; i < s->n; i++) dt_st_close(s->f[i]), free(s->path[i]);
-    s->n = 0;
-}
-
-static dt_status add_file(sources *s, const char *path) {
-    for (int i = 0; i < s->n; i++)
-        if (!strcmp(s->path[i], path)) return DT_OK;
-    if (s->n == MAX_FILES)
-        return dt_error_set(DT_ERR_FORMAT, "%s: more than %d shards", path, MAX_FILES);
-    dt_status st = dt_st_open(path, &s->f[s->n]);
-    if (st != DT_OK) return st;
-    if (!(s->path[s->n] = strdup(path))) {
-        dt_st_close(s->f[s->n]);
-        return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
-    }
-    s->n++;
-    return DT_OK;
-}
-
-/* Every file of the folder: the index's shards, or model.safetensors. */
-static dt_status sources_open(sources *s, const char *dir) {
-    char p[4096];
-    struct stat sb;
-    s->n = 0;
-    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) return add_file(s, dir); /* one file */
-    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
-    if (stat(p, &sb) != 0 && errno == ENOENT) {
-        snprintf(p, sizeof p, "%s/model.safetensors", dir);
-        return add_file(s, p);
-    }
-    /* the same bounds and name rule as the trainer's reader (src/nn/model_io.c) */
-    uint8_t *txt = NULL;
-    size_t len = 0;
-    dt_status st = dt_read_file_max(p, 0, DT_MAX_META_BYTES, "a safetensors index", &txt, &len);
-    if (st != DT_OK) return st;
-    cJSON *root = cJSON_ParseWithLength((const char *)txt, len);
-    free(txt);
-    cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map"), *it;
-    st = root ? cJSON_IsObject(wm) ? DT_OK
-                                   : dt_error_set(DT_ERR_FORMAT, "%s: no \"weight_map\" object", p)
-              : dt_error_set(DT_ERR_FORMAT, "%s: not valid JSON", p);
-    cJSON *list = cJSON_IsObject(wm) ? wm : NULL;
-    cJSON_ArrayForEach(it, list) {
-        if (st != DT_OK) break;
-        if (!cJSON_IsString(it) || !dt_plain_name(it->valuestring)) {
-            st = dt_error_set(DT_ERR_FORMAT,
-                              "%s: weight_map[\"%.200s\"]: \"%.200s\" is not a plain file name "
-                              "in the folder (no '/', '.' or '..')",
-                              p, it->string, cJSON_IsString(it) ? it->valuestring : "?");
-            break;
-        }
-        char f[4096];
-        snprintf(f, sizeof f, "%s/%s", dir, it->valuestring);
-        st = add_file(s, f);
-    }
-    cJSON_Delete(root);
-    return st;
-}
+#include "nn/st_index.h"
 
 /* Tensors a checkpoint may carry that the model computes itself. */
 static int ignorable(const char *name) {
@@ -118,8 +46,8 @@ static const char *config_field(const dt_llama_config *c, int i, int d, char *bu
  * only checks names, shapes and dtypes against the headers (dt_llama_weights_check). */
 dt_status dt_llm_read_weights_(const char *dir, const dt_llama_config *c, float *dst);
 dt_status dt_llm_read_weights_(const char *dir, const dt_llama_config *c, float *dst) {
-    sources s;
-    dt_status st = sources_open(&s, dir);
+    dt_st_sources s;
+    dt_status st = dt_st_sources_open(dir, &s);
     int nt = dt_llama_tensor_count(c);
     char(*names)[128] = calloc((size_t)nt, sizeof *names);
     if (st == DT_OK && !names) st = dt_error_set(DT_ERR_NOMEM, "%s: out of memory", dir);
@@ -128,15 +56,14 @@ dt_status dt_llm_read_weights_(const char *dir, const dt_llama_config *c, float 
         int nd = dt_llama_tensor_name(c, i, names[i], sizeof names[i], shape);
         dt_tensor want, src;
         dt_tensor_init(&want, dst, DT_F32, nd, shape);
-        int f = 0;
-        while (f < s.n && dt_st_get(s.f[f], names[i], &src) != DT_OK) f++;
-        if (f == s.n && i > 0 && i <= c->num_hidden_layers * 9) {
+        int f = dt_st_sources_find(&s, names[i], &src);
+        if (f < 0 && i > 0 && i <= c->num_hidden_layers * 9) {
             st = dt_error_set(DT_ERR_FORMAT,
                               "%s: missing tensor '%s': config.json's num_hidden_layers %d does "
                               "not match these weights",
-                              s.n ? s.path[0] : dir, names[i], c->num_hidden_layers);
-        } else if (f == s.n) {
-            st = dt_error_set(DT_ERR_FORMAT, "%s: missing tensor '%s'", s.n ? s.path[0] : dir,
+                              s.n ? s.paths[0] : dir, names[i], c->num_hidden_layers);
+        } else if (f < 0) {
+            st = dt_error_set(DT_ERR_FORMAT, "%s: missing tensor '%s'", s.n ? s.paths[0] : dir,
                               names[i]);
         } else if (!dt_tensor_same_shape(&src, &want)) {
             char a[96], b[96], fl[96];
@@ -145,11 +72,11 @@ dt_status dt_llm_read_weights_(const char *dir, const dt_llama_config *c, float 
                               "config.json: %s gives tensor '%s' the shape %s, but %s holds it as "
                               "%s: config.json does not describe these weights",
                               config_field(c, i, d, fl, sizeof fl), names[i],
-                              dt_shape_str(b, sizeof b, nd, shape), s.path[f],
+                              dt_shape_str(b, sizeof b, nd, shape), s.paths[f],
                               dt_shape_str(a, sizeof a, src.ndim, src.shape));
         } else if (src.dtype != DT_F32 && src.dtype != DT_BF16 && src.dtype != DT_F16) {
             st = dt_error_set(DT_ERR_DTYPE, "%s: tensor '%s' is %s, expected a float type",
-                              s.path[f], names[i], dt_dtype_name(src.dtype));
+                              s.paths[f], names[i], dt_dtype_name(src.dtype));
         } else if (dst) {
             st = dt_tensor_copy(&want, &src);
         }
@@ -157,16 +84,16 @@ dt_status dt_llm_read_weights_(const char *dir, const dt_llama_config *c, float 
     }
     /* A tensor the model lacks means a different architecture: refuse rather than half-load. */
     for (int f = 0; f < s.n && st == DT_OK; f++)
-        for (int k = 0; k < dt_st_count(s.f[f]) && st == DT_OK; k++) {
-            const char *nm = dt_st_name(s.f[f], k);
+        for (int k = 0; k < dt_st_count(s.files[f]) && st == DT_OK; k++) {
+            const char *nm = dt_st_name(s.files[f], k);
             int known = ignorable(nm);
             for (int i = 0; i < nt && !known; i++) known = !strcmp(nm, names[i]);
             if (!known)
                 st = dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s' is not a parameter of the model",
-                                  s.path[f], nm);
+                                  s.paths[f], nm);
         }
     free(names);
-    sources_close(&s);
+    dt_st_sources_close(&s);
     return st;
 }
 

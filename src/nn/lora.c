@@ -22,8 +22,9 @@
 #include <sys/stat.h>
 #include "dtrain/models.h"
 #include "dtrain/safetensors.h"
-#include "data/util.h"
+#include "core/file.h"
 #include "core/fsmode.h"
+#include "core/json.h"
 #include "nn/lora_impl.h"
 
 #define PEFT_PREFIX "base_model.model."

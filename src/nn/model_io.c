@@ -1,94 +1,14 @@
 /* Model weights in and out by parameter name (see dt_model_load / dt_model_save). */
-#include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include "dtrain/models.h"
 #include "dtrain/safetensors.h"
-#include "data/util.h"
-
-#define MAX_FILES 512
-/* model.safetensors.index.json is read whole: sized by the file, refused above this (a 405B
- * model's index is ~100 KB; llama_infer_load.c reads the same file with the same limit). */
-#define MAX_INDEX_BYTES ((size_t)64 << 20)
-
-typedef struct src_set {
-    int n;
-    char *paths[MAX_FILES];
-    dt_st_file *files[MAX_FILES];
-    cJSON *index; /* weight_map of a sharded checkpoint, or NULL */
-} src_set;
-
-static void src_free(src_set *s) {
-    for (int i = 0; i < s->n; i++) dt_st_close(s->files[i]), free(s->paths[i]);
-    cJSON_Delete(s->index);
-}
-
-static int is_dir(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
-static dt_status add_file(src_set *s, const char *path) {
-    for (int i = 0; i < s->n; i++)
-        if (!strcmp(s->paths[i], path)) return DT_OK;
-    if (s->n == MAX_FILES)
-        return dt_error_set(DT_ERR_FORMAT, "%s: more than %d shards", path, MAX_FILES);
-    dt_status st = dt_st_open(path, &s->files[s->n]);
-    if (st != DT_OK) return st;
-    s->paths[s->n++] = strdup(path);
-    return DT_OK;
-}
-
-/* Opens the file, or the folder's model.safetensors, or every shard its index names. The index's
- * file names must be plain names of files in the folder (no '/', "." or ".."): a downloaded
- * index cannot make dtrain open a file elsewhere. A shard that is a symbolic link is followed
- * wherever it leads, deliberately: the Hugging Face hub cache is built of them
- * (snapshots/<rev>/model-00001-of-00004.safetensors -> ../../blobs/<sha256>), and whoever made
- * the folder chose them; the index, which may come from anywhere, cannot add one. */
-static dt_status src_open(src_set *s, const char *path) {
-    char p[4096];
-    memset(s, 0, sizeof *s);
-    if (!is_dir(path)) return add_file(s, path);
-    snprintf(p, sizeof p, "%s/model.safetensors.index.json", path);
-    struct stat sb;
-    if (stat(p, &sb) != 0 && errno == ENOENT) {
-        snprintf(p, sizeof p, "%s/model.safetensors", path);
-        return add_file(s, p);
-    }
-    uint8_t *txt = NULL;
-    size_t len = 0;
-    dt_status st = dt_read_file_max(p, 0, MAX_INDEX_BYTES, "a safetensors index", &txt, &len);
-    if (st != DT_OK) return st;
-    cJSON *root = cJSON_ParseWithLength((const char *)txt, len);
-    free(txt);
-    if (!root) return dt_error_set(DT_ERR_FORMAT, "%s: not valid JSON", p);
-    s->index = root;
-    cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
-    if (!cJSON_IsObject(wm)) return dt_error_set(DT_ERR_FORMAT, "%s: no \"weight_map\" object", p);
-    cJSON *it;
-    cJSON_ArrayForEach(it, wm) {
-        if (!cJSON_IsString(it) || !dt_plain_name(it->valuestring))
-            return dt_error_set(DT_ERR_FORMAT,
-                                "%s: weight_map[\"%.200s\"]: \"%.200s\" is not a plain file name "
-                                "in the folder (no '/', '.' or '..')",
-                                p, it->string, cJSON_IsString(it) ? it->valuestring : "?");
-        char f[4096];
-        snprintf(f, sizeof f, "%s/%s", path, it->valuestring);
-        if ((st = add_file(s, f)) != DT_OK) return st;
-    }
-    return DT_OK;
-}
+#include "nn/st_index.h"
 
 /* Finds tensor `name`; returns DT_OK with *file set, or an error naming it. */
-static dt_status src_find(src_set *s, const char *name, dt_tensor *t, int *file) {
-    for (int i = 0; i < s->n; i++)
-        if (dt_st_get(s->files[i], name, t) == DT_OK) {
-            *file = i;
-            return DT_OK;
-        }
+static dt_status src_find(const dt_st_sources *s, const char *name, dt_tensor *t, int *file) {
+    if ((*file = dt_st_sources_find(s, name, t)) >= 0) return DT_OK;
     return dt_error_set(DT_ERR_FORMAT, "%s: missing tensor '%s'", s->n ? s->paths[0] : "?", name);
 }
 
@@ -102,7 +22,8 @@ static int ignored(const char *name, const char *const *ignore) {
 }
 
 /* Checks that `name` exists with a float dtype and dst's shape; fills *src. */
-static dt_status check_one(src_set *s, const char *name, const dt_tensor *dst, dt_tensor *src) {
+static dt_status check_one(const dt_st_sources *s, const char *name, const dt_tensor *dst,
+                           dt_tensor *src) {
     int fi = 0;
     dt_status st = src_find(s, name, src, &fi);
     if (st != DT_OK) return st;
@@ -135,8 +56,8 @@ dt_status dt_model_load_base(dt_graph *g, const char *path, const char *const *i
 }
 
 static dt_status load(dt_graph *g, const char *path, const char *const *ignore, int skip_lora) {
-    src_set s;
-    dt_status st = src_open(&s, path);
+    dt_st_sources s;
+    dt_status st = dt_st_sources_open(path, &s);
     int np = dt_graph_param_count(g);
     for (int pass = 0; pass < 2 && st == DT_OK; pass++) {
         for (int i = 0; i < np && st == DT_OK; i++) {
@@ -161,7 +82,7 @@ static dt_status load(dt_graph *g, const char *path, const char *const *ignore, 
                                       nm);
             }
     }
-    src_free(&s);
+    dt_st_sources_close(&s);
     return st;
 }
 

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "core/file.h"
-#include "data/util.h"
+#include "core/json.h"
 #include "dtrain/safetensors.h"
 
 #define ST_MAX_HEADER 100000000u /* the reference implementation's limit (100 MB) */
@@ -63,16 +63,6 @@ static int json_uint(const cJSON *v, uint64_t *out) {
     if (!(d >= 0 && d <= 9007199254740992.0) || d != (double)(uint64_t)d) return 0;
     *out = (uint64_t)d;
     return 1;
-}
-
-static const char *json_kind(const cJSON *v) {
-    return cJSON_IsString(v)   ? "a string"
-           : cJSON_IsNumber(v) ? "a number"
-           : cJSON_IsObject(v) ? "an object"
-           : cJSON_IsArray(v)  ? "an array"
-           : cJSON_IsBool(v)   ? "a boolean"
-           : cJSON_IsNull(v)   ? "null"
-                               : "not a value";
 }
 
 /* Strict UTF-8 (as the reference's from_utf8): no overlong forms, surrogates or code points past
@@ -161,7 +151,7 @@ static dt_status parse_entry(dt_st_file *f, cJSON *it, st_tensor *t, uint64_t da
         return dt_error_set(DT_ERR_FORMAT,
                             "%s: tensor '%s' is %s; a safetensors header maps each tensor name to "
                             "an object {dtype, shape, data_offsets}",
-                            p, nm, json_kind(it));
+                            p, nm, dt_json_kind(it));
     cJSON *dt = cJSON_GetObjectItemCaseSensitive(it, "dtype");
     cJSON *sh = cJSON_GetObjectItemCaseSensitive(it, "shape");
     cJSON *of = cJSON_GetObjectItemCaseSensitive(it, "data_offsets");
@@ -177,7 +167,7 @@ static dt_status parse_entry(dt_st_file *f, cJSON *it, st_tensor *t, uint64_t da
         return dt_error_set(DT_ERR_FORMAT,
                             "%s: tensor '%s': dtype is %s, not a string such as "
                             "\"F32\"",
-                            p, nm, json_kind(dt));
+                            p, nm, dt_json_kind(dt));
     if (!dtype_parse(dt->valuestring, &t->dtype))
         return dt_error_set(DT_ERR_FORMAT,
                             dtype_known(dt->valuestring)
@@ -190,7 +180,7 @@ static dt_status parse_entry(dt_st_file *f, cJSON *it, st_tensor *t, uint64_t da
     if (!cJSON_IsArray(sh))
         return dt_error_set(DT_ERR_FORMAT,
                             "%s: tensor '%s': shape is %s, not an array of dimensions", p, nm,
-                            json_kind(sh));
+                            dt_json_kind(sh));
     t->ndim = cJSON_GetArraySize(sh);
     if (t->ndim > DT_MAX_DIMS)
         return dt_error_set(DT_ERR_FORMAT, "%s: tensor '%s': shape has %d dims (at most %d)", p, nm,
@@ -205,7 +195,7 @@ static dt_status parse_entry(dt_st_file *f, cJSON *it, st_tensor *t, uint64_t da
             return dt_error_set(DT_ERR_FORMAT,
                                 "%s: tensor '%s': shape[%d] is %s%s; dimensions must be "
                                 "non-negative integers",
-                                p, nm, d, json_kind(v), num);
+                                p, nm, d, dt_json_kind(v), num);
         }
         t->shape[d] = (int64_t)n;
         if (n && numel > UINT64_MAX / 16 / n)
@@ -251,14 +241,14 @@ static dt_status parse_metadata(const char *p, const cJSON *m) {
         return dt_error_set(DT_ERR_FORMAT,
                             "%s: __metadata__ is %s; safetensors metadata is an object mapping "
                             "strings to strings",
-                            p, json_kind(m));
+                            p, dt_json_kind(m));
     const cJSON *v;
     cJSON_ArrayForEach(v, m) {
         if (!cJSON_IsString(v))
             return dt_error_set(DT_ERR_FORMAT,
                                 "%s: __metadata__ key '%s' is %s; safetensors metadata values "
                                 "must be strings (write it as a JSON string)",
-                                p, v->string, json_kind(v));
+                                p, v->string, dt_json_kind(v));
     }
     return DT_OK;
 }

@@ -123,6 +123,7 @@ static dt_status rope_prepare(dt_graph *g, dt_node *n) {
         n->ws_fwd = n->ws_bwd = (size_t)np * 2 * (size_t)st->half * sizeof(float);
         return DT_OK;
     }
+    if (dt_graph_measuring(g)) return DT_OK; /* the table is op state, not planned memory */
     st->cos_sin = malloc((size_t)T * 2 * (size_t)st->half * sizeof(float));
     if (!st->cos_sin)
         return dt_error_set(DT_ERR_NOMEM, "rope: no memory for the cos/sin table (T=%ld, Dh=%d)",

@@ -66,7 +66,7 @@ dt_status dt_trainer_step(dt_trainer *t) {
         loss += *(const float *)dt_graph_value(t->g, t->loss)->data;
     }
     double norm;
-    float lr = dt_lr_at(&t->sched, step);
+    float lr = dt_lr_at(&t->sched, step - t->sched_start);
     dt_status st;
     if (t->ddp) {
         /* This rank's slice: everything, or its ZeRO shard (then all-gathered for stages 1-2;
@@ -292,6 +292,41 @@ static dt_status run_loop(dt_trainer *t) {
     return DT_OK;
 }
 
+/* Where the trained model goes: the run directory (ResNet), its model/ (Llama) or adapter/
+ * (LoRA). */
+static void export_dir(const dt_trainer *t, char *dir, size_t n) {
+    snprintf(dir, n, "%s%s", t->run_dir,
+             t->model != DT_MODEL_LLAMA ? ""
+             : t->lc.lora.rank > 0      ? "/adapter"
+                                        : "/model");
+}
+
+/* The final or preemption checkpoint failed (rank 0): the weights are still in memory, so they
+ * are exported to the run directory, whatever output.export says, and the run's last line says
+ * where they went -- or why they could not -- before the checkpoint's error (m, rewritten;
+ * the error may be cut at the message limit, the location is not). */
+static void export_instead(dt_trainer *t, char *m, size_t n) {
+    char why[1024], dir[4200], note[4600];
+    snprintf(why, sizeof why, "%.1000s", m);
+    export_dir(t, dir, sizeof dir);
+    if (dt_ddp_zero_stage(t->ddp) >= 3) /* rank 0 holds its shard only; gathering needs all */
+        snprintf(note, sizeof note,
+                 "the weights of step %lld are sharded (ZeRO-3) and were not exported: the "
+                 "newest committed checkpoint is what is left",
+                 (long long)t->prog.step);
+    else if (dt_trainer_export(t, dir) == DT_OK) {
+        snprintf(note, sizeof note, "the trained weights (step %lld) were exported to %s instead",
+                 (long long)t->prog.step, dir);
+        dt_train_track_export(t, dir);
+    } else {
+        char e[1024];
+        snprintf(e, sizeof e, "%s", dt_last_error());
+        snprintf(note, sizeof note, "exporting the weights to %.3000s failed too (%.1000s)", dir,
+                 e);
+    }
+    snprintf(m, n, "%.4600s; %.1024s", note, why);
+}
+
 dt_status dt_trainer_run(dt_trainer *t) {
     const dt_config_values *v = &t->v;
     if (t->log) {
@@ -328,11 +363,13 @@ dt_status dt_trainer_run(dt_trainer *t) {
             fprintf(t->log, "data: skipped the records of %lld corrupt payload block%s\n",
                     (long long)bad, bad == 1 ? "" : "s");
     }
+    dt_train_ckpt_summary(t);
     if (st != DT_OK) {
         t->failed = 1;
         if (t->rank == 0) {
-            char m[1024];
+            char m[5700];
             snprintf(m, sizeof m, "%s", dt_last_error());
+            if (dt_train_ckpt_failed(t)) export_instead(t, m, sizeof m);
             dt_train_record(t, "failed");
             dt_train_track_end(t, "failed", m);
             dt_error_set(st, "%s", m);
@@ -349,10 +386,7 @@ dt_status dt_trainer_run(dt_trainer *t) {
     }
     if (v->output.export_model) {
         char dir[4200];
-        snprintf(dir, sizeof dir, "%s%s", t->run_dir,
-                 t->model != DT_MODEL_LLAMA ? ""
-                 : t->lc.lora.rank > 0      ? "/adapter"
-                                            : "/model");
+        export_dir(t, dir, sizeof dir);
         if ((st = dt_trainer_export(t, dir)) != DT_OK) return st;
         if (t->log) fprintf(t->log, "model written to %s\n", dir);
         dt_train_track_export(t, dir);

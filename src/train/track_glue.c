@@ -6,10 +6,10 @@
  * Tracking never stops training: the first error of any call is one warning line on stderr and
  * tracking is off for the rest of the run (the flag is atomic: the checkpoint writer thread
  * records artifacts). Metrics are buffered by the store, so a log line never waits on disk. */
-#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include "core/file.h"
 #include <xxhash.h>
+#include "dtrain/checkpoint.h"
 #include "dtrain/dtrain.h"
 #include "dtrain/track.h"
 #include "train/train_impl.h"
@@ -212,30 +213,34 @@ static void absolute(const char *p, char *out, size_t n) {
         snprintf(out, n, "%s", p);
 }
 
+/* {"loss": ..., ...}: the metrics as the store records them (null: not finite) */
+static void metrics_json(const dt_ckpt_metric *m, int n, char *out, size_t cap) {
+    int l = snprintf(out, cap, "{");
+    for (int i = 0; i < n && l > 0 && (size_t)l < cap; i++)
+        l += snprintf(out + l, cap - (size_t)l,
+                      isfinite(m[i].value) ? "%s\"%s\": %.17g" : "%s\"%s\": null", i ? ", " : "",
+                      m[i].name, m[i].value);
+    if (l > 0 && (size_t)l < cap) snprintf(out + l, cap - (size_t)l, "}");
+}
+
 void dt_train_track_ckpt(dt_trainer *t, int64_t step, const char *store_url, const char *dir,
-                         const char *state_json) {
+                         const dt_ckpt_state *state) {
     if (!on(t)) return;
-    char root[PATH_MAX], uri[PATH_MAX + 1300];
+    char root[PATH_MAX], uri[PATH_MAX + 1300], m[DT_CKPT_MAX_METRICS * 100];
     absolute(store_url, root, sizeof root);
     snprintf(uri, sizeof uri, "%s/%s", root, dir);
-    cJSON *st = cJSON_Parse(state_json ? state_json : "");
-    char *m = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(st, "metrics"));
+    metrics_json(state->metrics, state->n_metrics, m, sizeof m);
     if (dt_track_artifact(t->tk->store, t->tk->run, "checkpoint", uri, step, m) != DT_OK)
         warn_off(t, "cannot record the checkpoint");
-    free(m);
-    cJSON_Delete(st);
 }
 
 void dt_train_track_export(dt_trainer *t, const char *dir) {
     if (!on(t)) return;
     char uri[PATH_MAX], m[512];
     absolute(dir, uri, sizeof uri);
-    int l = snprintf(m, sizeof m, "{\"loss\": %.17g", t->prog.loss);
-    if (t->have_eval)
-        snprintf(m + l, sizeof m - (size_t)l, ", \"eval_loss\": %.17g, \"eval_accuracy\": %.17g}",
-                 t->eval.loss, t->eval.accuracy);
-    else
-        snprintf(m + l, sizeof m - (size_t)l, "}");
+    dt_ckpt_metric ms[3] = {
+        {"loss", t->prog.loss}, {"eval_loss", t->eval.loss}, {"eval_accuracy", t->eval.accuracy}};
+    metrics_json(ms, t->have_eval ? 3 : 1, m, sizeof m);
     if (dt_track_artifact(t->tk->store, t->tk->run, "model", uri, t->prog.step, m) != DT_OK)
         warn_off(t, "cannot record the exported model");
 }

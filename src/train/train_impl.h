@@ -23,12 +23,13 @@ struct dt_trainer {
     int64_t B, T, C, H, W, classes; /* classes: image labels or vocabulary */
     dt_graph *g;
     int x, y, logits, loss;
-    dt_comm *comm;    /* single process or MPI (dist.backend) */
-    dt_ddp *ddp;      /* gradient all-reduce when world > 1 */
+    dt_comm *comm; /* single process or MPI (dist.backend) */
+    dt_ddp *ddp;   /* gradient all-reduce when world > 1 */
     int rank, world;
-    int failed;       /* a collective may be left unmatched: do not finalise MPI cleanly */
+    int failed; /* a collective may be left unmatched: do not finalise MPI cleanly */
     dt_optim *opt;
     dt_lr_schedule sched;
+    int64_t sched_start; /* the schedule's step 0 (> 0 after schedule.on_extend=restart) */
     float *p, *gr;
     size_t n;
     dt_train_progress prog;
@@ -38,16 +39,15 @@ struct dt_trainer {
     FILE *log;
     /* interval statistics for the log line */
     double t_start, t_last, wait_sum, step_time_sum;
-    double comm_wait_mark; /* ddp wait totals at the last log line */
-    double comm_cpu_mark;  /* comm-thread CPU total at the last log line */
-    struct dt_train_ckpt *ck; /* checkpoints (src/train/ckpt.c) */
-    double *ck_buf;           /* [2 + world * 5] the per-step checkpoint exchange */
-    char *config_yaml;        /* the resolved config, for trainer_state.json */
+    double comm_wait_mark;                /* ddp wait totals at the last log line */
+    double comm_cpu_mark;                 /* comm-thread CPU total at the last log line */
+    struct dt_train_ckpt *ck;             /* checkpoints (src/train/ckpt.c over src/ckpt/) */
+    char *config_yaml;                    /* the resolved config, for trainer_state.json */
     volatile sig_atomic_t stop_requested; /* SIGTERM/SIGINT: save and stop after this step */
-    dt_plan plan;          /* dtrain plan's per-worker memory, beside the measured one */
+    dt_plan plan; /* dtrain plan's per-worker memory, beside the measured one */
     int have_plan;
-    double rss_step_mib;   /* resident memory right after the last training step */
-    double rss_base_mib;   /* resident memory before the model was built (libraries, MPI) */
+    double rss_step_mib; /* resident memory right after the last training step */
+    double rss_base_mib; /* resident memory before the model was built (libraries, MPI) */
     int64_t samples_since;
     struct dt_train_track *tk; /* rank 0: the experiment store (src/train/track_glue.c) */
     double wait_total_s, step_time_total_s; /* never reset: the progress line's windows */
@@ -64,24 +64,30 @@ int64_t dt_train_feed(dt_trainer *t, const dt_batch *b);
 dt_status dt_train_record(dt_trainer *t, const char *status);
 
 typedef struct dt_train_ckpt dt_train_ckpt;
-/* Opens the checkpoint store (ckpt.dir, else output.dir) and starts the writer thread. */
+/* Opens the checkpoint store (ckpt.dir, else output.dir). */
 dt_status dt_train_ckpt_init(dt_trainer *t, const char *run_name);
-/* ckpt.resume: restores weights, optimizer state, progress and the data cursor. */
+/* ckpt.resume: restores weights, optimizer state, progress and the data cursor; then starts the
+ * saver (its writer thread). */
 dt_status dt_train_ckpt_resume(dt_trainer *t);
 /* After every step: the per-step exchange, commits, saves by policy, preemption. */
 dt_status dt_train_ckpt_after_step(dt_trainer *t);
+/* 1 if this rank's newest save failed (a failed final or preemption save fails the step). */
+int dt_train_ckpt_failed(dt_trainer *t);
+/* Rank 0: one line on stderr and the log when any save of this run failed. */
+void dt_train_ckpt_summary(dt_trainer *t);
 void dt_train_ckpt_free(dt_trainer *t);
 
 /* The experiment store (tracking.uri; src/train/track_glue.c). Tracking never stops training:
  * its first error is one warning on stderr and tracking is off for the rest of the run. open is
  * called on every rank (it gathers the host names); the rest do nothing off rank 0. */
 void dt_train_track_open(dt_trainer *t, const dt_config *cfg);
-void dt_train_track_log(dt_trainer *t);                               /* at each log line */
-void dt_train_track_eval(dt_trainer *t, const dt_eval_result *r);     /* at each evaluation */
+void dt_train_track_log(dt_trainer *t);                           /* at each log line */
+void dt_train_track_eval(dt_trainer *t, const dt_eval_result *r); /* at each evaluation */
 /* A committed checkpoint (the ckpt writer thread): its trainer_state.json gives the metrics. */
+struct dt_ckpt_state;
 void dt_train_track_ckpt(dt_trainer *t, int64_t step, const char *store_url, const char *dir,
-                         const char *state_json);
-void dt_train_track_export(dt_trainer *t, const char *dir);           /* the exported model */
+                         const struct dt_ckpt_state *state);
+void dt_train_track_export(dt_trainer *t, const char *dir); /* the exported model */
 void dt_train_track_end(dt_trainer *t, const char *status, const char *reason);
 void dt_train_track_close(dt_trainer *t); /* ends a run left open as failed; closes */
 

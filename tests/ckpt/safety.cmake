@@ -52,3 +52,23 @@ if(MPI_FOUND)
                        RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data
                        ENVIRONMENT "${DT_SAFETY_ENV}")
 endif()
+
+# An unusable checkpoint location (src/ckpt/save.c's probe; src/train/loop.c exports anyway):
+# refused before training, or with ckpt.require_writable=false trained, reported and exported.
+foreach(case file readonly train enospc)
+  add_test(NAME ckpt_unwritable_${case}
+           COMMAND ${PROJECT_SOURCE_DIR}/tests/ckpt/unwritable.sh $<TARGET_FILE:dtrain>
+                   ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${case})
+  set_tests_properties(ckpt_unwritable_${case} PROPERTIES LABELS "ckpt;e2e" TIMEOUT 120
+                       SKIP_RETURN_CODE 77 FIXTURES_REQUIRED fortunes_data
+                       ENVIRONMENT "${DT_SAFETY_ENV}")
+endforeach()
+if(MPI_FOUND)
+  add_test(NAME ckpt_unwritable_mpi
+           COMMAND ${PROJECT_SOURCE_DIR}/tests/ckpt/unwritable.sh $<TARGET_FILE:dtrain>
+                   ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} mpi ${MPIEXEC_EXECUTABLE}
+                   --allow-run-as-root --oversubscribe --bind-to none)
+  set_tests_properties(ckpt_unwritable_mpi PROPERTIES LABELS "ckpt;dist;e2e" TIMEOUT 150
+                       SKIP_RETURN_CODE 77 FIXTURES_REQUIRED fortunes_data
+                       ENVIRONMENT "${DT_SAFETY_ENV}")
+endif()

@@ -8,7 +8,7 @@
  *    test's own arithmetic (written out below, independent of src/config);
  *  - ResNet-152 and ResNet-18/Fashion-MNIST examples: exact parameter counts (torchvision's
  *    published counts adjusted for stem and classes) and a real-graph calibration of ResNet-152;
- *  - ZeRO sharding arithmetic; errors (missing config.json, no image size).
+ *  - ZeRO sharding arithmetic, dt_plan_reshard; errors (missing config.json, no image size).
  * argv[1]: the source tree (for examples/). */
 #include <math.h>
 #include <stdlib.h>
@@ -116,6 +116,7 @@ static void calib_llama(int recompute) {
     int flat = dt_reshape(g, logits, 2, (int64_t[]){B * T, lc.vocab_size});
     int loss = dt_cross_entropy(g, flat, tg, 0.0f, -100);
     CHECK(loss >= 0, "build llama: %s", dt_last_error());
+    CHECK_OK(dt_graph_keep(g, logits)); /* as the trainer does: it reads them after forward */
     CHECK_OK(dt_graph_compile(g, loss, NULL));
     compare(recompute ? "llama (small) + recompute" : "llama (small)", &p, g);
     /* One real step runs in that memory. */
@@ -148,6 +149,7 @@ static void calib_resnet(const char *what, const char *yaml_path, int n, char **
     int logits = dt_resnet_build(g, &rc, x);
     int loss = dt_cross_entropy(g, logits, y, 0.0f, -100);
     CHECK(loss >= 0, "build resnet: %s", dt_last_error());
+    CHECK_OK(dt_graph_keep(g, logits));
     CHECK_OK(dt_graph_compile(g, loss, NULL));
     dt_graph_mem m;
     dt_graph_memory(g, &m);
@@ -239,10 +241,11 @@ static void test_llama8b(void) {
     CHECK(p.params_trainable == lora, "LoRA trainable %lld, test %lld",
           (long long)p.params_trainable, (long long)lora);
     CHECK(p.params_total == 8030261248LL + lora, "total params");
-    /* Activations with recompute, frozen bf16 head: the peak is the cross-entropy backward:
-     * the L + 1 layer boundaries [N, D] f32 kept for recomputation, plus logits [N, V] and
-     * their gradient, f32. */
-    double act = (double)(L8 + 1) * N * D * 4 + 2.0 * N * V * 4;
+    /* Activations with recompute, frozen bf16 head: the peak is the lm_head's backward: the
+     * L + 1 layer boundaries [N, D] f32 kept for recomputation, the logits [N, V] (kept: the
+     * trainer reads them) and their gradient, f32, and the bf16 copy of that gradient the
+     * bf16 GEMM computing dx reads (its scratch, [N, V] bf16). */
+    double act = (double)(L8 + 1) * N * D * 4 + 2.0 * N * V * 4 + 2.0 * N * V;
     double mine[] = {4.0 * lora, 4.0 * lora, 8.0 * lora, 2.0 * 8030261248LL, act};
     double theirs[] = {(double)p.param_bytes, (double)p.grad_bytes, (double)p.optim_bytes,
                        (double)p.frozen_bytes, (double)p.activation_bytes};
@@ -381,6 +384,25 @@ static void test_zero_and_errors(void) {
         CHECK(p.total_bytes == p.param_bytes + p.grad_bytes + p.optim_bytes + p.frozen_bytes +
                                    p.state_bytes + p.activation_bytes,
               "zero %d: total is the sum", z);
+    }
+    /* Resharding a plan equals planning again; a plan of another batch is refused. */
+    {
+        char *z0[] = {"dist.zero_stage=0"}, *z3[] = {"dist.zero_stage=3"},
+             *b8[] = {"dist.zero_stage=3", "data.batch=8"};
+        dt_config *c0 = config(y, 1, z0), *c3 = config(y, 1, z3), *c8 = config(y, 2, b8);
+        if (c0 && c3 && c8) {
+            dt_plan p = plan(c0, 1), want = plan(c3, 5);
+            CHECK_OK(dt_plan_reshard(c3, 5, &p));
+            CHECK(p.world == 5 && p.zero_stage == 3 && p.param_bytes == want.param_bytes &&
+                      p.grad_bytes == want.grad_bytes && p.optim_bytes == want.optim_bytes &&
+                      p.activation_bytes == want.activation_bytes &&
+                      p.total_bytes == want.total_bytes && !strcmp(p.run_desc, want.run_desc),
+                  "reshard to ZeRO-3 x 5 = plan of it: %s", p.run_desc);
+            CHECK(dt_plan_reshard(c8, 5, &p) == DT_ERR_INVALID &&
+                      strstr(dt_last_error(), "data.batch"),
+                  "reshard across batches refused: %s", dt_last_error());
+        }
+        dt_config_free(c0), dt_config_free(c3), dt_config_free(c8);
     }
     /* SGD without momentum keeps no state. */
     char *sgd[] = {"optim.name=sgd"};

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "data/util.h"
+#include "core/file.h"
 #include "dtrain/data.h"
 #include "harness.h"
 

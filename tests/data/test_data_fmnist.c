@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "data/util.h"
+#include "core/file.h"
 #include "dtrain/data.h"
 #include "harness.h"
 

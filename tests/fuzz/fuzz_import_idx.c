@@ -1,5 +1,5 @@
 /* Fuzz target: the MNIST / Fashion-MNIST importer's IDX files, plain or gzip
- * (src/data/import_image.c, src/data/util.c's reader).
+ * (src/data/import_image.c, src/core/file.c's reader).
  *
  * Input: one control byte, then up to four files separated by FZ_SEP: train-images-idx3-ubyte,
  * train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte (a missing part: the

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <xxhash.h>
 #include "data/shard.h"
-#include "data/util.h"
+#include "core/bytes.h"
 #include "fuzz_util.h"
 
 static volatile uint64_t sink;

@@ -1,6 +1,6 @@
 /* Fuzz target: model.safetensors.index.json, the index of a sharded Hugging Face checkpoint
- * (its weight_map names the shard file of every tensor; src/nn/model_io.c and
- * src/nn/llama_infer_load.c read it).
+ * (its weight_map names the shard file of every tensor; src/nn/st_index.c reads it for both
+ * loaders, src/nn/model_io.c and src/nn/llama_infer_load.c).
  *
  * Input: the index's bytes. A folder with a tiny Llama's config.json and its weights split over
  * two shards is made once; each input becomes the folder's index, and the folder is loaded by

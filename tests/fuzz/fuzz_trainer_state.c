@@ -8,8 +8,8 @@
  * step-000000002 (no trainer_state.json); they are written again before every input. Entry
  * points: dt_ckpt_check at both levels, dt_ckpt_list with a metric, dt_ckpt_find_before (the
  * resume's choice), dt_ckpt_retain (keep the best by "loss"), and dt_data_cursor_parse on the
- * state's "data_cursor" string, as the trainer's resume reads it. (The resume's own parsing of
- * "layout" and "world_size", src/train/ckpt.c, needs a trainer and is not fuzzed here.) */
+ * state's "data_cursor" string, as the trainer's resume reads it; and the decoder every reader
+ * goes through (src/ckpt/state.c, dt_ckpt_state_decode), re-encoded when it accepts the input. */
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -64,6 +64,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         cJSON_Delete(o);
         free(txt);
     }
-    dt_ckpt_retain(g_store, "ck", 2, 1, 1, "loss", "min", NULL);
+    dt_ckpt_retain(g_store, "ck", 2, 1, 1, "loss", "min", NULL, NULL);
+
+    char *txt2 = malloc(size + 1);
+    if (txt2) {
+        memcpy(txt2, data, size), txt2[size] = 0;
+        dt_ckpt_state cs;
+        char *js = NULL;
+        if (dt_ckpt_state_decode(txt2, "fuzz/trainer_state.json", &cs) == DT_OK &&
+            dt_ckpt_state_encode(&cs, &js) == DT_OK)
+            free(js);
+        dt_ckpt_state_free(&cs);
+        free(txt2);
+    }
     return 0;
 }

@@ -1,6 +1,7 @@
 /* Graph core: autodiff of broadcasting element-wise ops (finite differences), gradient
  * accumulation, planner reuse, recomputation (bit-identical gradients, lower peak), no
- * allocation in a step, and error messages of bad calls. */
+ * allocation in a step, measure-only compiles (the real figures, nothing allocated), and error
+ * messages of bad calls. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,10 +87,10 @@ static void test_basic_parity(void) {
     dt_ref_free(ref);
 }
 
-/* A deep chain of blocks h = h * w_i + s * h; with `recompute` every block is a segment. */
-static dt_graph *chain(int recompute, int no_reuse, int *loss_out, int *w0) {
-    dt_graph *g = dt_graph_init();
-    int h = dt_graph_input(g, "x", DT_F32, 2, (int64_t[]){64, 256}, 0);
+/* A deep chain of blocks h = h * w_i + s * h on x [rows, 256]; with `recompute` every block is a
+ * segment. Returns the loss (the mean). */
+static int chain_build(dt_graph *g, int64_t rows, int recompute, int *w0) {
+    int h = dt_graph_input(g, "x", DT_F32, 2, (int64_t[]){rows, 256}, 0);
     for (int i = 0; i < 8; i++) {
         char nm[32];
         snprintf(nm, sizeof nm, "w%d", i);
@@ -101,7 +102,12 @@ static dt_graph *chain(int recompute, int no_reuse, int *loss_out, int *w0) {
         h = dt_add(g, dt_scale(g, t, 0.25f), dt_scale(g, h, 0.5f));
         if (recompute) CHECK_OK(dt_graph_recompute(g, before, h));
     }
-    *loss_out = dt_mean(g, h);
+    return dt_mean(g, h);
+}
+
+static dt_graph *chain(int recompute, int no_reuse, int *loss_out, int *w0) {
+    dt_graph *g = dt_graph_init();
+    *loss_out = chain_build(g, 64, recompute, w0);
     dt_graph_opts o = {.no_reuse = no_reuse};
     CHECK_OK(dt_graph_compile(g, *loss_out, &o));
     dt_test_randn(g, dt_graph_find(g, "x"), 11, 0.5f); /* small: 8 squarings stay finite */
@@ -177,6 +183,47 @@ static void test_recompute_and_planner(void) {
 #endif
     free(copy);
     for (int k = 0; k < 3; k++) dt_graph_free(gs[k]);
+}
+
+/* measure_only: the same figures as a real compile of the same graph, nothing allocated, and the
+ * graph refuses to run, to compile again or to grow. */
+static void test_measure_only(void) {
+    for (int rc = 0; rc <= 1; rc++) {
+        int l, w;
+        dt_graph *real = chain(rc, 0, &l, &w), *g = dt_graph_init();
+        int loss = chain_build(g, 64, rc, &w);
+        CHECK_OK(dt_graph_compile(g, loss, &(dt_graph_opts){.measure_only = 1}));
+        dt_graph_mem a, b;
+        dt_graph_memory(real, &a), dt_graph_memory(g, &b);
+        printf("  measure_only (recompute %d): arena %zu, saved %zu; real arena %zu\n", rc,
+               b.arena_bytes, b.saved_bytes, a.arena_bytes);
+        CHECK(a.arena_bytes == b.arena_bytes && a.unplanned_bytes == b.unplanned_bytes &&
+                  a.saved_bytes == b.saved_bytes && a.param_bytes == b.param_bytes &&
+                  a.grad_bytes == b.grad_bytes,
+              "recompute %d: measured figures are the real compile's", rc);
+        CHECK(b.saved_bytes > 0 && b.saved_bytes < b.arena_bytes, "recompute %d: saved %zu of %zu",
+              rc, b.saved_bytes, b.arena_bytes);
+        CHECK(!dt_graph_flat_param(g, NULL) && !dt_graph_flat_grad(g, NULL) &&
+                  !dt_graph_value(g, loss),
+              "recompute %d: nothing allocated or bound", rc);
+        CHECK(dt_graph_forward(g, 1) == DT_ERR_STATE && strstr(dt_last_error(), "measure_only"),
+              "a measured graph does not run: %s", dt_last_error());
+        CHECK(dt_graph_compile(g, loss, NULL) == DT_ERR_STATE &&
+                  strstr(dt_last_error(), "measure_only"),
+              "nor compiles again: %s", dt_last_error());
+        CHECK(dt_mean(g, loss) < 0, "nor grows");
+        dt_graph_free(real);
+        dt_graph_free(g);
+    }
+    /* 2^24 rows: an arena of tens of GiB is planned, not allocated. */
+    int w;
+    dt_graph *g = dt_graph_init();
+    int loss = chain_build(g, 1 << 24, 1, &w);
+    CHECK_OK(dt_graph_compile(g, loss, &(dt_graph_opts){.measure_only = 1}));
+    dt_graph_mem m;
+    dt_graph_memory(g, &m);
+    CHECK(m.arena_bytes > ((size_t)16 << 30), "a %zu-byte arena measured", m.arena_bytes);
+    dt_graph_free(g);
 }
 
 /* Gradient-ready events: each trainable parameter once per backward, and at that moment its
@@ -321,6 +368,7 @@ int main(void) {
     test_trailing_ones();
     test_basic_parity();
     test_recompute_and_planner();
+    test_measure_only();
     test_grad_ready();
     test_entry_ops();
     test_sparse_rows();

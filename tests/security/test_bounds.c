@@ -24,7 +24,7 @@
 #include <unistd.h>
 #include <zlib.h>
 #include "data/shard.h"
-#include "data/util.h"
+#include "core/file.h"
 #include "dtrain/checkpoint.h"
 #include "dtrain/dtrain.h"
 #include "dtrain/models.h"

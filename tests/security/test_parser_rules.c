@@ -11,7 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "data/util.h"
+#include "core/file.h"
+#include "core/json.h"
 #include "dtrain/data.h"
 #include "dtrain/models.h"
 #include "dtrain/tokenizer.h"

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "data/util.h"
+#include "core/file.h"
 #include "dtrain/checkpoint.h"
 #include "dtrain/dtrain.h"
 #include "dtrain/models.h"
@@ -146,6 +146,75 @@ static void manifest_cases(void) {
 
 /* ---- model.safetensors.index.json ---------------------------------------------------------- */
 
+/* The index's format (src/nn/st_index.h): one JSON object, "metadata" an optional object,
+ * "weight_map" an object of tensor name -> shard file name. Each case breaks one rule, naming
+ * only the folder's real shard otherwise; both readers refuse it with a line naming the index,
+ * the key and the rule. */
+#define SHARD "model-00001-of-00001.safetensors"
+static void index_rules(dt_graph *g, const char *dir, const char *idx) {
+    static const struct {
+        const char *what, *json, *key, *rule;
+    } cases[] = {
+        {"not JSON", "{\"weight_map\": {\"w\": \"" SHARD "\"}", "not valid JSON", "line 1"},
+        {"text after the object", "{\"weight_map\": {\"w\": \"" SHARD "\"}}\n{}", "line 2",
+         "text after the JSON value"},
+        {"not an object", "[{\"weight_map\": {\"w\": \"" SHARD "\"}}]", "an array",
+         "not a JSON object"},
+        {"a top-level key twice",
+         "{\"weight_map\": {\"w\": \"" SHARD "\"}, \"weight_map\": {\"w\": \"" SHARD "\"}}",
+         "key \"weight_map\"", "given twice"},
+        {"metadata not an object", "{\"metadata\": 16, \"weight_map\": {\"w\": \"" SHARD "\"}}",
+         "\"metadata\" is a number", "not an object"},
+        {"weight_map missing", "{\"metadata\": {\"total_size\": 16}}", "no \"weight_map\"",
+         "tensor name -> shard file name"},
+        {"weight_map not an object", "{\"weight_map\": [\"" SHARD "\"]}",
+         "\"weight_map\" is an array", "not an object"},
+        {"weight_map empty", "{\"weight_map\": {}}", "\"weight_map\" is empty",
+         "names no shard file"},
+        {"a tensor listed twice", "{\"weight_map\": {\"w\": \"" SHARD "\", \"w\": \"" SHARD "\"}}",
+         "weight_map[\"w\"]", "given twice"},
+        {"a value not a string", "{\"weight_map\": {\"w\": 1}}", "weight_map[\"w\"] is a number",
+         "not a string naming a shard file"},
+        {"a value null", "{\"weight_map\": {\"w\": null}}", "weight_map[\"w\"] is null",
+         "not a string naming a shard file"},
+        {"a shard that does not exist",
+         "{\"weight_map\": {\"w\": \"" SHARD "\", \"v\": \"model-00002-of-00002.safetensors\"}}",
+         "weight_map[\"v\"]", "shard \"model-00002-of-00002.safetensors\" does not exist"},
+    };
+    dt_llama_config lc = {0};
+    float dst[4];
+    char what[200];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        put_str(idx, cases[i].json);
+        snprintf(what, sizeof what, "index.json: %s", cases[i].what);
+        REFUSED(what, dt_model_load(g, dir, NULL), DT_ERR_FORMAT, idx, cases[i].key, cases[i].rule);
+        snprintf(what, sizeof what, "generate's index reader: %s", cases[i].what);
+        REFUSED(what, dt_llm_read_weights_(dir, &lc, dst), DT_ERR_FORMAT, idx, cases[i].key,
+                cases[i].rule);
+    }
+    /* more distinct shards than the readers open: refused before any is looked for */
+    size_t cap = 1100 * 48 + 64, n = 0;
+    char *big = malloc(cap);
+    if (CHECK(big != NULL, "out of memory")) {
+        n += (size_t)snprintf(big + n, cap - n, "{\"weight_map\": {");
+        for (int k = 0; k < 1025; k++)
+            n += (size_t)snprintf(big + n, cap - n, "%s\"t%d\": \"s%d.safetensors\"", k ? ", " : "",
+                                  k, k);
+        snprintf(big + n, cap - n, "}}");
+        put_str(idx, big);
+        free(big);
+        REFUSED("index.json naming 1025 shard files", dt_model_load(g, dir, NULL), DT_ERR_FORMAT,
+                idx, "weight_map names 1025 shard files", "more than the 1024 allowed");
+    }
+    /* accepted: several tensors in one shard, metadata, a key the format lacks
+     * (transformers ignores other keys too) */
+    put_str(idx, "{\"metadata\": {\"total_size\": 16}, \"format\": \"pt\", \"weight_map\": "
+                 "{\"w\": \"" SHARD "\", \"w.extra\": \"" SHARD "\"}}");
+    accepted("index.json: metadata, an unknown key, two tensors in one shard",
+             dt_model_load(g, dir, NULL));
+    put_str(idx, "{\"weight_map\": {\"w\": \"" SHARD "\"}}");
+}
+
 static void index_cases(void) {
     dt_graph *g = dt_graph_init();
     int w = dt_graph_param(g, "w", DT_F32, 2, (int64_t[]){2, 2}, 0);
@@ -158,7 +227,13 @@ static void index_cases(void) {
     snprintf(p, sizeof p, "%s/w.safetensors", g_tmp); /* outside the folder */
     CHECK_OK(dt_model_save(g, p, -1));
     snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
-    const char *bad[] = {"../w.safetensors", "../../w.safetensors", "/etc/passwd", "..", "."};
+    const char *bad[] = {"../w.safetensors",
+                         "../../w.safetensors",
+                         "/etc/passwd",
+                         "..",
+                         ".",
+                         "sub/w.safetensors",
+                         ""};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char json[300], what[300];
         snprintf(json, sizeof json, "{\"weight_map\": {\"w\": \"%s\"}}", bad[i]);
@@ -182,6 +257,7 @@ static void index_cases(void) {
     put_str(idx, "{\"weight_map\": {\"w\": \"model-00001-of-00001.safetensors\"}}");
     accepted("index.json naming a shard that is a link into ../blobs (Hugging Face cache)",
              dt_model_load(g, dir, NULL));
+    index_rules(g, dir, idx);
     dt_graph_free(g);
 }
 

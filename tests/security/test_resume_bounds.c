@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "data/util.h"
+#include "core/file.h"
 #include "dtrain/dtrain.h"
 #include "harness.h"
 

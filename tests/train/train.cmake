@@ -101,3 +101,11 @@ add_test(NAME data_corrupt_train COMMAND ${PROJECT_SOURCE_DIR}/tests/data/corrup
          $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA})
 set_tests_properties(data_corrupt_train PROPERTIES LABELS "e2e;data" TIMEOUT 300 RUN_SERIAL TRUE
                      FIXTURES_REQUIRED fortunes_data ENVIRONMENT "OMP_NUM_THREADS=1")
+
+# A resume with a longer run: schedule.on_extend continue | stretch | restart, each against the
+# rates of the run it must equal (src/train/ckpt.c).
+add_test(NAME train_schedule_on_extend
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/train/on_extend.sh $<TARGET_FILE:dtrain>
+                 ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA})
+set_tests_properties(train_schedule_on_extend PROPERTIES LABELS "train;ckpt;e2e" TIMEOUT 180
+                     FIXTURES_REQUIRED fortunes_data ENVIRONMENT "OMP_NUM_THREADS=1")
