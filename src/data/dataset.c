@@ -68,7 +68,10 @@ static dt_status get_int(const mctx *m, const cJSON *o, const char *key, const c
     /* the range first: (int64_t) of 1e300 (or of "1e999", inf) is undefined */
     if (!cJSON_IsNumber(x) || !(x->valuedouble >= -9e15 && x->valuedouble <= 9e15) ||
         x->valuedouble != (double)(int64_t)x->valuedouble || x->valuedouble < (double)lo)
-        return bad_key(m, path, lo >= 0 ? "a non-negative integer" : "an integer");
+        return bad_key(m, path,
+                       lo > 0    ? "a positive integer"
+                       : lo == 0 ? "a non-negative integer"
+                                 : "an integer >= -1 (-1: none)");
     *v = (int64_t)x->valuedouble;
     return DT_OK;
 }
@@ -81,10 +84,43 @@ static dt_status get_str(const mctx *m, const cJSON *o, const char *key, const c
     return DT_OK;
 }
 
+/* The manifest's schema is closed (dtrain writes it, docs/data.md lists every key): a key it
+ * does not know is a typo or another writer's, refused by name. `keys` ends with NULL. */
+static dt_status known_keys(const mctx *m, const cJSON *o, const char *where,
+                            const char *const *keys) {
+    for (const cJSON *e = o->child; e; e = e->next) {
+        int k = 0;
+        while (keys[k] && strcmp(keys[k], e->string)) k++;
+        if (!keys[k])
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: %s%skey \"%.64s\" is not a manifest key (docs/data.md lists "
+                                "them)",
+                                m->file, where, *where ? ": " : "", e->string);
+    }
+    return DT_OK;
+}
+
+/* An optional string key: absent, or a string. */
+static dt_status opt_str(const mctx *m, const cJSON *o, const char *key, const char **v) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!x) return DT_OK;
+    return get_str(m, o, key, key, v);
+}
+
 static dt_status parse_info(const mctx *m, const cJSON *root, dt_dataset_info *info) {
     const char *s = "";
     int64_t v;
     dt_status st;
+    static const char *const top_image[] = {"format", "version", "kind",  "name",
+                                            "split",  "records", "image", "fingerprint",
+                                            "shards", "meta",    NULL};
+    static const char *const top_tokens[] = {"format", "version", "kind",   "name",
+                                             "split",  "records", "tokens", "fingerprint",
+                                             "shards", "meta",    NULL};
+    static const char *const image_keys[] = {"height",  "width",  "channels",
+                                             "classes", "layout", NULL};
+    static const char *const token_keys[] = {"count",  "vocab_size", "has_mask",
+                                             "eot_id", "pad_id",     NULL};
     if ((st = get_str(m, root, "format", "format", &s))) return st;
     if (strcmp(s, "dtrain-dataset"))
         return dt_error_set(DT_ERR_FORMAT, "%s: \"format\" is \"%s\", not \"dtrain-dataset\"",
@@ -103,31 +139,48 @@ static dt_status parse_info(const mctx *m, const cJSON *root, dt_dataset_info *i
     else
         return dt_error_set(DT_ERR_FORMAT, "%s: \"kind\" is \"%s\" (expected image or tokens)",
                             m->file, s);
+    if ((st = known_keys(m, root, "", info->kind == DT_DATA_IMAGE ? top_image : top_tokens)))
+        return st;
     if ((st = get_int(m, root, "records", "records", 0, &info->records))) return st;
-    if (get_str(m, root, "name", "name", &s) == DT_OK)
-        snprintf(info->name, sizeof info->name, "%s", s);
-    if (get_str(m, root, "split", "split", &s) == DT_OK)
-        snprintf(info->split, sizeof info->split, "%s", s);
-    dt_error_clear();
+    s = "";
+    if ((st = opt_str(m, root, "name", &s))) return st;
+    snprintf(info->name, sizeof info->name, "%s", s);
+    s = "";
+    if ((st = opt_str(m, root, "split", &s))) return st;
+    snprintf(info->split, sizeof info->split, "%s", s);
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "meta");
+    if (meta && !cJSON_IsObject(meta)) return bad_key(m, "meta", "an object");
     if (info->kind == DT_DATA_IMAGE) {
         const cJSON *im = cJSON_GetObjectItemCaseSensitive(root, "image");
         if (!cJSON_IsObject(im)) return bad_key(m, "image", "an object");
+        if ((st = known_keys(m, im, "image", image_keys))) return st;
+        s = "HWC uint8";
+        if ((st = opt_str(m, im, "layout", &s))) return st;
+        if (strcmp(s, "HWC uint8"))
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: image.layout \"%.40s\" is not \"HWC uint8\" (the one layout "
+                                "of image shards)",
+                                m->file, s);
         int64_t h, w, c, k;
         if ((st = get_int(m, im, "height", "image.height", 1, &h)) ||
             (st = get_int(m, im, "width", "image.width", 1, &w)) ||
             (st = get_int(m, im, "channels", "image.channels", 1, &c)) ||
             (st = get_int(m, im, "classes", "image.classes", 0, &k)))
             return st;
-        if (h > 65535 || w > 65535 || c > 4 || k > INT32_MAX)
+        if (h > 65535 || w > 65535 || c > 4)
             return dt_error_set(DT_ERR_FORMAT,
                                 "%s: image shape %" PRId64 "x%" PRId64 "x%" PRId64
-                                " out of range (channels <= 4)",
+                                " out of range (height and width <= 65535, channels <= 4)",
                                 m->file, h, w, c);
+        if (k > INT32_MAX)
+            return dt_error_set(DT_ERR_FORMAT, "%s: image.classes %" PRId64 " is over %d", m->file,
+                                k, INT32_MAX);
         info->height = (int32_t)h, info->width = (int32_t)w, info->channels = (int32_t)c;
         info->classes = (int32_t)k;
     } else {
         const cJSON *tk = cJSON_GetObjectItemCaseSensitive(root, "tokens");
         if (!cJSON_IsObject(tk)) return bad_key(m, "tokens", "an object");
+        if ((st = known_keys(m, tk, "tokens", token_keys))) return st;
         int64_t eot, pad;
         if ((st = get_int(m, tk, "count", "tokens.count", 0, &info->tokens)) ||
             (st = get_int(m, tk, "vocab_size", "tokens.vocab_size", 0, &info->vocab_size)) ||
@@ -137,16 +190,59 @@ static dt_status parse_info(const mctx *m, const cJSON *root, dt_dataset_info *i
         const cJSON *hm = cJSON_GetObjectItemCaseSensitive(tk, "has_mask");
         if (!cJSON_IsBool(hm)) return bad_key(m, "tokens.has_mask", "a boolean");
         info->has_mask = cJSON_IsTrue(hm);
-        if (eot > INT32_MAX || pad > INT32_MAX)
-            return dt_error_set(DT_ERR_FORMAT, "%s: tokens.eot_id / pad_id over %d", m->file,
-                                INT32_MAX);
+        /* token ids are stored as u32; eot and pad are ids of the vocabulary or -1 (none) */
+        if (info->vocab_size > ((int64_t)1 << 32))
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: tokens.vocab_size %" PRId64 " is over 2^32 (ids are u32)",
+                                m->file, info->vocab_size);
+        int64_t lim = info->vocab_size > 0 ? info->vocab_size : (int64_t)INT32_MAX + 1;
+        if (eot >= lim || pad >= lim)
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: tokens.%s %" PRId64 " is not an id of the vocabulary "
+                                "(-1 or below %" PRId64 ")",
+                                m->file, eot >= lim ? "eot_id" : "pad_id", eot >= lim ? eot : pad,
+                                lim);
         info->eot_id = (int32_t)eot, info->pad_id = (int32_t)pad;
     }
     return DT_OK;
 }
 
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Before any shard is opened: every entry an object of the four shard keys, no file listed
+ * twice (its records would count twice). */
+static dt_status check_shard_list(const mctx *m, const cJSON *shards) {
+    static const char *const keys[] = {"file", "records", "bytes", "xxh3", NULL};
+    int n = cJSON_GetArraySize(shards), i = 0;
+    const char **names = malloc(((size_t)n + 1) * sizeof *names);
+    if (!names) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", m->file);
+    dt_status st = DT_OK;
+    char where[32];
+    for (const cJSON *e = shards->child; e && !st; e = e->next, i++) {
+        snprintf(where, sizeof where, "shards[%d]", i);
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(e, "file");
+        if (!cJSON_IsObject(e))
+            st = bad_key(m, where, "an object");
+        else if (!(st = known_keys(m, e, where, keys)))
+            names[i] = cJSON_IsString(f) ? f->valuestring : "";
+    }
+    if (!st) qsort(names, (size_t)n, sizeof *names, cmp_name);
+    for (int j = 1; j < n && !st; j++)
+        if (*names[j] && !strcmp(names[j], names[j - 1]))
+            st = dt_error_set(DT_ERR_FORMAT,
+                              "%s: shard file \"%.200s\" is listed twice in \"shards\" (each "
+                              "shard once)",
+                              m->file, names[j]);
+    free(names);
+    return st;
+}
+
 static dt_status open_shards(dt_dataset *d, const mctx *m, const cJSON *shards, int flags,
                              char **lines_out) {
+    dt_status cs = check_shard_list(m, shards);
+    if (cs) return cs;
     int n = cJSON_GetArraySize(shards);
     d->shards = calloc((size_t)(n ? n : 1), sizeof *d->shards);
     d->rec_start = calloc((size_t)n + 1, sizeof(int64_t));
@@ -211,8 +307,9 @@ static dt_status open_shards(dt_dataset *d, const mctx *m, const cJSON *shards, 
         d->n_shards = i + 1;
         const dt_shard_header *h = &s->h;
         if ((int64_t)s->size != bytes)
-            return dt_error_set(DT_ERR_FORMAT, "%s: has %zu bytes, the manifest (%s) says %" PRId64,
-                                s->path, s->size, m->file, bytes);
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: shards[%d].bytes %" PRId64 ", but %s has %zu bytes", m->file,
+                                i, bytes, s->path, s->size);
         if (h->payload_xxh3 != sum)
             return dt_error_set(DT_ERR_FORMAT,
                                 "%s: payload checksum %016" PRIx64
@@ -220,9 +317,9 @@ static dt_status open_shards(dt_dataset *d, const mctx *m, const cJSON *shards, 
                                 s->path, h->payload_xxh3, hex);
         if ((int64_t)h->records != recs)
             return dt_error_set(DT_ERR_FORMAT,
-                                "%s: %" PRIu64 " records (byte 24), the manifest "
-                                "says %" PRId64,
-                                s->path, h->records, recs);
+                                "%s: shards[%d].records %" PRId64 ", but %s holds %" PRIu64
+                                " records (byte 24)",
+                                m->file, i, recs, s->path, h->records);
         if ((int)h->kind != (int)in->kind ||
             (in->kind == DT_DATA_IMAGE &&
              (h->shape[0] != (uint32_t)in->height || h->shape[1] != (uint32_t)in->width ||
@@ -270,15 +367,10 @@ dt_status dt_dataset_open(const char *dir, int flags, dt_dataset **out) {
     }
     if ((st = dt_read_file_max(mpath, 0, DT_MAX_META_BYTES, "a dataset manifest", &text, &len)))
         goto done;
-    const char *end = NULL;
-    root = cJSON_ParseWithLengthOpts((const char *)text, len, &end, 0);
-    if (!root || !cJSON_IsObject(root)) {
-        size_t off = root ? 0 : (size_t)(end ? end - (const char *)text : 0);
-        if (!root && cJSON_GetErrorPtr()) off = (size_t)(cJSON_GetErrorPtr() - (const char *)text);
-        int64_t line, col;
-        dt_line_col((const char *)text, off < len ? off : len, &line, &col);
-        st = dt_error_set(DT_ERR_FORMAT, "%s:%" PRId64 ":%" PRId64 ": %s", mpath, line, col,
-                          root ? "the manifest is not a JSON object" : "malformed JSON");
+    root = dt_json_parse_strict(mpath, (const char *)text, len, &st);
+    if (st) goto done;
+    if (!cJSON_IsObject(root)) {
+        st = dt_error_set(DT_ERR_FORMAT, "%s: the manifest is not a JSON object", mpath);
         goto done;
     }
     mctx m = {mpath};

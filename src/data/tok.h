@@ -77,7 +77,7 @@ dt_status dt_tok_set_token(dt_tokenizer *t, int32_t id, const char *bytes, size_
 dt_status dt_tok_index(dt_tokenizer *t, const char *what);
 /* tiktoken: pair table from the ranks (pair rank = rank of the concatenation). */
 dt_status dt_tok_pairs_from_ranks(dt_tokenizer *t);
-/* HF: adds merge number `rank` (left + right -> merged). */
+/* HF: adds merge number `rank` (left + right -> merged); a pair added before is an error. */
 dt_status dt_tok_add_merge(dt_tokenizer *t, int32_t left, int32_t right, int32_t merged,
                            int32_t rank);
 dt_status dt_tok_pairs_reserve(dt_tokenizer *t, uint64_t n);

@@ -216,7 +216,11 @@ dt_status dt_tok_add_merge(dt_tokenizer *t, int32_t left, int32_t right, int32_t
     uint64_t key = (uint64_t)(uint32_t)left << 32 | (uint32_t)right;
     uint64_t h = pair_hash(key, t->p_mask);
     while (t->pk[h] != UINT64_MAX) {
-        if (t->pk[h] == key) return DT_OK; /* first (highest-priority) merge of a pair wins */
+        /* a pair twice: readers differ on its rank (the Rust tokenizers keep the last) */
+        if (t->pk[h] == key)
+            return dt_error_set(DT_ERR_FORMAT,
+                                "tokenizer: the pair is merged twice (first at rank %d)",
+                                t->prank[h]);
         h = (h + 1) & t->p_mask;
     }
     t->pk[h] = key, t->prank[h] = rank, t->pmerged[h] = merged;

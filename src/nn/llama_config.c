@@ -25,20 +25,6 @@
 #define MAX_ID 1000000000
 #define MAX_PARAMS ((int64_t)1 << 50)
 
-/* What a JSON value is, for messages ("a string", "2.5", ...) into buf. */
-static const char *json_what(const cJSON *v, char *buf, size_t n) {
-    if (cJSON_IsNumber(v))
-        snprintf(buf, n, "%.17g", v->valuedouble);
-    else
-        snprintf(buf, n, "%s",
-                 cJSON_IsString(v)   ? "a string"
-                 : cJSON_IsObject(v) ? "an object"
-                 : cJSON_IsArray(v)  ? "an array"
-                 : cJSON_IsBool(v)   ? (cJSON_IsTrue(v) ? "true" : "false")
-                                     : "not a value");
-    return buf;
-}
-
 /* Integer key in [0, max]: required (def < 0 means required) or default. */
 static dt_status get_int(const char *p, cJSON *o, const char *key, int def, int max, int *out) {
     cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -51,7 +37,7 @@ static dt_status get_int(const char *p, cJSON *o, const char *key, int def, int 
         v->valuedouble > max) {
         char w[64];
         return dt_error_set(DT_ERR_FORMAT, "%s: key '%s' is %s; it must be an integer in [0, %d]",
-                            p, key, json_what(v, w, sizeof w), max);
+                            p, key, dt_json_what(v, w, sizeof w), max);
     }
     *out = (int)v->valuedouble;
     return DT_OK;
@@ -66,7 +52,7 @@ static dt_status get_float(const char *p, cJSON *o, const char *key, float def, 
     if (!cJSON_IsNumber(v) || !(v->valuedouble > 0)) {
         char w[64];
         return dt_error_set(DT_ERR_FORMAT, "%s: key '%s' is %s; it must be a positive number", p,
-                            key, json_what(v, w, sizeof w));
+                            key, dt_json_what(v, w, sizeof w));
     }
     *out = (float)v->valuedouble;
     return DT_OK;

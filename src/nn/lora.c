@@ -11,7 +11,9 @@
  * so a graph name maps to a file name by prefixing "base_model.model.". With tied embeddings and
  * ensure_weight_tying, PEFT writes the one trained matrix twice, as embed_tokens and lm_head, and
  * needs both to load it. */
+#define PCRE2_CODE_UNIT_WIDTH 8
 #include <cjson/cJSON.h>
+#include <pcre2.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@
 #include "dtrain/safetensors.h"
 #include "core/file.h"
 #include "core/fsmode.h"
+#include "core/json.h"
 #include "nn/lora_impl.h"
 
 #define PEFT_PREFIX "base_model.model."
@@ -37,12 +40,22 @@ static int is_adapter(const char *name) {
  * adapter using one is refused rather than applied with the wrong scaling or shapes
  * (use_rslora scales by alpha / sqrt(r); the patterns give modules their own r or alpha). */
 static dt_status unsupported(const cJSON *o, const char *path) {
-    static const char *const flags[] = {"use_rslora", "use_dora", "lora_bias", "fan_in_fan_out"};
-    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, flags[i])))
+    char w[64];
+    static const char *const flags[] = {"use_rslora", "use_dora", "lora_bias", "fan_in_fan_out",
+                                        "use_qalora"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, flags[i]);
+        if (cJSON_IsTrue(v))
             return dt_error_set(DT_ERR_FORMAT, "%s: key %s: true is not supported", path, flags[i]);
-    static const char *const empty[] = {"rank_pattern", "alpha_pattern", "layers_to_transform",
-                                        "trainable_token_indices"};
+        if (v && !cJSON_IsBool(v) && !cJSON_IsNull(v))
+            return dt_error_set(DT_ERR_FORMAT, "%s: key %s is %s; it must be a boolean", path,
+                                flags[i], dt_json_what(v, w, sizeof w));
+    }
+    /* each selects modules or layers, or changes the model, beyond target_modules */
+    static const char *const empty[] = {
+        "rank_pattern",      "alpha_pattern",           "layers_to_transform",
+        "layers_pattern",    "trainable_token_indices", "exclude_modules",
+        "layer_replication", "target_parameters",       "alora_invocation_tokens"};
     for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, empty[i]);
         if (v && !cJSON_IsNull(v) && !((cJSON_IsObject(v) || cJSON_IsArray(v)) && !v->child))
@@ -52,6 +65,128 @@ static dt_status unsupported(const cJSON *o, const char *path) {
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "bias");
     if (b && !cJSON_IsNull(b) && !(cJSON_IsString(b) && !strcmp(b->valuestring, "none")))
         return dt_error_set(DT_ERR_FORMAT, "%s: key bias: only \"none\" is supported", path);
+    return DT_OK;
+}
+
+/* ---- target_modules ------------------------------------------------------------------- */
+
+/* target_modules as a string (PEFT's LoraConfig: Union[list[str], str]): "all-linear" (every
+ * Linear but the output layer: the seven projections), or a regular expression that PEFT
+ * full-matches (re.fullmatch) against every module name of the model, as named_modules() gives
+ * them ("model.layers.0.self_attn.q_proj"; PCRE2 reads the same syntax for what such patterns
+ * use). dtrain applies it when it selects the same projections in every layer and nothing else:
+ * PEFT refuses a container module (model.layers.0.mlp) and would adapt an embedding or lm_head,
+ * which dtrain does not. Matching is bounded (a match limit) against a hostile pattern. */
+static dt_status targets_from_regex(const char *path, const char *re, int n_layers,
+                                    unsigned *bits) {
+    if (!strcmp(re, "all-linear")) {
+        *bits = 0x7f;
+        return DT_OK;
+    }
+    int err;
+    PCRE2_SIZE eo;
+    pcre2_code *code = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, 0, &err, &eo, NULL);
+    if (!code) {
+        PCRE2_UCHAR msg[120];
+        pcre2_get_error_message(err, msg, sizeof msg);
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: key target_modules: \"%.80s\" is not a regular expression "
+                            "(offset %zu: %s)",
+                            path, re, (size_t)eo, (const char *)msg);
+    }
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(code, NULL);
+    pcre2_match_context *mc = pcre2_match_context_create(NULL);
+    dt_status st = md && mc ? DT_OK : dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
+    if (mc) pcre2_set_match_limit(mc, 100000);
+    static const char *const global[] = {
+        "",       "model", "model.embed_tokens", "model.layers", "model.norm", "model.rotary_emb",
+        "lm_head"};
+    static const char *const local[] = {"",
+                                        ".self_attn",
+                                        ".self_attn.q_proj",
+                                        ".self_attn.k_proj",
+                                        ".self_attn.v_proj",
+                                        ".self_attn.o_proj",
+                                        ".mlp",
+                                        ".mlp.gate_proj",
+                                        ".mlp.up_proj",
+                                        ".mlp.down_proj",
+                                        ".mlp.act_fn",
+                                        ".input_layernorm",
+                                        ".post_attention_layernorm"};
+    /* the target bit of local[k] (target_names order), 0 for modules that are not projections */
+    static const unsigned bit[] = {0, 0, 1, 2, 4, 8, 0, 16, 32, 64, 0, 0, 0};
+    char name[96];
+    unsigned first = 0;
+    int layers = n_layers > 0 ? n_layers : 1;
+    for (int l = -1; l < layers && !st; l++) {
+        unsigned here = 0;
+        int n = l < 0 ? 7 : 13;
+        for (int k = 0; k < n && !st; k++) {
+            if (l < 0)
+                snprintf(name, sizeof name, "%s", global[k]);
+            else
+                snprintf(name, sizeof name, "model.layers.%d%s", l, local[k]);
+            int r = pcre2_match(code, (PCRE2_SPTR)name, strlen(name), 0,
+                                PCRE2_ANCHORED | PCRE2_ENDANCHORED, md, mc);
+            if (r < 0 && r != PCRE2_ERROR_NOMATCH)
+                st = dt_error_set(DT_ERR_FORMAT,
+                                  "%s: key target_modules: \"%.80s\" could not be matched "
+                                  "against \"%s\" (PCRE2 error %d: too complex?)",
+                                  path, re, name, r);
+            else if (r >= 0 && (l < 0 || !bit[k]))
+                st = dt_error_set(DT_ERR_FORMAT,
+                                  "%s: key target_modules: \"%.80s\" matches the module \"%s\", "
+                                  "which is not a projection dtrain adapts (q_proj, k_proj, "
+                                  "v_proj, o_proj, gate_proj, up_proj, down_proj)",
+                                  path, re, name);
+            else if (r >= 0)
+                here |= bit[k];
+        }
+        if (l == 0) first = here;
+        if (!st && l > 0 && here != first)
+            st = dt_error_set(DT_ERR_FORMAT,
+                              "%s: key target_modules: \"%.80s\" selects other projections in "
+                              "layer %d than in layer 0 (dtrain adapts the same ones in every "
+                              "layer)",
+                              path, re, l);
+    }
+    if (!st && !first)
+        st = dt_error_set(DT_ERR_FORMAT,
+                          "%s: key target_modules: \"%.80s\" matches no module of the model "
+                          "(PEFT full-matches names such as model.layers.0.self_attn.q_proj)",
+                          path, re);
+    pcre2_match_context_free(mc);
+    pcre2_match_data_free(md);
+    pcre2_code_free(code);
+    *bits = first;
+    return st;
+}
+
+/* target_modules: a non-empty list of projection names, or a string (above). */
+static dt_status parse_targets(const cJSON *o, const char *path, int n_layers, unsigned *bits) {
+    const cJSON *tm = cJSON_GetObjectItemCaseSensitive(o, "target_modules"), *it;
+    char w[64];
+    *bits = 0;
+    if (cJSON_IsString(tm)) return targets_from_regex(path, tm->valuestring, n_layers, bits);
+    if (!cJSON_IsArray(tm) || !cJSON_GetArraySize(tm))
+        return dt_error_set(
+            DT_ERR_FORMAT,
+            "%s: key target_modules is %s; it must be a non-empty list of "
+            "names or a string (a regular expression or \"all-linear\")",
+            path, tm && cJSON_IsArray(tm) ? "an empty list" : dt_json_what(tm, w, sizeof w));
+    cJSON_ArrayForEach(it, tm) {
+        unsigned b = cJSON_IsString(it) ? dt_lora_target_bit(it->valuestring) : 0;
+        if (!b)
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: key target_modules: %s%.80s%s is not a Llama projection "
+                                "(q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)",
+                                path, cJSON_IsString(it) ? "'" : "",
+                                cJSON_IsString(it) ? it->valuestring
+                                                   : dt_json_what(it, w, sizeof w),
+                                cJSON_IsString(it) ? "'" : "");
+        *bits |= b;
+    }
     return DT_OK;
 }
 
@@ -290,50 +425,49 @@ dt_status dt_lora_saved_load(const dt_st_file *f, const char *path, dt_graph *g,
 
 /* ---- adapter_config.json --------------------------------------------------------------- */
 
+/* adapter_config.json as PEFT's LoraConfig writes it: one JSON object, no key twice; peft_type
+ * "LORA"; r an integer in [1, 65536]; lora_alpha a number in (0, 1e30]; lora_dropout null or a
+ * number in [0, 1); target_modules (parse_targets); the options dtrain does not implement
+ * refused (unsupported); modules_to_save (parse_modules). Keys dtrain does not know are
+ * ignored, as PEFT ignores (with a warning) keys a newer version wrote. */
 dt_status dt_lora_config_load(const char *dir, dt_llama_config *c) {
     char path[4200];
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
     uint8_t *raw = NULL;
     size_t len = 0;
-    /* NUL-terminated; names the file; a real adapter_config.json is about 1 KB */
-    dt_status rs = dt_read_file_max(path, 0, (size_t)16 << 20, "an adapter config", &raw, &len);
-    if (rs != DT_OK) return rs;
-    char *txt = (char *)raw;
-    cJSON *o = cJSON_Parse(txt);
-    free(txt);
-    dt_status st = DT_OK;
+    /* names the file; a real adapter_config.json is about 1 KB */
+    dt_status st = dt_read_file_max(path, 0, (size_t)16 << 20, "an adapter config", &raw, &len);
+    if (st != DT_OK) return st;
+    cJSON *o = dt_json_parse_strict(path, (const char *)raw, len, &st);
+    free(raw);
     cJSON *pt = cJSON_GetObjectItemCaseSensitive(o, "peft_type");
     cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "r");
     cJSON *al = cJSON_GetObjectItemCaseSensitive(o, "lora_alpha");
     cJSON *dr = cJSON_GetObjectItemCaseSensitive(o, "lora_dropout");
-    cJSON *tm = cJSON_GetObjectItemCaseSensitive(o, "target_modules");
-    if (!o)
-        st = dt_error_set(DT_ERR_FORMAT, "%s: not valid JSON", path);
+    char w[64];
+    if (st) {
+        /* malformed, bytes after the value, or a key twice: said by dt_json_parse_strict */
+    } else if (!cJSON_IsObject(o))
+        st = dt_error_set(DT_ERR_FORMAT, "%s: the file is %s; it must be a JSON object", path,
+                          dt_json_what(o, w, sizeof w));
     else if (!cJSON_IsString(pt) || strcmp(pt->valuestring, "LORA"))
-        st = dt_error_set(DT_ERR_FORMAT, "%s: key peft_type: expected \"LORA\"", path);
+        st = dt_error_set(DT_ERR_FORMAT, "%s: key peft_type is %s; expected \"LORA\"", path,
+                          dt_json_what(pt, w, sizeof w));
     else if (!cJSON_IsNumber(r) || r->valuedouble < 1 || r->valuedouble > 65536 ||
              r->valuedouble != (int)r->valuedouble)
-        st = dt_error_set(DT_ERR_FORMAT, "%s: key r: expected an integer rank >= 1", path);
+        st = dt_error_set(DT_ERR_FORMAT,
+                          "%s: key r is %s; expected an integer rank >= 1 (at most 65536)", path,
+                          dt_json_what(r, w, sizeof w));
     else if (!cJSON_IsNumber(al) || !(al->valuedouble > 0 && al->valuedouble <= 1e30))
-        st = dt_error_set(DT_ERR_FORMAT, "%s: key lora_alpha: expected a number > 0", path);
-    else if (cJSON_IsNumber(dr) && !(dr->valuedouble >= 0 && dr->valuedouble < 1))
-        st = dt_error_set(DT_ERR_FORMAT, "%s: key lora_dropout: expected a number in [0, 1)", path);
-    else if (!cJSON_IsArray(tm) || !cJSON_GetArraySize(tm))
-        st = dt_error_set(DT_ERR_FORMAT, "%s: key target_modules: expected a list of names", path);
+        st = dt_error_set(DT_ERR_FORMAT, "%s: key lora_alpha is %s; expected a number > 0", path,
+                          dt_json_what(al, w, sizeof w));
+    else if (dr && !cJSON_IsNull(dr) &&
+             !(cJSON_IsNumber(dr) && dr->valuedouble >= 0 && dr->valuedouble < 1))
+        st = dt_error_set(DT_ERR_FORMAT, "%s: key lora_dropout is %s; expected a number in [0, 1)",
+                          path, dt_json_what(dr, w, sizeof w));
     if (st == DT_OK) st = unsupported(o, path);
     unsigned targets = 0;
-    cJSON *it;
-    if (st == DT_OK) cJSON_ArrayForEach(it, tm) {
-            unsigned b = cJSON_IsString(it) ? dt_lora_target_bit(it->valuestring) : 0;
-            if (!b) {
-                st = dt_error_set(DT_ERR_FORMAT,
-                                  "%s: key target_modules: '%s' is not a Llama projection (q_proj, "
-                                  "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)",
-                                  path, cJSON_IsString(it) ? it->valuestring : "?");
-                break;
-            }
-            targets |= b;
-        }
+    if (st == DT_OK) st = parse_targets(o, path, c->num_hidden_layers, &targets);
     unsigned modules = 0;
     if (st == DT_OK) st = parse_modules(o, path, c, &modules);
     if (st == DT_OK) {

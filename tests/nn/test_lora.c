@@ -372,7 +372,9 @@ static void refusals(model *m, const dt_llama_config *c, const char *adapter, in
          T_KEEP, "", 0, "key target_modules", "k_proj"},
         {"target_modules", "[\"q_proj\", \"v_proj\", \"gate_proj\", \"up_proj\", \"c_attn\"]",
          T_KEEP, "", 0, "target_modules", "'c_attn'"},
-        {"target_modules", "\"all-linear\"", T_KEEP, "", 0, "key target_modules", "list"},
+        /* a string is a regex PEFT full-matches against module names: ".*" also takes
+         * embed_tokens, the layers' containers and the model itself */
+        {"target_modules", "\".*\"", T_KEEP, "", 0, "key target_modules", "not a projection"},
         {"peft_type", "\"PREFIX_TUNING\"", T_KEEP, "", 0, "peft_type", "LORA"},
         {"peft_type", NULL, T_KEEP, "", 0, "peft_type", "LORA"},
         {"r", "0", T_KEEP, "", 0, "key r", "rank"},
@@ -381,7 +383,7 @@ static void refusals(model *m, const dt_llama_config *c, const char *adapter, in
         {"bias", "\"lora_only\"", T_KEEP, "", 0, "key bias", "none"},
         /* the model trains no modules to save: an adapter that has some is another model's */
         {"modules_to_save", "[\"norm\"]", T_KEEP, "", 0, "key modules_to_save", "adapter [ norm ]"},
-        {"-", "{\"peft_type\": \"LORA\", \"r\": 4,", T_KEEP, "", 0, "not valid JSON", ""},
+        {"-", "{\"peft_type\": \"LORA\", \"r\": 4,", T_KEEP, "", 0, "malformed JSON", ""},
         {NULL, NULL, T_DROP, d, 1, "missing tensor", d},
         {NULL, NULL, T_TRANSPOSE, q, 1, q, "shape"},
         {NULL, NULL, T_EXTRA, x, 1, x, "not an adapter"},

@@ -20,3 +20,7 @@ add_test(NAME security_safetensors_spec
          COMMAND ${DT_ST_SPEC_PYTHON} ${PROJECT_SOURCE_DIR}/tests/security/test_safetensors_spec.py
                  $<TARGET_FILE:st_probe>)
 set_tests_properties(security_safetensors_spec PROPERTIES LABELS "unit;security" TIMEOUT 120)
+# The same for tokenizer.json, tiktoken rank files, dataset manifests and PEFT adapter_config.json:
+# one file per rule, refused with the file, the field and the rule; the valid variants accepted.
+dt_test(NAME security_parser_rules SOURCES security/test_parser_rules.c LABELS "unit;security"
+        TIMEOUT 60)
