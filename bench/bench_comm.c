@@ -77,7 +77,7 @@ static int bench_ddp(dt_comm *c, int steps) {
     o.bucket_mb = 4;
     dt_ddp *d;
     if (dt_optim_init(&oc, n, 0, n, NULL, 0, &opt) != DT_OK) return 1;
-    if (dt_ddp_init(g, c, &o, &d) != DT_OK) return 1;
+    if (dt_ddp_open(g, c, &o, &d) != DT_OK) return 1;
     if (rank == 0)
         printf("\nDDP step, MLP %d x %dx%d (%.1f MiB of gradients, %d buckets), batch %d per "
                "rank, %d steps after 3 warm-up\n",
@@ -103,7 +103,7 @@ static int bench_ddp(dt_comm *c, int steps) {
                    overlap ? "on" : "off", 1e3 * t_step / steps, 1e3 * t_wait / steps,
                    1e3 * t_comm / steps);
     }
-    dt_ddp_free(d);
+    dt_ddp_close(d);
     dt_optim_free(opt);
     dt_graph_free(g);
     return failed;
@@ -116,14 +116,14 @@ int main(int argc, char **argv) {
     if (rounds < 1) rounds = 1;
     dt_threads_set(1);
     dt_comm *c;
-    if (dt_comm_init("mpi", &argc, &argv, &c) != DT_OK) {
+    if (dt_comm_open("mpi", &argc, &argv, &c) != DT_OK) {
         fprintf(stderr, "bench_comm: %s\n", dt_last_error());
         return 2;
     }
     int rank = dt_comm_rank(c), N = dt_comm_size(c);
     if (N < 2) {
         fprintf(stderr, "bench_comm: needs 2 or more ranks (mpirun -np 2)\n");
-        dt_comm_free(c);
+        dt_comm_close(c);
         return 2;
     }
     size_t max_n = (size_t)max_mib << 18;
@@ -183,6 +183,6 @@ int main(int argc, char **argv) {
         dt_comm_set_failed(c);
         failed = 1;
     }
-    dt_comm_free(c);
+    dt_comm_close(c);
     return failed;
 }

@@ -71,7 +71,7 @@ static void bench_loader(const dt_dataset *d, int threads, int augment, int epoc
     c.queue_depth = 8;
     for (int k = 0; k < 4; k++) c.mean[k] = 0.2860f, c.std[k] = 0.3530f;
     dt_loader *l;
-    if (dt_loader_create(d, &c, &l) != DT_OK) {
+    if (dt_loader_open(d, &c, &l) != DT_OK) {
         fprintf(stderr, "loader: %s\n", dt_last_error());
         return;
     }
@@ -90,7 +90,7 @@ static void bench_loader(const dt_dataset *d, int threads, int augment, int epoc
            "read, %6.1f%% of O_DIRECT read\n",
            threads, augment, (double)samples / dt, mbs, 100.0 * mbs * 1e6 / raw_bw,
            direct_bw > 0 ? 100.0 * mbs * 1e6 / direct_bw : 0.0);
-    dt_loader_free(l);
+    dt_loader_close(l);
 }
 
 static void bench_tokenizer(const char *tok_path, const char *file) {

@@ -287,14 +287,14 @@ static int step(run *r, dt_ddp *d, int bcast, double ph[PH_N]) {
 
 int main(int argc, char **argv) {
     dt_comm *c = NULL;
-    if (dt_comm_init("auto", &argc, &argv, &c) != DT_OK) {
+    if (dt_comm_open("auto", &argc, &argv, &c) != DT_OK) {
         fprintf(stderr, "bench_ddp: %s\n", dt_last_error());
         return 2;
     }
     args a;
     int rc = parse(argc, argv, &a);
     if (rc) {
-        dt_comm_free(c);
+        dt_comm_close(c);
         return rc;
     }
     dt_threads_set(a.threads);
@@ -316,7 +316,7 @@ int main(int argc, char **argv) {
     o.average = 0;
     if (!a.plain) dt_graph_set_loss_scale(r.g, 1.0f / (float)world);
     what = "ddp init";
-    if (!a.plain && (dt_ddp_init(r.g, c, &o, &d) != DT_OK || dt_ddp_broadcast_params(d) != DT_OK))
+    if (!a.plain && (dt_ddp_open(r.g, c, &o, &d) != DT_OK || dt_ddp_broadcast_params(d) != DT_OK))
         goto fail;
     int bcast = a.bcast_buffers && dt_graph_flat_state(r.g, NULL) != NULL;
     what = "build (solo copy)";
@@ -401,11 +401,11 @@ int main(int argc, char **argv) {
     free(pr.sum);
     dt_optim_free(solo.opt);
     dt_graph_free(solo.g);
-    dt_ddp_free(d);
+    dt_ddp_close(d);
     dt_optim_free(r.opt);
     dt_graph_free(r.g);
     free(ts);
-    dt_comm_free(c);
+    dt_comm_close(c);
     return 0;
 
 fail:
@@ -415,10 +415,10 @@ fail:
     free(pr.sum);
     dt_optim_free(solo.opt);
     dt_graph_free(solo.g);
-    dt_ddp_free(d);
+    dt_ddp_close(d);
     dt_optim_free(r.opt);
     dt_graph_free(r.g);
     free(ts);
-    dt_comm_free(c);
+    dt_comm_close(c);
     return 1;
 }

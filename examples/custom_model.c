@@ -34,7 +34,8 @@ static dt_status mlp_init(dt_graph *g, uint64_t seed, void *ud) {
     for (int i = 0; i < dt_graph_param_count(g); i++) {
         const dt_param_info *pi = dt_graph_param_info(g, i);
         const dt_tensor *t = dt_graph_value(g, pi->id);
-        int64_t fan_in = dt_graph_shape(g, dt_graph_find(g, i < 2 ? "fc1.weight" : "fc2.weight"))->shape[1];
+        int64_t fan_in =
+            dt_graph_shape(g, dt_graph_find(g, i < 2 ? "fc1.weight" : "fc2.weight"))->shape[1];
         float b = 1.0f / sqrtf((float)fan_in);
         dt_rng_uniform(t->data, (int64_t)pi->numel, seed, (uint32_t)i, 0, -b, b);
     }
@@ -50,8 +51,15 @@ int main(int argc, char **argv) {
     snprintf(train, sizeof train, "data.train=%s/train", argv[1]);
     snprintf(val, sizeof val, "data.val=%s/test", argv[1]);
     snprintf(steps, sizeof steps, "train.steps=%s", argc > 2 ? argv[2] : "500");
-    char *over[] = {train, val, steps, "data.batch=128", "optim.name=adamw", "optim.lr=0.002",
-                    "train.log_every=100", "output.dir=runs", "output.experiment=custom-mlp",
+    char *over[] = {train,
+                    val,
+                    steps,
+                    "data.batch=128",
+                    "optim.name=adamw",
+                    "optim.lr=0.002",
+                    "train.log_every=100",
+                    "output.dir=runs",
+                    "output.experiment=custom-mlp",
                     "output.run_name=example"};
     dt_config *cfg;
     if (dt_config_from_args(NULL, sizeof over / sizeof over[0], over, &cfg) != DT_OK) {
@@ -61,7 +69,7 @@ int main(int argc, char **argv) {
     mlp m = {.hidden = 256};
     dt_model_def def = {.name = "mlp", .build = mlp_build, .init = mlp_init, .ud = &m};
     dt_trainer *t;
-    if (dt_trainer_create(cfg, &def, &t) != DT_OK) {
+    if (dt_trainer_open(cfg, &def, &t) != DT_OK) {
         fprintf(stderr, "custom_model: %s\n", dt_last_error());
         dt_config_free(cfg);
         return 2;
@@ -71,7 +79,7 @@ int main(int argc, char **argv) {
     const dt_eval_result *r = dt_trainer_last_eval(t);
     if (r) printf("custom mlp: test accuracy %.2f%%\n", 100 * r->accuracy);
     int ok = st == DT_OK && r && r->accuracy > 0.80;
-    dt_trainer_free(t);
+    dt_trainer_close(t);
     dt_config_free(cfg);
     return ok ? 0 : 1;
 }

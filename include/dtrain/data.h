@@ -99,10 +99,10 @@ typedef struct dt_dataset_spec {
 } dt_dataset_spec;
 
 /* Starts a dataset in `dir`, which must not exist: everything is written to a temporary
- * sibling directory that dt_dataset_writer_finish renames to `dir`, so a failed or aborted
+ * sibling directory that dt_dataset_writer_close renames to `dir`, so a failed or aborted
  * write leaves nothing behind. */
-dt_status dt_dataset_writer_create(const char *dir, const dt_dataset_spec *spec,
-                                   dt_dataset_writer **out);
+dt_status dt_dataset_writer_open(const char *dir, const dt_dataset_spec *spec,
+                                 dt_dataset_writer **out);
 /* One image: H*W*C uint8 pixels in HWC order and its label. */
 dt_status dt_dataset_writer_add_image(dt_dataset_writer *w, const uint8_t *hwc, int32_t label);
 /* One document of n tokens; mask (n bytes, 0/1) is required iff the spec has has_mask. */
@@ -110,7 +110,7 @@ dt_status dt_dataset_writer_add_doc(dt_dataset_writer *w, const uint32_t *tokens
                                     const uint8_t *mask, int64_t n);
 /* Writes the last shard and the manifest, renames into place and frees `w` (also on error,
  * after removing the temporary directory). */
-dt_status dt_dataset_writer_finish(dt_dataset_writer *w);
+dt_status dt_dataset_writer_close(dt_dataset_writer *w);
 /* Removes everything written so far and frees `w`. */
 void dt_dataset_writer_abort(dt_dataset_writer *w);
 
@@ -199,7 +199,7 @@ typedef struct dt_batch {
 typedef struct dt_loader dt_loader;
 
 /* The dataset must outlive the loader. */
-dt_status dt_loader_create(const dt_dataset *d, const dt_loader_config *c, dt_loader **out);
+dt_status dt_loader_open(const dt_dataset *d, const dt_loader_config *c, dt_loader **out);
 /* The next batch; after the last batch of an epoch comes batch 0 of the next epoch. */
 dt_status dt_loader_next(dt_loader *l, dt_batch *b);
 int64_t dt_loader_batches_per_epoch(const dt_loader *l);
@@ -207,7 +207,7 @@ int64_t dt_loader_batches_per_epoch(const dt_loader *l);
 int64_t dt_loader_dataset_samples(const dt_loader *l);
 /* Samples this rank sees per epoch. */
 int64_t dt_loader_rank_samples(const dt_loader *l);
-void dt_loader_free(dt_loader *l);
+void dt_loader_close(dt_loader *l);
 
 /* Where a loader is: the next batch it will return, and what it must be resumed with. */
 typedef struct dt_data_cursor {

@@ -1,8 +1,8 @@
 /* Distributed training: the communicator and data-parallel gradient synchronisation.
  *
- *   dt_comm *c;  dt_comm_init("auto", &argc, &argv, &c);    // MPI under mpirun/srun, else single
+ *   dt_comm *c;  dt_comm_open("auto", &argc, &argv, &c);    // MPI under mpirun/srun, else single
  *   ... build and compile the graph; dt_model_init on every rank ...
- *   dt_ddp *d;   dt_ddp_init(g, c, NULL, &d);                // buckets, comm thread
+ *   dt_ddp *d;   dt_ddp_open(g, c, NULL, &d);                // buckets, comm thread
  *   dt_ddp_broadcast_params(d);                              // rank 0's weights to all
  *   for each step:
  *       for each micro-batch m of M:
@@ -10,7 +10,7 @@
  *           dt_graph_forward(g, 1); dt_graph_backward(g);    // buckets all-reduce as they finish
  *           dt_ddp_wait(d);                                  // then every rank holds the mean
  *       clip, optimizer step (identical on every rank)
- *   dt_ddp_free(d); dt_comm_free(c);
+ *   dt_ddp_close(d); dt_comm_close(c);
  *
  * Collectives work on flat buffers the caller allocated once; they allocate nothing per call
  * (the MPI library may). All of them must be called by every rank in the same order with the same
@@ -51,14 +51,14 @@ typedef struct dt_comm dt_comm;
  * the fix when there is no launcher or dtrain was built without MPI; "single" -- one process,
  * world size 1, collectives are copies or no-ops. NULL means "auto". argc/argv may be NULL; MPI
  * may consume its own arguments from them. MPI is initialised here unless the program already did
- * (then dt_comm_free leaves it initialised), and finalised by dt_comm_free. One dt_comm per
+ * (then dt_comm_close leaves it initialised), and finalised by dt_comm_close. One dt_comm per
  * process. */
-dt_status dt_comm_init(const char *backend, int *argc, char ***argv, dt_comm **out);
+dt_status dt_comm_open(const char *backend, int *argc, char ***argv, dt_comm **out);
 /* Finalises MPI -- except after a failed collective or dt_comm_set_failed: MPI_Finalize waits
  * for every rank, and after an error some may be gone or stuck. The process should then exit
  * nonzero; mpirun/srun notice it and end the other ranks (the job fails; nothing hangs). */
-void dt_comm_free(dt_comm *c);
-/* Marks the job failed on this rank (e.g. the trainer hit a data error), so dt_comm_free does not
+void dt_comm_close(dt_comm *c);
+/* Marks the job failed on this rank (e.g. the trainer hit a data error), so dt_comm_close does not
  * wait for the others in MPI_Finalize. */
 void dt_comm_set_failed(dt_comm *c);
 
@@ -181,8 +181,8 @@ typedef struct dt_ddp_opts {
     int sparse;       /* 1 (default): a row-sparse gradient (an embedding table of 64 rows or
                          more, dt_param_info.sparse_row; it gets a bucket of its own) sends only
                          the rows some rank touched: a bitmap OR, then the packed rows' all-reduce;
-                         bit-identical       to the dense all-reduce on 2 ranks (dist.sparse_embedding). ZeRO
-                         stages 2-3 always send dense buckets. */
+                         bit-identical       to the dense all-reduce on 2 ranks (dist.sparse_embedding).
+                         ZeRO       stages 2-3 always send dense buckets. */
     int shm;          /* 1 (default): the ranks of a host all-reduce dense buckets by reading
                          each other's gradient buffers (dt_comm_share; dist.shared_memory);
                          falls back to MPI_Allreduce where that cannot be used. Same bits as
@@ -195,12 +195,12 @@ dt_ddp_opts dt_ddp_opts_default(void);
  * follow the parameters in reverse order (the order in which backward completes them), each a
  * whole number of parameters of about bucket_mb, a parameter larger than that alone in its own
  * (and so is a table sent row-sparse, opts.sparse); shares the gradient buffer with the other
- * ranks of the host (opts.shm: collective, every rank calls dt_ddp_init with the same opts);
+ * ranks of the host (opts.shm: collective, every rank calls dt_ddp_open with the same opts);
  * registers dt_graph_on_grad_ready on the graph (replacing any other callback) and starts the
  * communication thread. opts NULL: defaults. Every rank must build the same graph. */
-dt_status dt_ddp_init(dt_graph *g, dt_comm *c, const dt_ddp_opts *opts, dt_ddp **out);
+dt_status dt_ddp_open(dt_graph *g, dt_comm *c, const dt_ddp_opts *opts, dt_ddp **out);
 /* Stops the thread and unregisters the callback. */
-void dt_ddp_free(dt_ddp *d);
+void dt_ddp_close(dt_ddp *d);
 
 /* 0: the next backward passes do not communicate (accumulation micro-steps: gradients add up
  * locally with dt_graph_set_accumulate); 1 (default): they do. Set it before dt_graph_backward. */
@@ -227,7 +227,7 @@ dt_status dt_ddp_broadcast_state(dt_ddp *d);
  * Shards are equal slices of the flat buffers padded to world x shard elements
  * (dt_comm_shard_size): rank r owns [r*shard, (r+1)*shard), clamped to the n real elements, so
  * no tensor has to divide by the world size. Stage >= 1 needs the graph compiled with
- * dt_graph_opts.flat_capacity >= world * shard (dt_ddp_init checks). A step:
+ * dt_graph_opts.flat_capacity >= world * shard (dt_ddp_open checks). A step:
  *   dt_ddp_zero_grad(d);                            // stage >= 2: the shard's gradients = 0
  *   for each micro-batch: forward, backward, dt_ddp_wait(d)   // stage >= 2: every micro-batch
  *                                                   // communicates and adds into the shard;

@@ -3,9 +3,9 @@
  *
  *   dt_serve_opts o = {.addr = "127.0.0.1", .port = 8765, .db = "runs/dtrain.db"};
  *   dt_serve *srv;
- *   if (dt_serve_start(&o, &srv) != DT_OK) fprintf(stderr, "%s\n", dt_last_error());
+ *   if (dt_serve_open(&o, &srv) != DT_OK) fprintf(stderr, "%s\n", dt_last_error());
  *   dt_serve_set_job(srv, mpirun_pid, restarts);   // the launcher's own counters (optional)
- *   dt_serve_stop(srv);
+ *   dt_serve_close(srv);
  *
  * Routes (every one needs "Authorization: Bearer TOKEN" when a token is set; 401 otherwise):
  *   GET /metrics                      Prometheus text format 0.0.4, labels experiment and run
@@ -55,7 +55,7 @@ typedef struct dt_serve_opts {
  * answered (405 otherwise: no route changes anything), a request body is never read, request
  * headers and URL together are limited to 16 KiB (431 or 414 beyond), and nothing but the
  * routes below is served (no files: a path like /../etc/passwd is a 404). */
-dt_status dt_serve_start(const dt_serve_opts *o, dt_serve **out);
+dt_status dt_serve_open(const dt_serve_opts *o, dt_serve **out);
 /* The port listened on. */
 int dt_serve_port(const dt_serve *s);
 /* The launcher's view of its job: the mpirun process (its children on this host are the
@@ -63,7 +63,7 @@ int dt_serve_port(const dt_serve *s);
  * Thread-safe. */
 void dt_serve_set_job(dt_serve *s, pid_t mpirun_pid, int restarts);
 /* Stops the thread, closes the socket and the store. NULL is fine. */
-void dt_serve_stop(dt_serve *s);
+void dt_serve_close(dt_serve *s);
 
 /* ---- Store queries the server uses (src/track/query_live.c) ------------------------------- */
 

@@ -1,9 +1,9 @@
 /* The trainer: one config -> model, data, optimizer -> a trained, evaluated, exported model.
  *
  *   dt_config *cfg;  dt_config_from_args("run.yaml", n, overrides, &cfg);
- *   dt_trainer *t;   dt_trainer_create(cfg, NULL, &t);     // NULL: the model of the config
+ *   dt_trainer *t;   dt_trainer_open(cfg, NULL, &t);     // NULL: the model of the config
  *   dt_trainer_run(t);                                       // loop, eval, export
- *   dt_trainer_free(t);
+ *   dt_trainer_close(t);
  *
  * One optimizer step = train.grad_accum micro-batches of data.batch samples: data -> forward ->
  * backward (gradients accumulate in the flat buffer, each micro-batch's loss scaled by
@@ -69,7 +69,7 @@ void dt_trainer_request_stop(dt_trainer *t);
 
 /* Builds everything and checks that model and data fit (channels, classes, vocabulary) before
  * any work: such errors come back as DT_ERR_INVALID with a one-line message. */
-dt_status dt_trainer_create(const dt_config *cfg, const dt_model_def *custom, dt_trainer **out);
+dt_status dt_trainer_open(const dt_config *cfg, const dt_model_def *custom, dt_trainer **out);
 /* One optimizer step. */
 dt_status dt_trainer_step(dt_trainer *t);
 /* Steps until the configured end, evaluating every train.eval_every steps and at the end, then
@@ -93,7 +93,7 @@ dt_graph *dt_trainer_graph(dt_trainer *t);
 dt_optim *dt_trainer_optim(dt_trainer *t);
 /* Log lines go here (default stdout; NULL: silent). */
 void dt_trainer_set_log(dt_trainer *t, FILE *f);
-void dt_trainer_free(dt_trainer *t);
+void dt_trainer_close(dt_trainer *t);
 
 #ifdef __cplusplus
 }

@@ -29,7 +29,7 @@ struct dt_plot {
     int n_lone, cap_lone;
 };
 
-dt_plot *dt_plot_new(int svg) {
+dt_plot *dt_plot_init(int svg) {
     dt_plot *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->svg = svg;

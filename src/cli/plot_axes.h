@@ -19,7 +19,7 @@
 typedef struct dt_plot dt_plot;
 
 /* A canvas that will write SVG (svg != 0) or PNG; NULL when out of memory. */
-dt_plot *dt_plot_new(int svg);
+dt_plot *dt_plot_init(int svg);
 /* Width of `s` in canvas units at font `size`. Works before dt_plot_begin (layout needs it). */
 double dt_plot_text_width(dt_plot *p, const char *s, double size, int bold);
 /* Starts a w x h drawing on a white background; the file is written by dt_plot_finish. */

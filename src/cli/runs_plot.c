@@ -152,7 +152,7 @@ static void draw_panel(dt_plot *p, const plot *pl, int k, const dt_plot_panel *p
 
 /* Measures, then draws the whole chart into f. 0 written, -1 cairo or the stream failed. */
 static int render(const plot *pl, int svg, FILE *f) {
-    dt_plot *p = dt_plot_new(svg);
+    dt_plot *p = dt_plot_init(svg);
     if (!p) return -1;
     /* the chart title: the experiment when the runs share one, then the metrics */
     char title[1024];

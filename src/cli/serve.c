@@ -85,7 +85,7 @@ int dt_cli_serve(int argc, char **argv) {
                 "creates it\n",
                 db);
     dt_serve *srv;
-    if (dt_serve_start(&o, &srv) != DT_OK) {
+    if (dt_serve_open(&o, &srv) != DT_OK) {
         fprintf(stderr, "dtrain serve: %s\n", dt_last_error());
         return 1;
     }
@@ -98,6 +98,6 @@ int dt_cli_serve(int argc, char **argv) {
                                                                         : "");
     fflush(stdout);
     while (!stop) pause();
-    dt_serve_stop(srv);
+    dt_serve_close(srv);
     return 0;
 }

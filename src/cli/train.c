@@ -62,7 +62,7 @@ int dt_cli_train(int argc, char **argv) {
     pthread_create(&sig_thread, NULL, signal_main, &stop_set);
     pthread_detach(sig_thread);
     dt_trainer *t = NULL;
-    dt_status st = dt_trainer_create(cfg, NULL, &t);
+    dt_status st = dt_trainer_open(cfg, NULL, &t);
     if (st != DT_OK) {
         fprintf(stderr, "dtrain train: %s\n", dt_last_error());
         dt_config_free(cfg);
@@ -79,7 +79,7 @@ int dt_cli_train(int argc, char **argv) {
     pthread_mutex_unlock(&run_mu);
     if (st != DT_OK) fprintf(stderr, "dtrain train: %s\n", dt_last_error());
     int preempted = dt_trainer_progress(t)->preempted;
-    dt_trainer_free(t);
+    dt_trainer_close(t);
     dt_config_free(cfg);
     return st != DT_OK ? 1 : preempted ? DT_EXIT_PREEMPTED : 0;
 }

@@ -46,7 +46,7 @@ dt_status dt_import_writer(dt_import *im, const char *split, dt_dataset_spec *sp
     if (!dir) return dt_error_set(DT_ERR_NOMEM, "out of memory");
     spec->split = split;
     if (!spec->shard_bytes) spec->shard_bytes = im->o->shard_bytes;
-    dt_status st = dt_dataset_writer_create(dir, spec, w);
+    dt_status st = dt_dataset_writer_open(dir, spec, w);
     free(dir);
     if (st) return st;
     im->w[im->n_w] = *w;
@@ -136,7 +136,7 @@ dt_status dt_data_import(const char *kind, const char *const *srcs, int n_srcs, 
     }
     for (int i = 0; i < im.n_w; i++) {
         if (st == DT_OK)
-            st = dt_dataset_writer_finish(im.w[i]);
+            st = dt_dataset_writer_close(im.w[i]);
         else
             dt_dataset_writer_abort(im.w[i]);
     }

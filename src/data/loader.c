@@ -444,7 +444,7 @@ static dt_status build_packing(dt_loader *l) {
 
 /* ---- public ---- */
 
-dt_status dt_loader_create(const dt_dataset *d, const dt_loader_config *cfg, dt_loader **out) {
+dt_status dt_loader_open(const dt_dataset *d, const dt_loader_config *cfg, dt_loader **out) {
     *out = NULL;
     const dt_dataset_info *in = &d->info;
     dt_loader_config c = *cfg;
@@ -595,7 +595,7 @@ int64_t dt_loader_rank_samples(const dt_loader *l) {
     return l->per_rank;
 }
 
-void dt_loader_free(dt_loader *l) {
+void dt_loader_close(dt_loader *l) {
     if (!l) return;
     stop_threads(l);
     pthread_mutex_destroy(&l->mu);

@@ -66,7 +66,7 @@ struct dt_tokenizer {
 #define DT_TOK_MAX_IDS ((int64_t)1 << 24)
 
 /* Allocates an empty tokenizer of the given kind. */
-dt_tokenizer *dt_tok_new(int kind);
+dt_tokenizer *dt_tok_init(int kind);
 /* Limits the ids of a tokenizer read from a file of file_bytes bytes: below 2^20 + file_bytes
  * (a dense table takes bytes of the file per id; 2^20 leaves room for sparse special ids such
  * as Llama 3's at 128000), and below DT_TOK_MAX_IDS. */

@@ -141,7 +141,7 @@ static dt_status finish_tiktoken(dt_tokenizer *t, const char *path) {
 dt_status dt_tokenizer_load_tiktoken(const char *rank_file, const char *pattern,
                                      dt_tokenizer **out) {
     *out = NULL;
-    dt_tokenizer *t = dt_tok_new(TOK_TIKTOKEN);
+    dt_tokenizer *t = dt_tok_init(TOK_TIKTOKEN);
     if (!t) return dt_error_set(DT_ERR_NOMEM, "out of memory");
     t->ignore_merges = 1; /* tiktoken emits a piece that is a token without merging */
     int64_t n;
@@ -694,7 +694,7 @@ dt_status dt_tokenizer_load_hf(const char *json_path, dt_tokenizer **out) {
         dt_read_file_max(json_path, 0, DT_MAX_TOKENIZER_BYTES, "a tokenizer file", &txt, &len);
     if (st) return st;
     cJSON *root = dt_json_parse_strict(json_path, (const char *)txt, len, &st);
-    dt_tokenizer *t = st ? NULL : dt_tok_new(TOK_HF);
+    dt_tokenizer *t = st ? NULL : dt_tok_init(TOK_HF);
     if (!st && !t) st = dt_error_set(DT_ERR_NOMEM, "out of memory");
     if (t) dt_tok_limit_ids(t, len);
     char w[64];

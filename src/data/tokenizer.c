@@ -80,7 +80,7 @@ static inline size_t utf8_len(uint8_t c) {
 
 /* ---- tables ---- */
 
-dt_tokenizer *dt_tok_new(int kind) {
+dt_tokenizer *dt_tok_init(int kind) {
     dt_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return NULL;
     t->kind = kind;

@@ -43,8 +43,8 @@ static void *grow(void *p, int64_t *cap, int64_t need, size_t es) {
     return q;
 }
 
-dt_status dt_dataset_writer_create(const char *dir, const dt_dataset_spec *spec,
-                                   dt_dataset_writer **out) {
+dt_status dt_dataset_writer_open(const char *dir, const dt_dataset_spec *spec,
+                                 dt_dataset_writer **out) {
     *out = NULL;
     if (spec->kind != DT_DATA_IMAGE && spec->kind != DT_DATA_TOKENS)
         return dt_error_set(DT_ERR_INVALID, "%s: dataset kind %d unknown", dir, (int)spec->kind);
@@ -303,7 +303,7 @@ static dt_status write_manifest(dt_dataset_writer *w, char fp[17]) {
     return st;
 }
 
-dt_status dt_dataset_writer_finish(dt_dataset_writer *w) {
+dt_status dt_dataset_writer_close(dt_dataset_writer *w) {
     dt_status st = w->failed;
     if (!st) st = flush_shard(w);
     char fp[17];

@@ -25,7 +25,7 @@ int dt_comm_have_mpi(void) {
 #endif
 }
 
-dt_status dt_comm_init(const char *backend, int *argc, char ***argv, dt_comm **out) {
+dt_status dt_comm_open(const char *backend, int *argc, char ***argv, dt_comm **out) {
     if (!out) return dt_error_set(DT_ERR_INVALID, "comm init: out is NULL");
     *out = NULL;
     if (!backend) backend = "auto";
@@ -86,7 +86,7 @@ dt_status dt_comm_init(const char *backend, int *argc, char ***argv, dt_comm **o
     return DT_OK;
 }
 
-void dt_comm_free(dt_comm *c) {
+void dt_comm_close(dt_comm *c) {
     if (!c) return;
     c->ops->destroy(c, !c->failed);
     free(c->counts), free(c->displs);

@@ -35,7 +35,7 @@ typedef struct dt_comm_ops {
     dt_status (*allreduce_shared)(dt_comm_shared *s, size_t lo, size_t hi, float mul);
     dt_status (*shared_fence)(dt_comm_shared *s);
     void (*unshare)(dt_comm_shared *s);
-    /* Releases the backend; finalize = 0 after an error (see dt_comm_free). */
+    /* Releases the backend; finalize = 0 after an error (see dt_comm_close). */
     void (*destroy)(dt_comm *c, int finalize);
 } dt_comm_ops;
 

@@ -197,7 +197,7 @@ static dt_status make_buckets(dt_ddp *d, size_t cap) {
     return DT_OK;
 }
 
-void dt_ddp_free(dt_ddp *d) {
+void dt_ddp_close(dt_ddp *d) {
     if (!d) return;
     if (d->have_thread) {
         pthread_mutex_lock(&d->mu);
@@ -216,7 +216,7 @@ void dt_ddp_free(dt_ddp *d) {
     free(d);
 }
 
-dt_status dt_ddp_init(dt_graph *g, dt_comm *c, const dt_ddp_opts *opts, dt_ddp **out) {
+dt_status dt_ddp_open(dt_graph *g, dt_comm *c, const dt_ddp_opts *opts, dt_ddp **out) {
     if (!out) return dt_error_set(DT_ERR_INVALID, "ddp init: out is NULL");
     *out = NULL;
     if (!g || !c) return dt_error_set(DT_ERR_INVALID, "ddp init: graph or comm is NULL");
@@ -249,7 +249,7 @@ dt_status dt_ddp_init(dt_graph *g, dt_comm *c, const dt_ddp_opts *opts, dt_ddp *
     if (st == DT_OK && o.shm && d->stage < 2 && n && dt_comm_get_algo(c) == DT_COMM_ALGO_NATIVE)
         st = dt_comm_share(c, grad, n, &d->shared);
     if (st != DT_OK) {
-        dt_ddp_free(d);
+        dt_ddp_close(d);
         return st;
     }
     d->stats.bytes_per_step = n * sizeof(float);
@@ -259,7 +259,7 @@ dt_status dt_ddp_init(dt_graph *g, dt_comm *c, const dt_ddp_opts *opts, dt_ddp *
     if (pthread_create(&d->thread, NULL, comm_main, d) != 0) {
         pthread_cond_destroy(&d->work), pthread_cond_destroy(&d->done);
         pthread_mutex_destroy(&d->mu);
-        dt_ddp_free(d);
+        dt_ddp_close(d);
         return dt_error_set(DT_ERR_STATE, "ddp init: cannot start the communication thread");
     }
     d->have_thread = 1;

@@ -162,7 +162,7 @@ static void monitor_start(job *j, const char *db, int tracking, const char *expe
                         .db = db,
                         .experiment = experiment,
                         .run = j->run_name};
-    if (dt_serve_start(&mo, &j->monitor) != DT_OK) {
+    if (dt_serve_open(&mo, &j->monitor) != DT_OK) {
         fprintf(stderr, "dtrain launch: warning: %s; monitoring is off (the job goes on)\n",
                 dt_last_error());
         j->monitor = NULL;
@@ -379,7 +379,7 @@ dt_status dt_launch_run(const dt_launch_opts *o, int *exit_code) {
     cJSON_AddNumberToObject(rec, "failures", pol.failures);
     dt_launch_record_write(rec_path, rec);
     cJSON_Delete(rec);
-    dt_serve_stop(j.monitor);
+    dt_serve_close(j.monitor);
     dt_launch_track_close(&trk);
     return DT_OK;
 }

@@ -302,7 +302,7 @@ static dt_status set_token(dt_serve *s, const dt_serve_opts *o) {
     return DT_OK;
 }
 
-dt_status dt_serve_start(const dt_serve_opts *o, dt_serve **out) {
+dt_status dt_serve_open(const dt_serve_opts *o, dt_serve **out) {
     *out = NULL;
     if (!o || !o->db || !o->db[0])
         return dt_error_set(DT_ERR_INVALID, "monitor: no experiment store given");
@@ -324,7 +324,7 @@ dt_status dt_serve_start(const dt_serve_opts *o, dt_serve **out) {
     dt_status st = set_token(s, o);
     if (st == DT_OK) st = listen_on(s, o->insecure);
     if (st != DT_OK) {
-        dt_serve_stop(s);
+        dt_serve_close(s);
         return st;
     }
     s->mhd = MHD_start_daemon(
@@ -334,7 +334,7 @@ dt_status dt_serve_start(const dt_serve_opts *o, dt_serve **out) {
         (unsigned)MAX_CONNECTIONS, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
     if (!s->mhd) {
-        dt_serve_stop(s);
+        dt_serve_close(s);
         return dt_error_set(DT_ERR_IO, "monitor: cannot start the HTTP server on %s:%d",
                             o->addr && o->addr[0] ? o->addr : "127.0.0.1", o->port);
     }
@@ -354,7 +354,7 @@ void dt_serve_set_job(dt_serve *s, pid_t mpirun_pid, int restarts) {
     pthread_mutex_unlock(&s->mu);
 }
 
-void dt_serve_stop(dt_serve *s) {
+void dt_serve_close(dt_serve *s) {
     if (!s) return;
     if (s->mhd) MHD_stop_daemon(s->mhd);
     if (s->fd >= 0) close(s->fd);

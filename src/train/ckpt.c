@@ -29,7 +29,7 @@ static void on_event(void *ud, const dt_ckpt_event *e) {
     }
 }
 
-dt_status dt_train_ckpt_init(dt_trainer *t, const char *run_name) {
+dt_status dt_train_ckpt_open(dt_trainer *t, const char *run_name) {
     const dt_config_values *v = &t->v;
     dt_train_ckpt *c = calloc(1, sizeof *c);
     if (!c) return dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
@@ -200,7 +200,7 @@ void dt_train_ckpt_summary(dt_trainer *t) {
     fputs(line, f), fflush(f);
 }
 
-void dt_train_ckpt_free(dt_trainer *t) {
+void dt_train_ckpt_close(dt_trainer *t) {
     dt_train_ckpt *c = t->ck;
     if (!c) return;
     dt_ckpt_saver_close(c->saver);

@@ -65,7 +65,7 @@ dt_status dt_train_record(dt_trainer *t, const char *status);
 
 typedef struct dt_train_ckpt dt_train_ckpt;
 /* Opens the checkpoint store (ckpt.dir, else output.dir). */
-dt_status dt_train_ckpt_init(dt_trainer *t, const char *run_name);
+dt_status dt_train_ckpt_open(dt_trainer *t, const char *run_name);
 /* ckpt.resume: restores weights, optimizer state, progress and the data cursor; then starts the
  * saver (its writer thread). */
 dt_status dt_train_ckpt_resume(dt_trainer *t);
@@ -75,7 +75,7 @@ dt_status dt_train_ckpt_after_step(dt_trainer *t);
 int dt_train_ckpt_failed(dt_trainer *t);
 /* Rank 0: one line on stderr and the log when any save of this run failed. */
 void dt_train_ckpt_summary(dt_trainer *t);
-void dt_train_ckpt_free(dt_trainer *t);
+void dt_train_ckpt_close(dt_trainer *t);
 
 /* The experiment store (tracking.uri; src/train/track_glue.c). Tracking never stops training:
  * its first error is one warning on stderr and tracking is off for the rest of the run. open is

@@ -95,13 +95,13 @@ static dt_status make_loaders(dt_trainer *t) {
         image_stats(t->train_ds, in, lc.mean, lc.std);
         lc.augment = t->v.data.augment;
     }
-    if (dt_loader_create(t->train_ds, &lc, &t->train_ld) != DT_OK) return DT_ERR_INVALID;
+    if (dt_loader_open(t->train_ds, &lc, &t->train_ld) != DT_OK) return DT_ERR_INVALID;
     if (dt_loader_batches_per_epoch(t->train_ld) < 1)
         return dt_error_set(DT_ERR_INVALID, "data.batch: %lld is larger than the training set",
                             (long long)t->B);
     if (t->val_ds) {
         lc.shuffle = 0, lc.augment = 0, lc.drop_last = 0;
-        if (dt_loader_create(t->val_ds, &lc, &t->val_ld) != DT_OK) return DT_ERR_INVALID;
+        if (dt_loader_open(t->val_ds, &lc, &t->val_ld) != DT_OK) return DT_ERR_INVALID;
     }
     return DT_OK;
 }
@@ -322,7 +322,7 @@ static dt_status make_optim(dt_trainer *t) {
 static dt_status make_dist(dt_trainer *t) {
     static const char *const backends[] = {"auto", "mpi", "single"};
     int b = t->v.dist.backend;
-    dt_status st = dt_comm_init(backends[b >= 0 && b < 3 ? b : 0], NULL, NULL, &t->comm);
+    dt_status st = dt_comm_open(backends[b >= 0 && b < 3 ? b : 0], NULL, NULL, &t->comm);
     if (st != DT_OK) return st;
     t->rank = dt_comm_rank(t->comm), t->world = dt_comm_size(t->comm);
     return DT_OK;
@@ -347,7 +347,7 @@ static dt_status make_ddp(dt_trainer *t) {
                      .zero_stage = (int)t->v.dist.zero_stage,
                      .sparse = t->v.dist.sparse_embedding,
                      .shm = t->v.dist.shared_memory};
-    dt_status st = dt_ddp_init(t->g, t->comm, &o, &t->ddp);
+    dt_status st = dt_ddp_open(t->g, t->comm, &o, &t->ddp);
     if (st == DT_OK && t->v.dist.sync_batchnorm)
         dt_graph_set_sync_batchnorm(t->g, sync_sum, t->ddp);
     if (st == DT_OK) st = dt_ddp_broadcast_params(t->ddp);
@@ -389,7 +389,7 @@ static dt_status make_run_dir(dt_trainer *t, const dt_config *cfg) {
     return dt_config_save_yaml(cfg, p);
 }
 
-dt_status dt_trainer_create(const dt_config *cfg, const dt_model_def *custom, dt_trainer **out) {
+dt_status dt_trainer_open(const dt_config *cfg, const dt_model_def *custom, dt_trainer **out) {
     *out = NULL;
     dt_trainer *t = calloc(1, sizeof *t);
     if (!t) return dt_error_set(DT_ERR_NOMEM, "trainer: out of memory");
@@ -415,7 +415,7 @@ dt_status dt_trainer_create(const dt_config *cfg, const dt_model_def *custom, dt
         (st = make_ddp(t)) != DT_OK || (st = make_optim(t)) != DT_OK ||
         (st = make_run_dir(t, cfg)) != DT_OK) {
         t->failed = 1;
-        dt_trainer_free(t);
+        dt_trainer_close(t);
         return st;
     }
     {
@@ -428,10 +428,10 @@ dt_status dt_trainer_create(const dt_config *cfg, const dt_model_def *custom, dt
         }
         if (t->rank != 0) t->log = NULL; /* rank 0 logs */
         const char *run = strrchr(t->run_dir, '/');
-        if ((st = dt_train_ckpt_init(t, run ? run + 1 : t->run_dir)) != DT_OK ||
+        if ((st = dt_train_ckpt_open(t, run ? run + 1 : t->run_dir)) != DT_OK ||
             (st = dt_train_ckpt_resume(t)) != DT_OK) {
             t->failed = 1;
-            dt_trainer_free(t);
+            dt_trainer_close(t);
             return st;
         }
     }
@@ -444,20 +444,20 @@ dt_status dt_trainer_create(const dt_config *cfg, const dt_model_def *custom, dt
     return DT_OK;
 }
 
-void dt_trainer_free(dt_trainer *t) {
+void dt_trainer_close(dt_trainer *t) {
     if (!t) return;
-    dt_train_ckpt_free(t);
+    dt_train_ckpt_close(t);
     dt_train_track_close(t); /* after the checkpoint writer: it may still record an artifact */
     /* t->log and stderr back, now that no thread prints */
     dt_train_progress_free(t);
     free(t->config_yaml);
-    dt_loader_free(t->train_ld), dt_loader_free(t->val_ld);
+    dt_loader_close(t->train_ld), dt_loader_close(t->val_ld);
     dt_dataset_close(t->train_ds), dt_dataset_close(t->val_ds);
     dt_optim_free(t->opt);
-    dt_ddp_free(t->ddp);
+    dt_ddp_close(t->ddp);
     dt_graph_free(t->g);
     if (t->comm && t->failed) dt_comm_set_failed(t->comm);
-    dt_comm_free(t->comm);
+    dt_comm_close(t->comm);
     free(t);
 }
 

@@ -4,7 +4,7 @@
  *
  * CKPT_DIR is a local checkpoint directory written by a 2-rank ZeRO-2 run of the same config
  * (model.safetensors, optim-0000{0,1}-of-00002.safetensors, trainer_state.json). Every rank
- * creates the trainer with ckpt.resume=CKPT_DIR (dt_trainer_create resumes) and, before any
+ * creates the trainer with ckpt.resume=CKPT_DIR (dt_trainer_open resumes) and, before any
  * step, checks:
  *   - the flat parameters equal the checkpoint's model.safetensors, tensor by tensor by name,
  *     bit for bit, and every trainable parameter is in the file;
@@ -185,7 +185,7 @@ int main(int argc, char **argv) {
     dt_config *cfg = NULL;
     CHECK_OK(dt_config_from_args(argv[2], no, ov, &cfg));
     dt_trainer *t = NULL;
-    if (cfg) CHECK_OK(dt_trainer_create(cfg, NULL, &t));
+    if (cfg) CHECK_OK(dt_trainer_open(cfg, NULL, &t));
     if (!t) {
         dt_config_free(cfg), free(ov);
         return dt_test_finish(name);
@@ -213,7 +213,7 @@ int main(int argc, char **argv) {
     }
     CHECK(dt_trainer_progress(t)->step == ck_step + 3, "step %lld after 3 more, expected %lld",
           (long long)dt_trainer_progress(t)->step, (long long)ck_step + 3);
-    dt_trainer_free(t);
+    dt_trainer_close(t);
     dt_config_free(cfg);
     free(ov);
     return dt_test_finish(name);

@@ -61,7 +61,7 @@ static dt_status make_trainer(const char *repo, const char *const *extra, dt_tra
     dt_config *cfg = NULL;
     *t = NULL;
     dt_status st = dt_config_from_args(yaml, n, ov, &cfg);
-    if (st == DT_OK) st = dt_trainer_create(cfg, NULL, t);
+    if (st == DT_OK) st = dt_trainer_open(cfg, NULL, t);
     dt_config_free(cfg);
     return st;
 }
@@ -133,7 +133,7 @@ static dt_status resume(const char *repo, const char *ck, const char *chunk, con
     CHECK(dt_trainer_progress(t)->step == 4, "%s: resumed at step %lld, expected 4", what,
           (long long)dt_trainer_progress(t)->step);
     check_restored(t, ck, what);
-    dt_trainer_free(t);
+    dt_trainer_close(t);
     return DT_OK;
 }
 
@@ -190,7 +190,7 @@ int main(int argc, char **argv) {
     CHECK_OK(make_trainer(repo, first, &t));
     if (!t) return dt_test_finish(name);
     CHECK_OK(dt_trainer_run(t));
-    dt_trainer_free(t);
+    dt_trainer_close(t);
     char ck[512];
     snprintf(ck, sizeof ck, "%s/runs/llama-tiny-fortunes/r/checkpoints/step-000000004", tmp);
     snprintf(path, sizeof path, "%s/model.safetensors", ck);

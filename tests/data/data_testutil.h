@@ -107,7 +107,7 @@ static inline dt_status tu_make_images(const char *dir, int64_t n, int h, int w,
                           .name = "synthetic",
                           .split = "train"};
     dt_dataset_writer *wr;
-    dt_status st = dt_dataset_writer_create(dir, &sp, &wr);
+    dt_status st = dt_dataset_writer_open(dir, &sp, &wr);
     if (st) return st;
     int64_t hwc = (int64_t)h * w * c;
     uint8_t *px = malloc((size_t)hwc);
@@ -120,7 +120,7 @@ static inline dt_status tu_make_images(const char *dir, int64_t n, int h, int w,
         dt_dataset_writer_abort(wr);
         return st;
     }
-    return dt_dataset_writer_finish(wr);
+    return dt_dataset_writer_close(wr);
 }
 
 /* A token dataset of n documents; document i has 1 + (i * 37) % maxlen tokens, token k of
@@ -136,7 +136,7 @@ static inline dt_status tu_make_tokens(const char *dir, int64_t n, int64_t maxle
                           .name = "synthetic",
                           .split = "train"};
     dt_dataset_writer *wr;
-    dt_status st = dt_dataset_writer_create(dir, &sp, &wr);
+    dt_status st = dt_dataset_writer_open(dir, &sp, &wr);
     if (st) return st;
     uint32_t *t = malloc((size_t)maxlen * 4 + 4);
     uint8_t *m = malloc((size_t)maxlen + 1);
@@ -154,7 +154,7 @@ static inline dt_status tu_make_tokens(const char *dir, int64_t n, int64_t maxle
         dt_dataset_writer_abort(wr);
         return st;
     }
-    return dt_dataset_writer_finish(wr);
+    return dt_dataset_writer_close(wr);
 }
 
 #endif

@@ -21,7 +21,7 @@ static dt_dataset *open_ds(const char *name) {
 /* Samples of `epochs` epochs for one rank: out[e * per_rank + j]. */
 static int64_t run_rank(const dt_dataset *d, const dt_loader_config *c, int epochs, int64_t *out) {
     dt_loader *l;
-    if (dt_loader_create(d, c, &l) != DT_OK) {
+    if (dt_loader_open(d, c, &l) != DT_OK) {
         CHECK(0, "loader_create: %s", dt_last_error());
         return 0;
     }
@@ -36,7 +36,7 @@ static int64_t run_rank(const dt_dataset *d, const dt_loader_config *c, int epoc
         }
         for (int64_t i = 0; i < b.n; i++) out[n++] = b.samples[i];
     }
-    dt_loader_free(l);
+    dt_loader_close(l);
     return n;
 }
 
@@ -125,7 +125,7 @@ static void test_images(const dt_dataset *d) {
     float mean[3] = {0.5f, 0.25f, 0.125f}, stdv[3] = {0.5f, 0.2f, 0.3f};
     for (int k = 0; k < 3; k++) c.mean[k] = mean[k], c.std[k] = stdv[k];
     dt_loader *l;
-    CHECK_OK(dt_loader_create(d, &c, &l));
+    CHECK_OK(dt_loader_open(d, &c, &l));
     if (!l) return;
     dt_batch b;
     CHECK_OK(dt_loader_next(l, &b));
@@ -141,7 +141,7 @@ static void test_images(const dt_dataset *d) {
             }
     }
     CHECK(bad == 0, "normalisation: %d values differ (tolerance 1e-5 absolute)", bad);
-    dt_loader_free(l);
+    dt_loader_close(l);
 
     /* augmentation: each image is the source shifted by (dy - P, dx - P), maybe flipped */
     c.augment = 1, c.crop_padding = P, c.hflip = 1;
@@ -149,7 +149,7 @@ static void test_images(const dt_dataset *d) {
     int64_t keep_n = 0;
     for (int threads = 0; threads <= 2; threads++) {
         c.prefetch_threads = threads;
-        CHECK_OK(dt_loader_create(d, &c, &l));
+        CHECK_OK(dt_loader_open(d, &c, &l));
         if (!l) return;
         int found_flip = 0, found_shift = 0, unexplained = 0;
         for (int rep = 0; rep < 4; rep++) {
@@ -194,7 +194,7 @@ static void test_images(const dt_dataset *d) {
               "augmentation (%d threads): %d images are no crop/flip of their source; flips seen "
               "%d, shifts seen %d",
               threads, unexplained, found_flip, found_shift);
-        dt_loader_free(l);
+        dt_loader_close(l);
     }
     free(keep);
 }
@@ -225,7 +225,7 @@ static void test_packing(const dt_dataset *d, int64_t T) {
     dt_loader_config_default(&c);
     c.batch_size = 8, c.seq_len = T, c.seed = 3, c.prefetch_threads = 1, c.pack = DT_PACK_DOCS;
     dt_loader *l;
-    CHECK_OK(dt_loader_create(d, &c, &l));
+    CHECK_OK(dt_loader_open(d, &c, &l));
     if (!l) return;
     int64_t want = 0, trained = 0, pads = 0, ends = 0;
     for (int64_t i = 0; i < in->records; i++) {
@@ -256,7 +256,7 @@ static void test_packing(const dt_dataset *d, int64_t T) {
     CHECK(bad == 0 && trained == want && pads > 0 && ends > 0,
           "packing: %d wrong values; %lld trained pairs (want %lld), %lld padded, %lld piece ends",
           bad, (long long)trained, (long long)want, (long long)pads, (long long)ends);
-    dt_loader_free(l);
+    dt_loader_close(l);
 }
 
 static void test_tokens(const dt_dataset *d) {
@@ -269,7 +269,7 @@ static void test_tokens(const dt_dataset *d) {
     dt_loader_config_default(&c);
     c.batch_size = 8, c.seq_len = T, c.seed = 3, c.prefetch_threads = 2;
     dt_loader *l;
-    CHECK_OK(dt_loader_create(d, &c, &l));
+    CHECK_OK(dt_loader_open(d, &c, &l));
     if (!l) goto out;
     CHECK(dt_loader_dataset_samples(l) == (in->tokens - 1) / T, "windows: %lld",
           (long long)dt_loader_dataset_samples(l));
@@ -297,7 +297,7 @@ static void test_tokens(const dt_dataset *d) {
           "concat windows: %d wrong values, %lld of %lld windows seen once", bad, (long long)once,
           (long long)dt_loader_dataset_samples(l));
     free(seen);
-    dt_loader_free(l);
+    dt_loader_close(l);
 
     free(tok), free(mask), free(start);
     tok = NULL, mask = NULL, start = NULL;
@@ -312,8 +312,8 @@ static void test_cursor(const dt_dataset *d) {
     dt_loader_config_default(&c);
     c.batch_size = 48, c.seed = 9, c.augment = 1, c.prefetch_threads = 2;
     dt_loader *a, *b;
-    CHECK_OK(dt_loader_create(d, &c, &a));
-    CHECK_OK(dt_loader_create(d, &c, &b));
+    CHECK_OK(dt_loader_open(d, &c, &a));
+    CHECK_OK(dt_loader_open(d, &c, &b));
     if (!a || !b) return;
     const dt_dataset_info *in = dt_dataset_get_info(d);
     size_t img = (size_t)in->channels * in->height * in->width * 4;
@@ -350,16 +350,16 @@ static void test_cursor(const dt_dataset *d) {
     tu_check_error("cursor past the epoch", dt_loader_seek(b, &bad), "outside", NULL);
     tu_check_error("malformed cursor", dt_data_cursor_parse("epoch=1 batch=x", &bad), "cursor",
                    NULL);
-    dt_loader_free(a);
-    dt_loader_free(b);
+    dt_loader_close(a);
+    dt_loader_close(b);
 
     dt_loader *l;
     c.batch_size = 0;
-    tu_check_error("batch size 0", dt_loader_create(d, &c, &l), "batch size", NULL);
+    tu_check_error("batch size 0", dt_loader_open(d, &c, &l), "batch size", NULL);
     c.batch_size = 8, c.rank = 3, c.world_size = 3;
-    tu_check_error("rank >= world", dt_loader_create(d, &c, &l), "rank 3 of world 3", NULL);
+    tu_check_error("rank >= world", dt_loader_open(d, &c, &l), "rank 3 of world 3", NULL);
     c.rank = 0, c.world_size = 1, c.std[0] = 0;
-    tu_check_error("zero std", dt_loader_create(d, &c, &l), "std[0]", NULL);
+    tu_check_error("zero std", dt_loader_open(d, &c, &l), "std[0]", NULL);
 }
 
 int main(void) {

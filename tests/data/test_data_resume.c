@@ -21,7 +21,7 @@ static dt_loader *make_loader(const char *dir, dt_dataset **d) {
     c.batch_size = 24, c.seed = 1234, c.prefetch_threads = 2, c.queue_depth = 6;
     c.augment = 1, c.crop_padding = 2, c.seq_len = 32, c.rank = 1, c.world_size = 2;
     dt_loader *l = NULL;
-    if (dt_loader_create(*d, &c, &l) != DT_OK) {
+    if (dt_loader_open(*d, &c, &l) != DT_OK) {
         dt_dataset_close(*d);
         return NULL;
     }
@@ -91,7 +91,7 @@ static int child(int argc, char **argv) {
     } else {
         rc = 2;
     }
-    dt_loader_free(l);
+    dt_loader_close(l);
     dt_dataset_close(d);
     return rc;
 }

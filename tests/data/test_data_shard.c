@@ -99,15 +99,15 @@ static void test_tokens(void) {
     path_of(dir2, sizeof dir2, g_tmp, "tok-bad");
     dt_dataset_spec sp = {.kind = DT_DATA_TOKENS, .vocab_size = 10, .has_mask = 1};
     dt_dataset_writer *w;
-    CHECK_OK(dt_dataset_writer_create(dir2, &sp, &w));
+    CHECK_OK(dt_dataset_writer_open(dir2, &sp, &w));
     uint32_t ids[3] = {1, 2, 10};
     uint8_t mask[3] = {0, 1, 1};
     CHECK(dt_dataset_writer_add_doc(w, ids, NULL, 3) == DT_ERR_INVALID, "missing mask refused");
     dt_dataset_writer_abort(w);
-    CHECK_OK(dt_dataset_writer_create(dir2, &sp, &w));
+    CHECK_OK(dt_dataset_writer_open(dir2, &sp, &w));
     tu_check_error("token outside the vocabulary", dt_dataset_writer_add_doc(w, ids, mask, 3),
                    "id 10", "vocabulary");
-    CHECK(dt_dataset_writer_finish(w) != DT_OK, "finish after an error fails");
+    CHECK(dt_dataset_writer_close(w) != DT_OK, "finish after an error fails");
     CHECK(!dt_path_exists(dir2), "a failed writer leaves no directory");
     CHECK(tu_count_entries(g_tmp, ".tmp-") == 0, "and no temporary directory");
 }

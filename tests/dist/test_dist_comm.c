@@ -286,7 +286,7 @@ int main(int argc, char **argv) {
     dt_threads_set(1);
     int want = argc > 1 ? atoi(argv[1]) : 1;
     dt_comm *c = NULL;
-    CHECK_OK(dt_comm_init("auto", &argc, &argv, &c));
+    CHECK_OK(dt_comm_open("auto", &argc, &argv, &c));
     if (!c) return dt_test_finish("test_dist_comm");
     R = dt_comm_rank(c), N = dt_comm_size(c);
     CHECK(N == want, "world size %d, expected %d", N, want);
@@ -314,6 +314,6 @@ int main(int argc, char **argv) {
     test_errors(c);
     test_shared(c);
     free(buf), free(want_b), free(tmp), free(copy);
-    dt_comm_free(c);
+    dt_comm_close(c);
     return dt_test_finish("test_dist_comm");
 }

@@ -166,7 +166,7 @@ static run_out train(dt_comm *c, const run_cfg *rc) {
                         .sparse = !rc->dense,
                         .shm = !rc->mpi_only};
     dt_ddp *d = NULL;
-    CHECK_OK(dt_ddp_init(m.g, c, &dopt, &d));
+    CHECK_OK(dt_ddp_open(m.g, c, &dopt, &d));
     if (!d) return o;
     CHECK_OK(dt_ddp_broadcast_params(d));
     size_t n;
@@ -213,7 +213,7 @@ static run_out train(dt_comm *c, const run_cfg *rc) {
     o.n = n;
     dt_optim_free(opt);
     free(groups);
-    dt_ddp_free(d);
+    dt_ddp_close(d);
     dt_graph_free(m.g);
     return o;
 }
@@ -401,7 +401,7 @@ static void broadcast_state(dt_comm *c) {
     CHECK(st >= 0, "state param: %s", dt_last_error());
     CHECK_OK(dt_graph_compile(g, dt_test_dotloss(g, dt_linear(g, x, w, -1), &r), NULL));
     dt_ddp *d = NULL;
-    CHECK_OK(dt_ddp_init(g, c, NULL, &d));
+    CHECK_OK(dt_ddp_open(g, c, NULL, &d));
     size_t n, ns;
     float *p = dt_graph_flat_param(g, &n), *s = dt_graph_flat_state(g, &ns);
     if (!d || !CHECK(ns == 5 && n == 12, "flat sizes %zu, %zu", n, ns)) return;
@@ -414,7 +414,7 @@ static void broadcast_state(dt_comm *c) {
         for (size_t i = 0; i < n; i++) bad += p[i] != (float)((round ? 0 : R * 100) + (int)i);
         CHECK(bad == 0, "broadcast_%s: %d wrong", round ? "params" : "state", bad);
     }
-    dt_ddp_free(d);
+    dt_ddp_close(d);
     dt_graph_free(g);
 }
 
@@ -423,8 +423,8 @@ int main(int argc, char **argv) {
     int want = argc > 1 ? atoi(argv[1]) : 1, die_at = -1;
     if (argc > 3 && !strcmp(argv[2], "--die-at")) die_at = atoi(argv[3]);
     dt_comm *c = NULL, *single = NULL;
-    CHECK_OK(dt_comm_init("auto", &argc, &argv, &c));
-    CHECK_OK(dt_comm_init("single", NULL, NULL, &single));
+    CHECK_OK(dt_comm_open("auto", &argc, &argv, &c));
+    CHECK_OK(dt_comm_open("single", NULL, NULL, &single));
     if (!c || !single) return dt_test_finish("test_dist_ddp");
     R = dt_comm_rank(c), N = dt_comm_size(c);
     CHECK(N == want, "world size %d, expected %d", N, want);
@@ -442,7 +442,7 @@ int main(int argc, char **argv) {
         run_out o = train(c, &mlp);
         free_out(&o);
         CHECK(N == 1, "rank %d: training finished although rank %d died", R, N - 1);
-        dt_comm_free(c);
+        dt_comm_close(c);
         return dt_test_finish("test_dist_ddp --die-at");
     }
     mlp.die_at = -1;
@@ -477,7 +477,7 @@ int main(int argc, char **argv) {
     sparse_rows(c, llama, "llama adamw+clip");
     accumulation(c, llama);
 
-    dt_comm_free(single);
-    dt_comm_free(c);
+    dt_comm_close(single);
+    dt_comm_close(c);
     return dt_test_finish("test_dist_ddp");
 }

@@ -48,7 +48,7 @@ static void ddp_fake_backend(void) {
     dt_ddp_opts o = dt_ddp_opts_default();
     o.bucket_mb = 1e-6; /* one parameter per bucket */
     dt_ddp *d = NULL;
-    CHECK_OK(dt_ddp_init(g, &fake, &o, &d));
+    CHECK_OK(dt_ddp_open(g, &fake, &o, &d));
     if (!d) return;
     CHECK(dt_ddp_bucket_count(d) == 2, "%d buckets", dt_ddp_bucket_count(d));
     size_t n;
@@ -71,7 +71,7 @@ static void ddp_fake_backend(void) {
             printf("a failed bucket reads: %s\n", dt_last_error());
         }
     }
-    dt_ddp_free(d);
+    dt_ddp_close(d);
     dt_graph_free(g);
 }
 
@@ -93,7 +93,7 @@ static void ddp_tail_bucket(dt_comm *c) {
     }
     CHECK_OK(dt_graph_compile(g, sum, NULL));
     dt_ddp *d = NULL;
-    CHECK_OK(dt_ddp_init(g, c, NULL, &d));
+    CHECK_OK(dt_ddp_open(g, c, NULL, &d));
     if (d) {
         size_t lo[4], hi[4], n;
         dt_graph_flat_grad(g, &n);
@@ -107,18 +107,18 @@ static void ddp_tail_bucket(dt_comm *c) {
             CHECK(lo[2] == pc->offset && hi[2] == pc->offset + pc->numel && hi[0] == n,
                   "c alone before the tail, e first");
         }
-        dt_ddp_free(d);
+        dt_ddp_close(d);
     }
     /* A model that fits the tail whole keeps one bucket. */
     dt_ddp_opts o = dt_ddp_opts_default();
     o.bucket_mb = 0.5; /* below the tail size: the tail shrinks to it */
-    CHECK_OK(dt_ddp_init(g, c, &o, &d));
+    CHECK_OK(dt_ddp_open(g, c, &o, &d));
     if (d) {
         size_t lo, hi;
         dt_ddp_bucket_range(d, dt_ddp_bucket_count(d) - 1, &lo, &hi);
         CHECK(lo == 0 && (hi - lo) * sizeof(float) <= (size_t)(0.5 * 1048576),
               "tail bucket of %zu floats within a 0.5 MiB bucket size", hi - lo);
-        dt_ddp_free(d);
+        dt_ddp_close(d);
     }
     dt_graph_free(g);
 }
@@ -131,7 +131,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 5; i++) unsetenv(vars[i]);
 
     dt_comm *c = (dt_comm *)1;
-    dt_status s = dt_comm_init("mpi", &argc, &argv, &c);
+    dt_status s = dt_comm_open("mpi", &argc, &argv, &c);
     CHECK(s == DT_ERR_STATE && c == NULL, "backend mpi without mpirun: status %d", s);
     if (dt_comm_have_mpi())
         expect_msg("mpi without launcher",
@@ -142,25 +142,25 @@ int main(int argc, char **argv) {
 
     if (!dt_comm_have_mpi()) { /* under mpirun but built without MPI: refuse, not N solo runs */
         setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
-        s = dt_comm_init("auto", NULL, NULL, &c);
+        s = dt_comm_open("auto", NULL, NULL, &c);
         CHECK(s == DT_ERR_STATE, "auto under a launcher without MPI: status %d", s);
         expect_msg("auto without MPI",
                    (const char *[]){"OMPI_COMM_WORLD_SIZE", "without MPI", NULL});
         unsetenv("OMPI_COMM_WORLD_SIZE");
     }
 
-    s = dt_comm_init("nccl", NULL, NULL, &c);
+    s = dt_comm_open("nccl", NULL, NULL, &c);
     CHECK(s == DT_ERR_INVALID, "unknown backend: status %d", s);
     expect_msg("unknown backend", (const char *[]){"nccl", "auto, mpi or single", NULL});
 
     setenv("DT_COMM_ALGO", "tree", 1);
-    s = dt_comm_init("single", NULL, NULL, &c);
+    s = dt_comm_open("single", NULL, NULL, &c);
     CHECK(s == DT_ERR_INVALID, "DT_COMM_ALGO=tree: status %d", s);
     expect_msg("bad DT_COMM_ALGO", (const char *[]){"DT_COMM_ALGO", "tree", NULL});
     unsetenv("DT_COMM_ALGO");
 
     c = NULL;
-    CHECK_OK(dt_comm_init("auto", &argc, &argv, &c));
+    CHECK_OK(dt_comm_open("auto", &argc, &argv, &c));
     if (!c) return dt_test_finish("test_dist_init");
     CHECK(!strcmp(dt_comm_backend(c), "single") && dt_comm_size(c) == 1 && dt_comm_rank(c) == 0,
           "auto without launcher: %s, size %d", dt_comm_backend(c), dt_comm_size(c));
@@ -189,13 +189,13 @@ int main(int argc, char **argv) {
     int r;
     int loss = dt_test_dotloss(g, dt_linear(g, x, w, bb), &r);
     dt_ddp *dd = NULL;
-    CHECK(dt_ddp_init(g, c, NULL, &dd) == DT_ERR_STATE, "ddp on an uncompiled graph accepted");
+    CHECK(dt_ddp_open(g, c, NULL, &dd) == DT_ERR_STATE, "ddp on an uncompiled graph accepted");
     CHECK_OK(dt_graph_compile(g, loss, NULL));
     dt_test_randn(g, x, 1, 1), dt_test_randn(g, w, 2, 1), dt_test_randn(g, r, 3, 1);
     dt_ddp_opts o = dt_ddp_opts_default();
     o.bucket_mb = 0;
-    CHECK(dt_ddp_init(g, c, &o, &dd) == DT_ERR_INVALID, "bucket 0 MiB accepted");
-    CHECK_OK(dt_ddp_init(g, c, NULL, &dd));
+    CHECK(dt_ddp_open(g, c, &o, &dd) == DT_ERR_INVALID, "bucket 0 MiB accepted");
+    CHECK_OK(dt_ddp_open(g, c, NULL, &dd));
     if (dd) {
         CHECK(dt_ddp_bucket_count(dd) == 1, "%d buckets", dt_ddp_bucket_count(dd));
         CHECK_OK(dt_ddp_broadcast_params(dd));
@@ -221,10 +221,10 @@ int main(int argc, char **argv) {
         dt_ddp_get_stats(dd, &st);
         CHECK(st.steps == 3 && st.bytes_per_step == 8 * sizeof(float), "stats: %lld steps, %zu B",
               (long long)st.steps, st.bytes_per_step);
-        dt_ddp_free(dd);
+        dt_ddp_close(dd);
     }
     dt_graph_free(g);
-    dt_comm_free(c);
+    dt_comm_close(c);
     ddp_fake_backend();
     return dt_test_finish("test_dist_init");
 }

@@ -34,7 +34,7 @@
  *        that lies on a page entirely inside a bucket's non-own part reads 0.0f (given back),
  *        and the own shard holds the values stage 2 has after the same step (bit-identical);
  *      - a 40-element model on which the last rank of 4 owns an empty shard trains the same.
- *    dt_ddp_init refuses stage >= 1 without padded flat buffers (the message names
+ *    dt_ddp_open refuses stage >= 1 without padded flat buffers (the message names
  *    flat_capacity) and stages 4 and -1.
  * 3. dt_ddp_allreduce_f64 while buckets are in flight (overlap on): called from a
  *    dt_graph_on_entry hook during forward and backward (stages 0-2; stage 3 owns the hook) and
@@ -361,7 +361,7 @@ static run_out train(dt_comm *c, const run_cfg *rc) {
     dt_ddp_opts dopt = dt_ddp_opts_default();
     dopt.bucket_mb = 0.001, dopt.zero_stage = rc->stage, dopt.overlap = !rc->overlap_off;
     dt_ddp *d = NULL;
-    CHECK_OK(dt_ddp_init(m.g, c, &dopt, &d));
+    CHECK_OK(dt_ddp_open(m.g, c, &dopt, &d));
     if (!d) {
         dt_graph_free(m.g);
         return o;
@@ -447,7 +447,7 @@ static run_out train(dt_comm *c, const run_cfg *rc) {
     o.n_buckets = dt_ddp_bucket_count(d);
     dt_optim_free(opt);
     free(groups);
-    dt_ddp_free(d);
+    dt_ddp_close(d);
     dt_graph_free(m.g);
     return o;
 }
@@ -549,23 +549,23 @@ static void test_init_errors(dt_comm *c) {
     if (model_build(&m, BIG, 0)) return;
     dt_ddp_opts o = dt_ddp_opts_default();
     static char dummy;
-    dt_ddp *d = (dt_ddp *)(void *)&dummy; /* dt_ddp_init must set it to NULL on failure */
+    dt_ddp *d = (dt_ddp *)(void *)&dummy; /* dt_ddp_open must set it to NULL on failure */
     for (int st = 1; st <= 3; st += 2) {
         o.zero_stage = st;
-        expect_err(dt_ddp_init(m.g, c, &o, &d), "ddp init without flat_capacity", "flat_capacity",
+        expect_err(dt_ddp_open(m.g, c, &o, &d), "ddp init without flat_capacity", "flat_capacity",
                    "stage");
         CHECK(d == NULL, "ddp init failed but *out was not set to NULL");
     }
     o.zero_stage = 4;
-    expect_err(dt_ddp_init(m.g, c, &o, &d), "ddp init stage 4", "stage 4", NULL);
+    expect_err(dt_ddp_open(m.g, c, &o, &d), "ddp init stage 4", "stage 4", NULL);
     o.zero_stage = -1;
-    expect_err(dt_ddp_init(m.g, c, &o, &d), "ddp init stage -1", "stage -1", NULL);
+    expect_err(dt_ddp_open(m.g, c, &o, &d), "ddp init stage -1", "stage -1", NULL);
     dt_graph_free(m.g);
     /* one element short of N * shard is refused too */
     size_t need = (size_t)N * dt_comm_shard_size(9778, N);
     if (model_build(&m, BIG, need - 1)) return;
     o.zero_stage = 2;
-    expect_err(dt_ddp_init(m.g, c, &o, &d), "ddp init capacity - 1", "flat_capacity", NULL);
+    expect_err(dt_ddp_open(m.g, c, &o, &d), "ddp init capacity - 1", "flat_capacity", NULL);
     dt_graph_free(m.g);
 }
 
@@ -573,7 +573,7 @@ int main(int argc, char **argv) {
     dt_threads_set(1);
     int want = argc > 1 ? atoi(argv[1]) : 1;
     dt_comm *c = NULL;
-    CHECK_OK(dt_comm_init("auto", &argc, &argv, &c));
+    CHECK_OK(dt_comm_open("auto", &argc, &argv, &c));
     if (!c) return dt_test_finish("test_dist_zero");
     R = dt_comm_rank(c), N = dt_comm_size(c);
     CHECK(N == want, "world size %d, expected %d", N, want);
@@ -610,6 +610,6 @@ int main(int argc, char **argv) {
     test_stages(c, TINY, 1, 0, NULL);
     test_stages(c, TINY, 2, 0, NULL);
 
-    dt_comm_free(c);
+    dt_comm_close(c);
     return dt_test_finish("test_dist_zero");
 }

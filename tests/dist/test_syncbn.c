@@ -390,7 +390,7 @@ int main(int argc, char **argv) {
     verbose = getenv("SYNCBN_VERBOSE") != NULL;
     int want = argc > 1 ? atoi(argv[1]) : 1;
     dt_comm *c = NULL;
-    CHECK_OK(dt_comm_init("auto", &argc, &argv, &c));
+    CHECK_OK(dt_comm_open("auto", &argc, &argv, &c));
     if (!c) return dt_test_finish("test_syncbn");
     R = dt_comm_rank(c), N = dt_comm_size(c);
     CHECK(N == want, "world size %d, expected %d", N, want);
@@ -401,6 +401,6 @@ int main(int argc, char **argv) {
         dist_case(c, CONV, 3, 1, sync);
         if (N > 2) dist_case(c, MLP1, 1, 0, sync);
     }
-    dt_comm_free(c);
+    dt_comm_close(c);
     return dt_test_finish("test_syncbn");
 }

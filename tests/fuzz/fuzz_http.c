@@ -3,7 +3,7 @@
  * ?key= and ?since= parameters; src/track/ queries behind them).
  *
  * The handler is static and reached through libmicrohttpd, so the real server runs in this
- * process (dt_serve_start on 127.0.0.1, port chosen by the system) over a small experiment store
+ * process (dt_serve_open on 127.0.0.1, port chosen by the system) over a small experiment store
  * made once (two runs with metrics, params, tags and an artifact). Each input is sent as the
  * raw bytes of one connection, which is then half-closed; the reply is read until the server
  * closes (at most 2 s). Byte 0 bit 0 picks the server that requires a token ("fuzz-token")
@@ -50,7 +50,7 @@ static void setup(void) {
     for (int i = 0; i < 2; i++) {
         dt_serve_opts o = {.addr = "127.0.0.1", .port = 0, .db = db};
         if (i) o.token = "fuzz-token";
-        must(dt_serve_start(&o, &g_srv[i]));
+        must(dt_serve_open(&o, &g_srv[i]));
     }
 }
 

@@ -103,7 +103,7 @@ static run train(const char *run_name, const char *const *extra, int export_chec
                dt_last_error()))
         return r;
     dt_trainer *t;
-    dt_status st = dt_trainer_create(cfg, NULL, &t);
+    dt_status st = dt_trainer_open(cfg, NULL, &t);
     dt_config_free(cfg);
     if (!CHECK(st == DT_OK, "trainer %s: %s", run_name, dt_last_error())) return r;
     dt_trainer_set_log(t, NULL);
@@ -136,7 +136,7 @@ static run train(const char *run_name, const char *const *extra, int export_chec
     }
     r.frozen1 = copy_of(dt_graph_flat_frozen(g, NULL), r.nf);
     if (export_check && dt_comm_rank(world_comm) == 0) check_export(t);
-    dt_trainer_free(t);
+    dt_trainer_close(t);
     return r;
 }
 
@@ -153,7 +153,7 @@ static double max_diff(const float *a, const float *b, size_t n) {
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     data_dir = argv[1], repo_dir = argv[2];
-    if (dt_comm_init("mpi", NULL, NULL, &world_comm) != DT_OK) {
+    if (dt_comm_open("mpi", NULL, NULL, &world_comm) != DT_OK) {
         CHECK(0, "comm: %s", dt_last_error());
         return dt_test_finish("lora_mts_dist");
     }
@@ -197,6 +197,6 @@ int main(int argc, char **argv) {
               max_diff(rz.final, z2.final, rz.n));
     drop(&z0), drop(&z2), drop(&rz);
     int rc = dt_test_finish("lora_mts_dist");
-    dt_comm_free(world_comm);
+    dt_comm_close(world_comm);
     return rc;
 }

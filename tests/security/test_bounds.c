@@ -496,10 +496,10 @@ static void set_shard_bytes_2p60(cJSON *o) {
 static void make_dataset(const char *dir) {
     dt_dataset_spec spec = {.kind = DT_DATA_TOKENS, .vocab_size = 100, .name = "t"};
     dt_dataset_writer *w = NULL;
-    CHECK_OK(dt_dataset_writer_create(dir, &spec, &w));
+    CHECK_OK(dt_dataset_writer_open(dir, &spec, &w));
     uint32_t doc[5] = {1, 2, 3, 4, 5};
     for (int i = 0; w && i < 3; i++) CHECK_OK(dt_dataset_writer_add_doc(w, doc, NULL, 5));
-    if (w) CHECK_OK(dt_dataset_writer_finish(w));
+    if (w) CHECK_OK(dt_dataset_writer_close(w));
 }
 
 static void data_cases(void) {

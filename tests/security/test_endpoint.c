@@ -154,7 +154,7 @@ static dt_serve *start(const char *addr, const char *token, const char *token_fi
                        .token_file = token_file,
                        .insecure = insecure};
     dt_serve *s = NULL;
-    *st = dt_serve_start(&o, &s);
+    *st = dt_serve_open(&o, &s);
     return s;
 }
 
@@ -168,7 +168,7 @@ static void expect_refused(const char *addr) {
     CHECK(strstr(m, addr) && strstr(m, "without a token") && strstr(m, "DTRAIN_MONITOR_TOKEN") &&
               strstr(m, "DTRAIN_MONITOR_INSECURE") && !strchr(m, '\n'),
           "%s: one line naming the address and how to give a token: %s", addr, m);
-    dt_serve_stop(s);
+    dt_serve_close(s);
 }
 
 static void expect_served(const char *addr, const char *token, int insecure, int may_lack) {
@@ -185,7 +185,7 @@ static void expect_served(const char *addr, const char *token, int insecure, int
               "%s answers %d", addr, want);
         g_connect = "127.0.0.1";
     }
-    dt_serve_stop(s);
+    dt_serve_close(s);
 }
 
 /* This host's first IPv4 address that is not loopback, or "" */
@@ -263,20 +263,20 @@ static void test_token_file(void) {
         CHECK(r.code == 401 && !strstr(r.text, secret), "a 401 does not show the token");
         reply_free(&r);
     }
-    dt_serve_stop(s);
+    dt_serve_close(s);
     /* a token file makes a non-loopback address acceptable */
     s = start("0.0.0.0", NULL, tf, 0, &st);
     CHECK(st == DT_OK, "0.0.0.0 with a token file: %s", dt_last_error());
     if (s)
         CHECK(status_of(dt_serve_port(s), "GET", "/", "127.0.0.1", NULL) == 401,
               "0.0.0.0 with a token file: 401 without it");
-    dt_serve_stop(s);
+    dt_serve_close(s);
     /* a symlink to a private file is fine (dotfile managers link them) */
     unlink(link);
     CHECK(symlink(tf, link) == 0, "symlink");
     s = start("127.0.0.1", NULL, link, 0, &st);
     CHECK(st == DT_OK, "symlink to a 600 file: %s", dt_last_error());
-    dt_serve_stop(s);
+    dt_serve_close(s);
 
     /* readable or writable by group or others: refused, naming file, mode and the fix */
     const mode_t bad[] = {0644, 0640, 0604, 0620, 0602, 0660};
@@ -289,20 +289,20 @@ static void test_token_file(void) {
         CHECK(st == DT_ERR_INVALID && !s && strstr(m, tf) && strstr(m, mode) &&
                   strstr(m, "chmod 600") && !strstr(m, secret) && !strchr(m, '\n'),
               "token file %s: refused with a message naming it: %s", mode, m);
-        dt_serve_stop(s);
+        dt_serve_close(s);
     }
     write_file(tf, text, 0644); /* through the symlink too: the target's mode counts */
     s = start("127.0.0.1", NULL, link, 0, &st);
     CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "0644"), "symlink to a 644 file: %s",
           dt_last_error());
-    dt_serve_stop(s);
+    dt_serve_close(s);
     if (geteuid() == 0) { /* owned by someone else (only root can make such a file here) */
         write_file(tf, text, 0600);
         CHECK(chown(tf, 65534, 65534) == 0, "chown");
         s = start("127.0.0.1", NULL, tf, 0, &st);
         CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "owned by uid 65534"),
               "a file of another user: %s", dt_last_error());
-        dt_serve_stop(s);
+        dt_serve_close(s);
     }
     struct {
         const char *text, *want;
@@ -316,7 +316,7 @@ static void test_token_file(void) {
         CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), odd[i].want) &&
                   strstr(dt_last_error(), tf),
               "token file %d: %s", i, dt_last_error());
-        dt_serve_stop(s);
+        dt_serve_close(s);
     }
     char big[2048];
     memset(big, 'a', sizeof big - 1);
@@ -325,20 +325,20 @@ static void test_token_file(void) {
     s = start("127.0.0.1", NULL, tf, 0, &st);
     CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "more than"), "2 KB token file: %s",
           dt_last_error());
-    dt_serve_stop(s);
+    dt_serve_close(s);
     unlink(tf);
     s = start("127.0.0.1", NULL, tf, 0, &st);
     CHECK(st == DT_ERR_NOTFOUND && strstr(dt_last_error(), tf), "missing token file: %s",
           dt_last_error());
-    dt_serve_stop(s);
+    dt_serve_close(s);
     s = start("127.0.0.1", NULL, g_dir, 0, &st);
     CHECK(st != DT_OK && strstr(dt_last_error(), "not a regular file"), "a folder: %s",
           dt_last_error());
-    dt_serve_stop(s);
+    dt_serve_close(s);
     s = start("127.0.0.1", "has space", NULL, 0, &st);
     CHECK(st == DT_ERR_INVALID && !strstr(dt_last_error(), "has space"),
           "a token with a space: refused without echoing it: %s", dt_last_error());
-    dt_serve_stop(s);
+    dt_serve_close(s);
     unlink(link);
 }
 
@@ -556,9 +556,9 @@ int main(void) {
         test_traversal(op, tp, token);
         test_host(op, tp, token, dt_serve_port(ins_srv));
     }
-    dt_serve_stop(open_srv);
-    dt_serve_stop(tok_srv);
-    dt_serve_stop(ins_srv);
+    dt_serve_close(open_srv);
+    dt_serve_close(tok_srv);
+    dt_serve_close(ins_srv);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) printf("note: could not remove %s\n", g_dir);

@@ -433,10 +433,10 @@ static void make_datasets(void) {
                           .name = "rules",
                           .split = "train"};
     dt_dataset_writer *w = NULL;
-    CHECK_OK(dt_dataset_writer_create(g_ds, &sp, &w));
+    CHECK_OK(dt_dataset_writer_open(g_ds, &sp, &w));
     uint32_t doc[4] = {5, 6, 7, 0};
     for (int i = 0; i < 3 && w; i++) CHECK_OK(dt_dataset_writer_add_doc(w, doc, NULL, 4));
-    if (w) CHECK_OK(dt_dataset_writer_finish(w));
+    if (w) CHECK_OK(dt_dataset_writer_close(w));
     snprintf(g_img, sizeof g_img, "%s/images", g_tmp);
     dt_dataset_spec si = {.kind = DT_DATA_IMAGE,
                           .height = 2,
@@ -447,10 +447,10 @@ static void make_datasets(void) {
                           .name = "rules",
                           .split = "train"};
     w = NULL;
-    CHECK_OK(dt_dataset_writer_create(g_img, &si, &w));
+    CHECK_OK(dt_dataset_writer_open(g_img, &si, &w));
     uint8_t px[4] = {1, 2, 3, 4};
     for (int i = 0; i < 3 && w; i++) CHECK_OK(dt_dataset_writer_add_image(w, px, i));
-    if (w) CHECK_OK(dt_dataset_writer_finish(w));
+    if (w) CHECK_OK(dt_dataset_writer_close(w));
     snprintf(g_manifest, sizeof g_manifest, "%s/manifest.json", g_ds);
     snprintf(g_img_manifest, sizeof g_img_manifest, "%s/manifest.json", g_img);
     uint8_t *b;

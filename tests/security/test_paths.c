@@ -93,10 +93,10 @@ static void manifest_cases(void) {
     snprintf(ds, sizeof ds, "%s/ds", g_tmp);
     dt_dataset_spec spec = {.kind = DT_DATA_TOKENS, .vocab_size = 100, .name = "t"};
     dt_dataset_writer *w = NULL;
-    CHECK_OK(dt_dataset_writer_create(ds, &spec, &w));
+    CHECK_OK(dt_dataset_writer_open(ds, &spec, &w));
     uint32_t doc[4] = {1, 2, 3, 4};
     if (w) CHECK_OK(dt_dataset_writer_add_doc(w, doc, NULL, 4));
-    if (w) CHECK_OK(dt_dataset_writer_finish(w));
+    if (w) CHECK_OK(dt_dataset_writer_close(w));
     accepted("dataset as written", open_ds(ds));
     snprintf(man, sizeof man, "%s/manifest.json", ds);
     char name[256];

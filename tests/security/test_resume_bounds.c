@@ -5,7 +5,7 @@
  *
  * A 1-layer, 16-wide Llama trains 2 steps on a small token dataset written here and saves step
  * 2; each case copies that checkpoint, edits one value of its trainer_state.json and resumes a
- * new trainer from the copy (ckpt.resume=DIR: dt_trainer_create resumes). The untouched copy
+ * new trainer from the copy (ckpt.resume=DIR: dt_trainer_open resumes). The untouched copy
  * resumes at step 2, so every refusal is the edited value's. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -34,7 +34,7 @@ static dt_status make_trainer(const char *resume, int steps, dt_trainer **t) {
     dt_config *cfg = NULL;
     *t = NULL;
     dt_status s = dt_config_from_args(yaml, 2, ov, &cfg);
-    if (s == DT_OK) s = dt_trainer_create(cfg, NULL, t);
+    if (s == DT_OK) s = dt_trainer_open(cfg, NULL, t);
     dt_config_free(cfg);
     return s;
 }
@@ -51,13 +51,13 @@ static void setup(void) {
     snprintf(p, sizeof p, "%s/ds", g_tmp);
     dt_dataset_spec spec = {.kind = DT_DATA_TOKENS, .vocab_size = 512, .name = "sec"};
     dt_dataset_writer *w = NULL;
-    CHECK_OK(dt_dataset_writer_create(p, &spec, &w));
+    CHECK_OK(dt_dataset_writer_open(p, &spec, &w));
     uint32_t doc[40];
     for (int d = 0; w && d < 16; d++) {
         for (int i = 0; i < 40; i++) doc[i] = (uint32_t)((d * 131 + i * 17) % 512);
         CHECK_OK(dt_dataset_writer_add_doc(w, doc, NULL, 40));
     }
-    if (w) CHECK_OK(dt_dataset_writer_finish(w));
+    if (w) CHECK_OK(dt_dataset_writer_close(w));
     char yaml[2400];
     snprintf(yaml, sizeof yaml,
              "model:\n  kind: llama\n  hf_path: %s/model\n  init: random\n"
@@ -73,7 +73,7 @@ static void setup(void) {
     dt_trainer *t = NULL;
     CHECK_OK(make_trainer("never", 2, &t));
     if (t) CHECK_OK(dt_trainer_run(t));
-    dt_trainer_free(t);
+    dt_trainer_close(t);
     snprintf(g_ck, sizeof g_ck, "%s/runs/sec/r/checkpoints/step-000000002", g_tmp);
 }
 
@@ -140,7 +140,7 @@ static void refused_(const char *what, const char *dir, const char *const *needl
         ok &= CHECK(strstr(m, needles[i]) != NULL, "%s: the message lacks \"%s\": %s", what,
                     needles[i], m);
     printf("%-4s %s\n     -> %s\n", ok ? "ok" : "FAIL", what, m);
-    dt_trainer_free(t);
+    dt_trainer_close(t);
 }
 #define REFUSED(what, dir, ...) refused_(what, dir, (const char *const[]){__VA_ARGS__, NULL})
 
@@ -160,7 +160,7 @@ int main(void) {
     CHECK_OK(make_trainer(tampered("none", "step", "2"), 4, &t));
     CHECK(t && dt_trainer_progress(t)->step == 2, "untouched copy: resumed at step %lld",
           t ? (long long)dt_trainer_progress(t)->step : -1LL);
-    dt_trainer_free(t);
+    dt_trainer_close(t);
 
     REFUSED("optimizer_step 1e999 (inf)", tampered("opt-inf", "optimizer_step", "1e999"),
             "bad-opt-inf", "trainer_state.json", "optimizer_step");

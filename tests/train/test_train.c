@@ -19,7 +19,7 @@ static dt_trainer *make(const char *yaml, int n, char **over) {
     CHECK(st == DT_OK, "config: %s", dt_last_error());
     if (st != DT_OK) return NULL;
     dt_trainer *t = NULL;
-    st = dt_trainer_create(cfg, NULL, &t);
+    st = dt_trainer_open(cfg, NULL, &t);
     CHECK(st == DT_OK, "trainer: %s", dt_last_error());
     dt_config_free(cfg);
     return t;
@@ -57,7 +57,7 @@ static void test_fmnist(void) {
     CHECK(r && r->samples == 10000, "evaluated all 10000 test images");
     CHECK(r && r->accuracy >= 0.85, "fmnist accuracy %.2f%% >= 85%%", r ? 100 * r->accuracy : 0);
     printf("  fmnist: %.2f%% in %.0f s\n", r ? 100 * r->accuracy : 0, secs);
-    dt_trainer_free(t);
+    dt_trainer_close(t);
 }
 
 /* The full example (ResNet-18 width 64, augmentation, 15 epochs): >= 92% (label slow). */
@@ -76,7 +76,7 @@ static void test_fmnist_full(void) {
     CHECK(r && r->accuracy >= 0.92, "full ResNet-18 accuracy %.2f%% >= 92%%",
           r ? 100 * r->accuracy : 0);
     printf("  fmnist full: %.2f%% in %.0f s\n", r ? 100 * r->accuracy : 0, now() - t0);
-    dt_trainer_free(t);
+    dt_trainer_close(t);
 }
 
 static float *train_params(const char *seed, const char *name, size_t *n) {
@@ -109,7 +109,7 @@ static float *train_params(const char *seed, const char *name, size_t *n) {
     float *out = malloc((m + ns) * 4);
     memcpy(out, p, m * 4), memcpy(out + m, s, ns * 4);
     *n = m + ns;
-    dt_trainer_free(t);
+    dt_trainer_close(t);
     return out;
 }
 
@@ -178,7 +178,7 @@ static void test_fortunes(void) {
     CHECK(r && r->loss < base - 0.75, "tiny llama val loss %.3f vs unigram baseline %.3f",
           r ? r->loss : NAN, base);
     printf("  fortunes: val loss %.3f, unigram baseline %.3f\n", r ? r->loss : NAN, base);
-    dt_trainer_free(t);
+    dt_trainer_close(t);
 }
 
 int main(int argc, char **argv) {

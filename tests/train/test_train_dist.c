@@ -76,7 +76,7 @@ static float *train(int kind, const char *backend, int batch, const char *extra1
                dt_last_error()))
         return NULL;
     dt_trainer *t;
-    dt_status st = dt_trainer_create(cfg, NULL, &t);
+    dt_status st = dt_trainer_open(cfg, NULL, &t);
     dt_config_free(cfg);
     if (!CHECK(st == DT_OK, "trainer (%s): %s", backend, dt_last_error())) return NULL;
     dt_trainer_set_log(t, NULL);
@@ -84,7 +84,7 @@ static float *train(int kind, const char *backend, int batch, const char *extra1
     float *p = dt_graph_flat_param(dt_trainer_graph(t), n);
     float *copy = malloc(*n * 4);
     memcpy(copy, p, *n * 4);
-    dt_trainer_free(t);
+    dt_trainer_close(t);
     return copy;
 }
 
@@ -114,7 +114,7 @@ static void same_bits(const char *what, const float *a, const float *b, size_t n
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     data_dir = argv[1], repo_dir = argv[2];
-    if (dt_comm_init("mpi", NULL, NULL, &world_comm) != DT_OK) {
+    if (dt_comm_open("mpi", NULL, NULL, &world_comm) != DT_OK) {
         CHECK(0, "comm: %s", dt_last_error());
         return dt_test_finish("test_train_dist");
     }
@@ -219,6 +219,6 @@ int main(int argc, char **argv) {
     }
     free(rs), free(rn);
     int rc = dt_test_finish("test_train_dist");
-    dt_comm_free(world_comm);
+    dt_comm_close(world_comm);
     return rc;
 }

@@ -63,7 +63,7 @@ static dt_status make_trainer(const char *data, const char *repo, const char *ou
     dt_config *cfg;
     dt_status s = dt_config_from_args(yaml, n_over, over, &cfg);
     if (s != DT_OK) return s;
-    s = dt_trainer_create(cfg, NULL, t);
+    s = dt_trainer_open(cfg, NULL, t);
     dt_config_free(cfg);
     return s;
 }
@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     int steps = argc > 4 ? atoi(argv[4]) : 6;
-    if (dt_comm_init("auto", NULL, NULL, &world_comm) != DT_OK) {
+    if (dt_comm_open("auto", NULL, NULL, &world_comm) != DT_OK) {
         fprintf(stderr, "netns_train: comm: %s\n", dt_last_error());
         return 1;
     }
@@ -93,9 +93,9 @@ int main(int argc, char **argv) {
     if (s != DT_OK) {
         fprintf(stderr, "netns_train: rank %d of %d on %s: %s\n", rank, world, host,
                 dt_last_error());
-        dt_trainer_free(t);
+        dt_trainer_close(t);
         dt_comm_set_failed(world_comm);
-        dt_comm_free(world_comm);
+        dt_comm_close(world_comm);
         return 1;
     }
     size_t n = 0;
@@ -108,7 +108,7 @@ int main(int argc, char **argv) {
              rank, world, host, ns, n, dt_trainer_progress(t)->loss, h);
     fputs(line, stdout);
     fflush(stdout);
-    dt_trainer_free(t);
-    dt_comm_free(world_comm);
+    dt_trainer_close(t);
+    dt_comm_close(world_comm);
     return 0;
 }
