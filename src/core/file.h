@@ -26,4 +26,18 @@ dt_status dt_file_fopen_regular(const char *path, const char *mode, FILE **f);
 /* "a FIFO", "a directory", "a socket", ... for an st_mode that is not a regular file. */
 const char *dt_file_kind(mode_t st_mode);
 
+/* Writing files that must never be seen half-written (docs/security.md, "Disk full").
+ *
+ * dt_file_write_synced: `path` (created 0640 less the umask, or truncated) gets len bytes, then
+ * fsync(2) and close -- a full disk (ENOSPC) or quota (EDQUOT) can show up at write, at fsync
+ * (delayed allocation, NFS) or at close: all are checked. For a file in a temporary folder that
+ * is renamed into place later. Errors: "PATH: write failed at byte N: No space left on device
+ * (tmpfs at /mnt/x: 0 B of 64 KiB free)" (DT_ERR_IO; the note from core/fsinfo.h only for a
+ * full disk). */
+dt_status dt_file_write_synced(const char *path, const void *data, size_t len);
+/* path gets exactly `data` or stays as it was: written whole to "<path>.tmp.<pid>" beside it
+ * (dt_file_write_synced), then renamed over path. On any error the temporary file is removed
+ * and the message names it and why. */
+dt_status dt_file_write_atomic(const char *path, const void *data, size_t len);
+
 #endif

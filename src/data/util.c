@@ -1,6 +1,7 @@
 /* Files and directories for the data layer (see util.h). */
 #include "data/util.h"
 #include "core/file.h"
+#include "core/fsinfo.h"
 #include "core/fsmode.h"
 #include <dirent.h>
 #include <errno.h>
@@ -175,24 +176,7 @@ int dt_path_inside(const char *dir, const char *path) {
 }
 
 dt_status dt_write_file(const char *path, const void *data, size_t len) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, DT_FILE_MODE);
-    if (fd < 0) return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    const uint8_t *p = data;
-    size_t done = 0;
-    while (done < len) {
-        ssize_t r = write(fd, p + done, len - done);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            dt_status s = dt_error_set(DT_ERR_IO, "%s: write failed at byte %zu: %s", path, done,
-                                       strerror(errno));
-            close(fd);
-            return s;
-        }
-        done += (size_t)r;
-    }
-    if (close(fd) != 0)
-        return dt_error_set(DT_ERR_IO, "%s: close failed: %s", path, strerror(errno));
-    return DT_OK;
+    return dt_file_write_synced(path, data, len);
 }
 
 char *dt_path_join(const char *dir, const char *name) {
@@ -243,8 +227,10 @@ char *dt_temp_dir_for(const char *final) {
     memcpy(t, final, n);
     memcpy(t + n, ".tmp-XXXXXX", 12);
     if (!mkdtemp(t)) {
-        dt_error_set(DT_ERR_IO, "%.*s: cannot create a temporary directory beside it: %s", (int)n,
-                     final, strerror(errno));
+        int e = errno;
+        char note[DT_FS_NOTE_LEN];
+        dt_error_set(DT_ERR_IO, "%.*s: cannot create a temporary directory beside it: %s%s", (int)n,
+                     final, strerror(e), dt_fs_full_note(t, e, note, sizeof note));
         free(t);
         return NULL;
     }

@@ -52,7 +52,9 @@ int dt_plain_name(const char *name);
  * or its target (all links resolved) lies inside dir (resolved too: a dir that is itself a link
  * is fine); 0 if the link leads outside; -1 if it cannot be resolved (errno set). */
 int dt_path_inside(const char *dir, const char *path);
-/* Writes `len` bytes to `path` (created or truncated) and fsyncs nothing: the caller renames. */
+/* Writes `len` bytes to `path` (created or truncated) and fsyncs it, in a temporary folder that
+ * the caller renames into place (a file that must be replaced whole where it is:
+ * dt_file_write_atomic, core/file.h). A full disk is named with its file system (core/fsinfo.h). */
 dt_status dt_write_file(const char *path, const void *data, size_t len);
 /* Joins dir and name into a malloc'd path. */
 char *dt_path_join(const char *dir, const char *name);
