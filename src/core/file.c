@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
+#include "core/fsinfo.h"
 #include "core/fsmode.h"
 
 const char *dt_file_kind(mode_t m) {
@@ -225,24 +226,7 @@ int dt_path_inside(const char *dir, const char *path) {
 }
 
 dt_status dt_write_file(const char *path, const void *data, size_t len) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, DT_FILE_MODE);
-    if (fd < 0) return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    const uint8_t *p = data;
-    size_t done = 0;
-    while (done < len) {
-        ssize_t r = write(fd, p + done, len - done);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            dt_status s = dt_error_set(DT_ERR_IO, "%s: write failed at byte %zu: %s", path, done,
-                                       strerror(errno));
-            close(fd);
-            return s;
-        }
-        done += (size_t)r;
-    }
-    if (close(fd) != 0)
-        return dt_error_set(DT_ERR_IO, "%s: close failed: %s", path, strerror(errno));
-    return DT_OK;
+    return dt_file_write_synced(path, data, len);
 }
 
 char *dt_path_join(const char *dir, const char *name) {
@@ -293,10 +277,66 @@ char *dt_temp_dir_for(const char *final) {
     memcpy(t, final, n);
     memcpy(t + n, ".tmp-XXXXXX", 12);
     if (!mkdtemp(t)) {
-        dt_error_set(DT_ERR_IO, "%.*s: cannot create a temporary directory beside it: %s", (int)n,
-                     final, strerror(errno));
+        int e = errno;
+        char note[DT_FS_NOTE_LEN];
+        dt_error_set(DT_ERR_IO, "%.*s: cannot create a temporary directory beside it: %s%s", (int)n,
+                     final, strerror(e), dt_fs_full_note(t, e, note, sizeof note));
         free(t);
         return NULL;
     }
     return t;
+}
+
+/* len bytes to fd, then fsync; errors name path (the note of a full disk included) */
+static dt_status write_all(int fd, const char *path, const void *data, size_t len) {
+    const unsigned char *p = data;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t r = write(fd, p + done, len - done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = r < 0 ? errno : ENOSPC; /* write(2) of 0 bytes: nothing more fits */
+            char note[DT_FS_NOTE_LEN];
+            return dt_error_set(DT_ERR_IO, "%s: write failed at byte %zu: %s%s", path, done,
+                                strerror(e), dt_fs_full_note(path, e, note, sizeof note));
+        }
+        done += (size_t)r;
+    }
+    if (fsync(fd) != 0) {
+        int e = errno;
+        char note[DT_FS_NOTE_LEN];
+        return dt_error_set(DT_ERR_IO, "%s: write failed (fsync): %s%s", path, strerror(e),
+                            dt_fs_full_note(path, e, note, sizeof note));
+    }
+    return DT_OK;
+}
+
+dt_status dt_file_write_synced(const char *path, const void *data, size_t len) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, DT_FILE_MODE);
+    if (fd < 0) {
+        int e = errno;
+        char note[DT_FS_NOTE_LEN];
+        return dt_error_set(DT_ERR_IO, "%s: cannot create: %s%s", path, strerror(e),
+                            dt_fs_full_note(path, e, note, sizeof note));
+    }
+    dt_status st = write_all(fd, path, data, len);
+    if (close(fd) != 0 && st == DT_OK) {
+        int e = errno;
+        char note[DT_FS_NOTE_LEN];
+        st = dt_error_set(DT_ERR_IO, "%s: close failed: %s%s", path, strerror(e),
+                          dt_fs_full_note(path, e, note, sizeof note));
+    }
+    return st;
+}
+
+dt_status dt_file_write_atomic(const char *path, const void *data, size_t len) {
+    char tmp[4200];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= sizeof tmp)
+        return dt_error_set(DT_ERR_INVALID, "%s: path too long", path);
+    dt_status st = dt_file_write_synced(tmp, data, len);
+    if (st == DT_OK && rename(tmp, path) != 0)
+        st = dt_error_set(DT_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp,
+                          strerror(errno));
+    if (st != DT_OK) unlink(tmp);
+    return st;
 }

@@ -54,7 +54,9 @@ int dt_plain_name(const char *name);
  * or its target (all links resolved) lies inside dir (resolved too: a dir that is itself a link
  * is fine); 0 if the link leads outside; -1 if it cannot be resolved (errno set). */
 int dt_path_inside(const char *dir, const char *path);
-/* Writes `len` bytes to `path` (created or truncated) and fsyncs nothing: the caller renames. */
+/* Writes `len` bytes to `path` (created or truncated) and fsyncs it, in a temporary folder that
+ * the caller renames into place (a file that must be replaced whole where it is:
+ * dt_file_write_atomic). A full disk is named with its file system (core/fsinfo.h). */
 dt_status dt_write_file(const char *path, const void *data, size_t len);
 /* Joins dir and name into a malloc'd path. */
 char *dt_path_join(const char *dir, const char *name);
@@ -65,5 +67,19 @@ int dt_path_exists(const char *path);
 /* Creates a fresh temporary directory next to `final` ("<final>.tmp-XXXXXX"); the parent of
  * `final` must exist. Returns the malloc'd path or NULL (error set). */
 char *dt_temp_dir_for(const char *final);
+
+/* Writing files that must never be seen half-written (docs/security.md, "Disk full").
+ *
+ * dt_file_write_synced: `path` (created 0640 less the umask, or truncated) gets len bytes, then
+ * fsync(2) and close -- a full disk (ENOSPC) or quota (EDQUOT) can show up at write, at fsync
+ * (delayed allocation, NFS) or at close: all are checked. For a file in a temporary folder that
+ * is renamed into place later. Errors: "PATH: write failed at byte N: No space left on device
+ * (tmpfs at /mnt/x: 0 B of 64 KiB free)" (DT_ERR_IO; the note from core/fsinfo.h only for a
+ * full disk). */
+dt_status dt_file_write_synced(const char *path, const void *data, size_t len);
+/* path gets exactly `data` or stays as it was: written whole to "<path>.tmp.<pid>" beside it
+ * (dt_file_write_synced), then renamed over path. On any error the temporary file is removed
+ * and the message names it and why. */
+dt_status dt_file_write_atomic(const char *path, const void *data, size_t len);
 
 #endif

@@ -146,7 +146,15 @@ dt_status dt_data_import(const char *kind, const char *const *srcs, int n_srcs, 
     if (st == DT_OK && rename(im.top, im.out) != 0)
         st = dt_error_set(DT_ERR_IO, "%s: cannot rename %s into place: %s", im.out, im.top,
                           strerror(errno));
-    if (st != DT_OK) dt_remove_tree(im.top);
+    if (st != DT_OK) {
+        dt_remove_tree(im.top);
+        /* a write that failed in the temporary folder (a full disk): say what became of out */
+        if (st == DT_ERR_IO && strstr(dt_last_error(), im.top)) {
+            char m[1024];
+            snprintf(m, sizeof m, "%s", dt_last_error());
+            dt_error_set(st, "%s: not imported (nothing was made there): %s", im.out, m);
+        }
+    }
     free(im.top);
     free(im.out);
     return st;

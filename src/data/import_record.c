@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <xxhash.h>
+#include "core/file.h"
 #include "data/import.h"
 #include "core/bytes.h"
 #include "core/file.h"
@@ -200,12 +201,14 @@ dt_status dt_dataset_tokenizer_export(const char *dataset_dir, const char *dst_d
         char *dst = dt_path_join(dst_dir, "tokenizer.json");
         char *cs = dt_path_join(dataset_dir, "tokenizer_config.json");
         char *cd = dt_path_join(dst_dir, "tokenizer_config.json");
-        st = dst ? dt_write_file(dst, data, len) : dt_error_set(DT_ERR_NOMEM, "out of memory");
+        /* into a model folder already in place: each file whole or not at all */
+        st = dst ? dt_file_write_atomic(dst, data, len)
+                 : dt_error_set(DT_ERR_NOMEM, "out of memory");
         uint8_t *cfg = NULL;
         size_t cl = 0;
         if (st == DT_OK && cs && cd && dt_path_exists(cs) &&
             (st = dt_read_file_max(cs, 0, 16 << 20, "a tokenizer config", &cfg, &cl)) == DT_OK)
-            st = dt_write_file(cd, cfg, cl);
+            st = dt_file_write_atomic(cd, cfg, cl);
         *copied = st == DT_OK;
         free(cfg), free(dst), free(cs), free(cd);
     }

@@ -12,6 +12,7 @@
 #include <xxhash.h>
 #include "core/bytes.h"
 #include "core/file.h"
+#include "core/fsinfo.h"
 #include "core/fsmode.h"
 
 enum { HDR_CHECKED_BYTES = 248, SEC_ALIGN = 64 };
@@ -208,10 +209,12 @@ dt_status dt_shard_write(const char *path, dt_shard_header *h, const void *const
     if (fclose(f) != 0 && ok) ok = 0, err = errno;
     if (!ok) {
         unlink(path);
-        st = dt_error_set(DT_ERR_IO, "%s: write failed: %s%s", path, strerror(err),
-                          err == ENOSPC ? " (the file system holding it is full: free space "
-                                          "there or import to another directory)"
-                                        : "");
+        char note[DT_FS_NOTE_LEN];
+        st = dt_error_set(DT_ERR_IO, "%s: write failed: %s%s%s", path, strerror(err),
+                          dt_fs_full_note(path, err, note, sizeof note),
+                          err == ENOSPC || err == EDQUOT
+                              ? ": free space there or import to another directory"
+                              : "");
     }
 done:
     XXH3_freeState(c.all);

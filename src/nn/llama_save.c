@@ -17,6 +17,7 @@
 #include "dtrain/generate.h"
 #include "dtrain/safetensors.h"
 #include "core/fsmode.h"
+#include "core/file.h"
 
 #define PATH_LEN 4096
 
@@ -148,14 +149,17 @@ static void join(char *out, const char *a, const char *b) {
     snprintf(out, OUT_LEN, "%s/%s", a, b);
 }
 
+/* text and a newline into path (in the temporary folder), fsynced; a full disk is named with
+ * its file system (dt_write_file) */
 static dt_status write_text(const char *path, const char *text) {
-    FILE *f = dt_fcreate(path, "wb"); /* 0640: core/fsmode.h */
-    if (!f) return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     size_t n = strlen(text);
-    int bad = fwrite(text, 1, n, f) != n || fputc('\n', f) == EOF || fflush(f) != 0 ||
-              fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    return bad ? dt_error_set(DT_ERR_IO, "%s: write failed: %s", path, strerror(errno)) : DT_OK;
+    char *b = malloc(n + 1);
+    if (!b) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", path);
+    memcpy(b, text, n);
+    b[n] = '\n';
+    dt_status st = dt_write_file(path, b, n + 1);
+    free(b);
+    return st;
 }
 
 /* Weights of an older model in a folder being replaced. */
@@ -309,6 +313,15 @@ static dt_status write_folder(const char *tmp, const dt_llama_config *c, entry *
     return st;
 }
 
+/* The message of a failed write (a full disk: core/fsinfo.h names the file system) says what
+ * became of dir: the temporary folder is gone, dir was not touched. */
+static dt_status left_as_it_was(dt_status st, const char *dir, int exists) {
+    char m[1024];
+    snprintf(m, sizeof m, "%s", dt_last_error());
+    return dt_error_set(st, "save %s: %s; nothing was exported (%s)", dir, m,
+                        exists ? "the folder is left as it was" : "no folder was made");
+}
+
 dt_status dt_llama_save_hf(dt_graph *g, const dt_llama_config *c, const char *dir_in,
                            size_t max_shard_bytes) {
     if (!g || !c || !dir_in || !*dir_in)
@@ -339,7 +352,7 @@ dt_status dt_llama_save_hf(dt_graph *g, const dt_llama_config *c, const char *di
             st = dt_error_set(DT_ERR_IO, "save %s: chmod %s: %s", dir, tmp, strerror(errno)),
             remove_tree(tmp);
         else if ((st = write_folder(tmp, c, e, n, assign_shards(e, n, max_shard_bytes))) != DT_OK)
-            remove_tree(tmp);
+            remove_tree(tmp), st = left_as_it_was(st, dir, exists);
         else if (!exists && rename(tmp, dir) != 0) {
             st = dt_error_set(DT_ERR_IO, "save %s: cannot rename %s into place: %s", dir, tmp,
                               strerror(errno));

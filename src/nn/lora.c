@@ -20,9 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "dtrain/models.h"
 #include "dtrain/safetensors.h"
 #include "core/file.h"
+#include "core/fsinfo.h"
 #include "core/fsmode.h"
 #include "core/json.h"
 #include "nn/lora_impl.h"
@@ -481,47 +483,8 @@ dt_status dt_lora_config_load(const char *dir, dt_llama_config *c) {
     return st;
 }
 
-dt_status dt_lora_save(dt_graph *g, const dt_llama_config *c, const char *dir,
-                       const char *base_model) {
-    if (c->lora.rank <= 0) return dt_error_set(DT_ERR_INVALID, "lora save: the model has no LoRA");
-    if (mkdir(dir, DT_DIR_MODE) != 0 && errno != EEXIST)
-        return dt_error_set(DT_ERR_IO, "%s: cannot create: %s", dir, strerror(errno));
-    int np = dt_graph_param_count(g), n = 0;
-    unsigned saved = dt_lora_saved(c);
-    /* +1: the tied lm_head copy of a saved embedding */
-    dt_st_entry *e = calloc((size_t)np + 2, sizeof *e);
-    char **names = calloc((size_t)np + 2, sizeof *names);
-    dt_status st = e && names ? DT_OK : dt_error_set(DT_ERR_NOMEM, "lora save: out of memory");
-    for (int i = 0; i < np && st == DT_OK; i++) {
-        const dt_param_info *pi = dt_graph_param_info(g, i);
-        unsigned module = dt_lora_param_module(pi->name);
-        if (!is_adapter(pi->name) && !(saved & module)) continue;
-        const dt_tensor *v = dt_graph_value(g, pi->id);
-        if (!v || !v->data) {
-            st = dt_error_set(DT_ERR_STATE, "lora save %s: graph is not compiled", dir);
-            break;
-        }
-        int copies = module == DT_LORA_SAVE_EMBED && c->tie_word_embeddings ? 2 : 1;
-        for (int k = 0; k < copies && st == DT_OK; k++) {
-            const char *nm = k ? "lm_head.weight" : pi->name;
-            size_t len = strlen(PEFT_PREFIX) + strlen(nm) + 1;
-            if (!(names[n] = malloc(len))) {
-                st = dt_error_set(DT_ERR_NOMEM, "lora save: out of memory");
-                break;
-            }
-            snprintf(names[n], len, PEFT_PREFIX "%s", nm);
-            e[n].name = names[n];
-            e[n].t = v;
-            n++;
-        }
-    }
-    char path[4200];
-    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
-    const char *mk[] = {"format"}, *mv[] = {"pt"};
-    if (st == DT_OK) st = dt_st_save(path, e, n, mk, mv, 1);
-    for (int i = 0; i < n; i++) free(names[i]);
-    free(names), free(e);
-    if (st != DT_OK) return st;
+/* adapter_config.json as PEFT writes it, with a final newline (malloc'd; NULL: out of memory) */
+static char *adapter_config(const dt_llama_config *c, unsigned saved, const char *base_model) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "peft_type", "LORA");
     cJSON_AddStringToObject(o, "task_type", "CAUSAL_LM");
@@ -559,12 +522,71 @@ dt_status dt_lora_save(dt_graph *g, const dt_llama_config *c, const char *dir,
         cJSON_AddNullToObject(o, "base_model_name_or_path");
     char *txt = cJSON_Print(o);
     cJSON_Delete(o);
-    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-    FILE *f = txt ? dt_fcreate(path, "w") : NULL;
-    int bad = !f || fputs(txt, f) < 0 || fputc('\n', f) < 0;
-    if (f && fclose(f) != 0) bad = 1;
+    size_t len = txt ? strlen(txt) : 0;
+    char *out = txt ? malloc(len + 2) : NULL;
+    if (out) memcpy(out, txt, len), memcpy(out + len, "\n", 2);
     free(txt);
-    return bad ? dt_error_set(DT_ERR_IO, "%s: cannot write", path) : DT_OK;
+    return out;
+}
+
+dt_status dt_lora_save(dt_graph *g, const dt_llama_config *c, const char *dir,
+                       const char *base_model) {
+    if (c->lora.rank <= 0) return dt_error_set(DT_ERR_INVALID, "lora save: the model has no LoRA");
+    int created = mkdir(dir, DT_DIR_MODE) == 0;
+    if (!created && errno != EEXIST) {
+        int err = errno;
+        char note[DT_FS_NOTE_LEN];
+        return dt_error_set(DT_ERR_IO, "%s: cannot create: %s%s", dir, strerror(err),
+                            dt_fs_full_note(dir, err, note, sizeof note));
+    }
+    int np = dt_graph_param_count(g), n = 0;
+    unsigned saved = dt_lora_saved(c);
+    /* +1: the tied lm_head copy of a saved embedding */
+    dt_st_entry *e = calloc((size_t)np + 2, sizeof *e);
+    char **names = calloc((size_t)np + 2, sizeof *names);
+    dt_status st = e && names ? DT_OK : dt_error_set(DT_ERR_NOMEM, "lora save: out of memory");
+    for (int i = 0; i < np && st == DT_OK; i++) {
+        const dt_param_info *pi = dt_graph_param_info(g, i);
+        unsigned module = dt_lora_param_module(pi->name);
+        if (!is_adapter(pi->name) && !(saved & module)) continue;
+        const dt_tensor *v = dt_graph_value(g, pi->id);
+        if (!v || !v->data) {
+            st = dt_error_set(DT_ERR_STATE, "lora save %s: graph is not compiled", dir);
+            break;
+        }
+        int copies = module == DT_LORA_SAVE_EMBED && c->tie_word_embeddings ? 2 : 1;
+        for (int k = 0; k < copies && st == DT_OK; k++) {
+            const char *nm = k ? "lm_head.weight" : pi->name;
+            size_t len = strlen(PEFT_PREFIX) + strlen(nm) + 1;
+            if (!(names[n] = malloc(len))) {
+                st = dt_error_set(DT_ERR_NOMEM, "lora save: out of memory");
+                break;
+            }
+            snprintf(names[n], len, PEFT_PREFIX "%s", nm);
+            e[n].name = names[n];
+            e[n].t = v;
+            n++;
+        }
+    }
+    char *txt = st == DT_OK ? adapter_config(c, saved, base_model) : NULL;
+    if (st == DT_OK && !txt) st = dt_error_set(DT_ERR_NOMEM, "lora save: out of memory");
+    /* A full disk leaves the folder as it was: the config goes to a temporary file first, then
+     * the weights (written whole and renamed by dt_st_save), then the config is renamed. */
+    char path[4200], cfg[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    snprintf(cfg, sizeof cfg, "%s/adapter_config.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", cfg, (int)getpid());
+    if (st == DT_OK) st = dt_write_file(tmp, txt, strlen(txt));
+    const char *mk[] = {"format"}, *mv[] = {"pt"};
+    if (st == DT_OK) st = dt_st_save(path, e, n, mk, mv, 1);
+    if (st == DT_OK && rename(tmp, cfg) != 0)
+        st = dt_error_set(DT_ERR_IO, "%s: cannot rename %s into place: %s", cfg, tmp,
+                          strerror(errno));
+    if (st != DT_OK) unlink(tmp);
+    if (st != DT_OK && created) rmdir(dir); /* only if empty: nothing named like an adapter */
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names), free(e), free(txt);
+    return st;
 }
 
 dt_status dt_lora_load(dt_graph *g, const dt_llama_config *c, const char *dir) {

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "core/file.h"
+#include "core/fsinfo.h"
 #include "core/json.h"
 #include "dtrain/safetensors.h"
 
@@ -493,8 +494,9 @@ static int write_all(int fd, const void *p, size_t n) {
     const char *c = p;
     while (n) {
         ssize_t w = write(fd, c, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = ENOSPC; /* nothing more fits */
             return -1;
         }
         c += w, n -= (size_t)w;
@@ -599,7 +601,10 @@ dt_status dt_st_save(const char *path, const dt_st_entry *e, int n, const char *
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0640); /* DT_FILE_MODE */
     if (fd < 0) {
-        st = dt_error_set(DT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        int err = errno;
+        char note[DT_FS_NOTE_LEN];
+        st = dt_error_set(DT_ERR_IO, "%s: cannot create: %s%s", tmp, strerror(err),
+                          dt_fs_full_note(tmp, err, note, sizeof note));
         goto done;
     }
     int bad = write_all(fd, &hlen, 8) || write_all(fd, json, jl) || write_all(fd, "        ", pad);
@@ -620,12 +625,17 @@ dt_status dt_st_save(const char *path, const dt_st_entry *e, int n, const char *
             }
         }
     }
-    if (bad || fsync(fd) != 0) {
-        st = dt_error_set(DT_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+    /* a full disk shows at write, fsync (delayed allocation, NFS) or close: all checked */
+    if (!bad && fsync(fd) != 0) bad = 1;
+    int err = errno;
+    if (close(fd) != 0 && !bad) bad = 1, err = errno;
+    fd = -1;
+    if (bad) {
+        char note[DT_FS_NOTE_LEN];
+        st = dt_error_set(DT_ERR_IO, "%s: write failed: %s%s; %s is left as it was", tmp,
+                          strerror(err), dt_fs_full_note(tmp, err, note, sizeof note), path);
         goto done;
     }
-    close(fd);
-    fd = -1;
     if (rename(tmp, path) != 0)
         st = dt_error_set(DT_ERR_IO, "%s: rename failed: %s", path, strerror(errno));
 done:

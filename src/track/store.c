@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "core/fsinfo.h"
 #include "core/fsmode.h"
 #include "track/track_impl.h"
 
@@ -76,6 +77,15 @@ dt_status dt_trk_fail(dt_track *s, const char *what) {
     const char *m = sqlite3_errmsg(s->db);
     if (code == SQLITE_NOTADB)
         return dt_error_set(DT_ERR_FORMAT, "%s: not an experiment store (%s)", s->path, m);
+    /* a full disk or quota: SQLite says "database or disk is full"; the file system is named.
+     * The failed transaction is rolled back: the store keeps everything committed before. */
+    int sys = sqlite3_system_errno(s->db);
+    if (code == SQLITE_FULL || sys == ENOSPC || sys == EDQUOT) {
+        int e = sys == EDQUOT ? EDQUOT : ENOSPC;
+        char note[DT_FS_NOTE_LEN];
+        return dt_error_set(DT_ERR_IO, "%s: %s: %s: %s%s", s->path, what, m, strerror(e),
+                            dt_fs_full_note(s->path, e, note, sizeof note));
+    }
     return dt_error_set(DT_ERR_IO, "%s: %s: %s", s->path, what, m);
 }
 
