@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "ckpt/storage_impl.h"
+#include "core/fsinfo.h"
 #include "core/file.h"
 #include "core/fsmode.h"
 
@@ -180,8 +181,9 @@ static dt_status posix_put(dt_store *s, const char *key, const void *data, size_
     if (e) {
         unlinkat(dfd, tmp, 0);
         close(dfd);
-        return dt_error_set(DT_ERR_IO, "storage put: %s: %s %s: %s", s->url, what, key,
-                            strerror(e));
+        char note[DT_FS_NOTE_LEN]; /* a full disk or quota: which file system, how full */
+        return dt_error_set(DT_ERR_IO, "storage put: %s: %s %s: %s%s", s->url, what, key,
+                            strerror(e), dt_fs_full_note(root(s), e, note, sizeof note));
     }
     /* the folder synced too, so the rename itself survives a crash */
     e = s->opts.fsync && fsync(dfd) != 0 ? errno : 0;

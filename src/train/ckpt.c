@@ -200,6 +200,16 @@ void dt_train_ckpt_summary(dt_trainer *t) {
     fputs(line, f), fflush(f);
 }
 
+void dt_train_ckpt_where(dt_trainer *t, char *buf, size_t n) {
+    dt_ckpt_report r = {.last_committed_step = -1};
+    if (t->ck && t->ck->saver) dt_ckpt_saver_report(t->ck->saver, &r);
+    if (r.last_committed_step >= 0)
+        snprintf(buf, n, "; the trained weights are in the checkpoint of step %lld under %s/%s",
+                 (long long)r.last_committed_step, dt_store_url(t->ck->store), t->ck->root);
+    else
+        snprintf(buf, n, "; no checkpoint of this run was committed: the trained weights are lost");
+}
+
 void dt_train_ckpt_close(dt_trainer *t) {
     dt_train_ckpt *c = t->ck;
     if (!c) return;

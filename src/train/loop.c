@@ -387,7 +387,16 @@ dt_status dt_trainer_run(dt_trainer *t) {
     if (v->output.export_model) {
         char dir[4200];
         export_dir(t, dir, sizeof dir);
-        if ((st = dt_trainer_export(t, dir)) != DT_OK) return st;
+        if ((st = dt_trainer_export(t, dir)) != DT_OK) {
+            /* the run failed at its last act: recorded as failed, and the last line says
+             * where the trained weights still are */
+            char m[5700];
+            snprintf(m, sizeof m, "%.3000s", dt_last_error());
+            dt_train_ckpt_where(t, m + strlen(m), sizeof m - strlen(m));
+            dt_train_record(t, "failed");
+            dt_train_track_end(t, "failed", m);
+            return dt_error_set(st, "%s", m);
+        }
         if (t->log) fprintf(t->log, "model written to %s\n", dir);
         dt_train_track_export(t, dir);
     }

@@ -75,6 +75,9 @@ dt_status dt_train_ckpt_after_step(dt_trainer *t);
 int dt_train_ckpt_failed(dt_trainer *t);
 /* Rank 0: one line on stderr and the log when any save of this run failed. */
 void dt_train_ckpt_summary(dt_trainer *t);
+/* Rank 0, for a failed export's message: "; the trained weights are in the checkpoint of step N
+ * under URL/ROOT" (or that none was committed), into buf[n]. */
+void dt_train_ckpt_where(dt_trainer *t, char *buf, size_t n);
 void dt_train_ckpt_close(dt_trainer *t);
 
 /* The experiment store (tracking.uri; src/train/track_glue.c). Tracking never stops training:

@@ -110,7 +110,7 @@ enospc)
     root="$mnt/llama-tiny-fortunes/r/checkpoints"
     grep -q 'checkpoint step 2 committed' "$tmp/log" || fail "step 2 was not committed"
     for s in 4 6; do
-        grep "checkpoint step $s FAILED" "$tmp/log" | grep -q 'No space left on device' ||
+        grep "checkpoint step $s FAILED" "$tmp/log" | grep -q 'No space left on device (tmpfs at ' ||
             fail "the save of step $s does not say the disk is full"
         [ ! -e "$root/step-00000000$s" ] || { ls -la "$root/step-00000000$s"; fail "step $s left files behind"; }
     done

@@ -148,7 +148,8 @@ for keep in $((base + w / 2)) $((base + w - 4)) $((base + w + c)) $((base + w + 
         ck=$tmp/ckpt/llama-tiny-fortunes/e$i/checkpoints/step-000000004
         [ -s "$ck/model.safetensors" ] && [ -s "$ck/trainer_state.json" ] ||
             bad "export with $keep KiB free: no step-4 checkpoint at $ck"
-        grep -q "$ck" "$tmp/exp.log" || bad "export with $keep KiB free: the log does not name $ck"
+        tail -n 1 "$tmp/exp.log" | grep -q "the trained weights are in the checkpoint of step 4 under" ||
+            bad "export with $keep KiB free: the last line does not say where the weights are"
         echo "  export with $keep KiB free, exit $rc; last line: $(tail -n 1 "$tmp/exp.log")"
         echo "  run.json then says: $(tr -d '\n\t' <"$run/run.json" | grep -o '"status":[^,]*')"
     fi
