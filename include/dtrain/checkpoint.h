@@ -73,10 +73,13 @@ typedef struct dt_ckpt_state {
     double sched_lr;                   /* schedule.lr */
     int64_t optimizer_step;            /* the optimizer's own step count */
     int world_size;                    /* [1, 1e7); -1 absent */
-    int zero_stage;                    /* [0, 3]; -1 absent */
-    int64_t layout_n, layout_shard;    /* layout.n, layout.shard */
-    int layout_shards;                 /* layout.shards: [1, 1e6); -1 absent */
-    dt_ckpt_param_entry *params;       /* layout.params, flat-buffer order */
+    int64_t *batch_parts;              /* uneven dist.batch_shares: each rank's batch (world_size
+                                        * of them); NULL: equal parts */
+    int n_batch_parts;
+    int zero_stage;                 /* [0, 3]; -1 absent */
+    int64_t layout_n, layout_shard; /* layout.n, layout.shard */
+    int layout_shards;              /* layout.shards: [1, 1e6); -1 absent */
+    dt_ckpt_param_entry *params;    /* layout.params, flat-buffer order */
     int n_params;
     dt_ckpt_metric metrics[DT_CKPT_MAX_METRICS];
     int n_metrics;

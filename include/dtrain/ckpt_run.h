@@ -21,15 +21,16 @@ extern "C" {
 #endif
 
 typedef struct dt_ckpt_ctx {
-    dt_graph *g;       /* parameters by name and flat offset (frozen ones are not saved) */
-    dt_optim *opt;     /* this rank's slice of the optimizer state */
-    dt_loader *loader; /* the training data: its cursor is saved, and restored */
-    dt_comm *comm;     /* rank and world; the per-step exchange */
-    dt_ddp *ddp;       /* NULL: one process; else ZeRO shard ownership and gathers */
-    size_t n;          /* trainable elements in the flat parameter buffer */
-    dt_store *store;   /* where this run's checkpoints live (the caller's) */
-    const char *root;  /* their key prefix, "<experiment>/<run>/checkpoints" */
-    FILE *log;         /* this rank's log (rank 0's; NULL: none) */
+    dt_graph *g;                /* parameters by name and flat offset (frozen ones are not saved) */
+    dt_optim *opt;              /* this rank's slice of the optimizer state */
+    dt_loader *loader;          /* the training data: its cursor is saved, and restored */
+    dt_comm *comm;              /* rank and world; the per-step exchange */
+    dt_ddp *ddp;                /* NULL: one process; else ZeRO shard ownership and gathers */
+    size_t n;                   /* trainable elements in the flat parameter buffer */
+    const int64_t *batch_parts; /* uneven dist.batch_shares: each rank's batch; NULL: equal */
+    dt_store *store;            /* where this run's checkpoints live (the caller's) */
+    const char *root;           /* their key prefix, "<experiment>/<run>/checkpoints" */
+    FILE *log;                  /* this rank's log (rank 0's; NULL: none) */
 } dt_ckpt_ctx;
 
 typedef enum dt_ckpt_event_kind {

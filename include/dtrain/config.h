@@ -105,6 +105,7 @@ typedef struct dt_config_values {
     } train;
     struct {
         int64_t zero_stage;
+        char batch_shares[DT_CFG_STR_MAX]; /* "equal" or "3,1": see dt_config_batch_shares */
         double bucket_mb;
         int backend; /* DT_CFG_BACKEND_* */
         int overlap;
@@ -192,6 +193,14 @@ dt_config *dt_config_init_defaults(void);
 dt_status dt_config_load(const char *path, dt_config **out);
 /* One override: key "section.key" and its value as text (YAML-style for bools and lists). */
 dt_status dt_config_set(dt_config *c, const char *key, const char *value);
+/* dist.batch_shares: "equal" (*n = 0), or 1 to max positive integer weights, "3,1" or
+ * "[3, 1]" (*n of them into w). Errors name the key and what is wrong. */
+dt_status dt_config_batch_shares(const char *s, int64_t *w, int max, int *n);
+/* Rank `rank`'s part of a global batch of G samples split by the weights w[n] (largest
+ * remainder, ties to the lower rank): *b samples from epoch-order offset *off of each global
+ * batch. Every part must get a sample: an error names the share that gets none. */
+dt_status dt_config_share_split(int64_t G, const int64_t *w, int n, int rank, int64_t *b,
+                                int64_t *off);
 /* One override written as "section.key=value" (the command-line form). */
 dt_status dt_config_set_arg(dt_config *c, const char *arg);
 /* Cross-key checks (e.g. lora.enabled needs model.kind llama; nesterov needs momentum > 0). */

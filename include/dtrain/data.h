@@ -157,6 +157,10 @@ typedef enum dt_pack_mode {
 
 typedef struct dt_loader_config {
     int64_t batch_size; /* samples per batch on this rank */
+    /* 0: batch k of rank r interleaves (positions j * world + r); > 0: uneven parts of a
+     * global batch: batch k holds epoch-order positions [k*global_batch + global_offset,
+     * + batch_size) (drop_last only; pad_remainder does not apply) */
+    int64_t global_batch, global_offset;
     uint64_t seed;
     int rank, world_size;
     int shuffle;          /* 1: permute every epoch (default); 0: dataset order */

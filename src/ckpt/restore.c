@@ -306,6 +306,32 @@ static dt_status check_layout(const dt_ckpt_ctx *c, const char *dir, const dt_ck
     return DT_OK;
 }
 
+/* "6,2" (or "equal" for none) into buf[n]. */
+static void fmt_parts(const int64_t *p, int k, char *buf, size_t n) {
+    snprintf(buf, n, "equal");
+    for (int r = 0, l = 0; r < k && (size_t)l < n; r++)
+        l += snprintf(buf + l, n - (size_t)l, r ? ",%lld" : "%lld", (long long)p[r]);
+}
+
+/* Uneven batch shares resume only into the same parts (world size and each rank's batch): the
+ * data cursor's global batch index means the same positions only then. Equal parts on both
+ * sides are the usual path (another world size allowed). */
+static dt_status check_parts(const dt_ckpt_ctx *c, const char *dir, const dt_ckpt_state *s) {
+    int world = dt_comm_size(c->comm);
+    if (!c->batch_parts && !s->n_batch_parts) return DT_OK;
+    int same = c->batch_parts && s->n_batch_parts == world;
+    for (int r = 0; same && r < world; r++) same = c->batch_parts[r] == s->batch_parts[r];
+    if (same) return DT_OK;
+    char saved[200], now[200];
+    fmt_parts(s->batch_parts, s->n_batch_parts, saved, sizeof saved);
+    fmt_parts(c->batch_parts, c->batch_parts ? world : 0, now, sizeof now);
+    return dt_error_set(DT_ERR_INVALID,
+                        "checkpoint %s: saved with per-rank batches [%s] on %d ranks, this run has "
+                        "[%s] on %d: a resume with uneven dist.batch_shares needs the same world "
+                        "size and shares",
+                        dir, saved, s->world_size, now, world);
+}
+
 /* Loads checkpoint `dir` into this rank: parameters, its optimizer slice, data cursor,
  * progress. *bad: it failed on the checkpoint's contents (a file missing, not matching its
  * size or checksum, not safetensors): an older checkpoint may do. *touched: parameters or
@@ -333,8 +359,12 @@ static dt_status load_checkpoint(const dt_ckpt_ctx *c, dt_store *s, const char *
     if (st == DT_OK && !state->data_cursor)
         st = dt_error_set(DT_ERR_FORMAT, "checkpoint %s: %s has no data_cursor string", dir,
                           DT_CKPT_STATE);
+    if (st == DT_OK) st = check_parts(c, dir, state);
     dt_data_cursor cur;
     if (st == DT_OK && (st = dt_data_cursor_parse(state->data_cursor, &cur)) == DT_OK) {
+        /* uneven parts (the same on both sides, checked): the cursor is rank 0's, and its
+         * batch index is the global batch's; this rank's part has its own size */
+        if (c->batch_parts) cur.batch_size = c->batch_parts[dt_comm_rank(c->comm)];
         /* Ranks are interleaved: batch b of every rank holds the first (b+1)*B*W positions of
          * the epoch order. Another world size continues at the first position not yet seen,
          * rounded down to its own batches (at most one global batch is seen twice). The batch

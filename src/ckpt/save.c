@@ -298,6 +298,12 @@ static dt_status make_state(dt_ckpt_saver *s, const dt_ckpt_progress *p) {
     dt_optim_state os;
     if (dt_optim_get_state(s->c.opt, &os) == DT_OK) o->optimizer_step = os.step;
     o->world_size = s->world;
+    if (s->c.batch_parts) {
+        if (st == DT_OK && !(o->batch_parts = malloc((size_t)s->world * sizeof *o->batch_parts)))
+            st = dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
+        for (int r = 0; st == DT_OK && r < s->world; r++) o->batch_parts[r] = s->c.batch_parts[r];
+        if (st == DT_OK) o->n_batch_parts = s->world;
+    }
     o->zero_stage = dt_ddp_zero_stage(s->c.ddp);
     o->layout_n = (int64_t)s->c.n;
     o->layout_shards = s->sharded ? s->world : 1;

@@ -30,7 +30,7 @@ void dt_ckpt_state_free(dt_ckpt_state *s) {
     free(s->code_version), free(s->dtrain_version);
     for (int i = 0; i < s->n_params; i++) free(s->params[i].name);
     for (int i = 0; i < s->n_files; i++) free(s->files[i].name);
-    free(s->params), free(s->files);
+    free(s->params), free(s->files), free(s->batch_parts);
     dt_ckpt_state_init(s);
 }
 
@@ -95,6 +95,11 @@ dt_status dt_ckpt_state_encode(const dt_ckpt_state *s, char **json) {
     }
     add_int(o, "optimizer_step", s->optimizer_step);
     add_int(o, "world_size", s->world_size);
+    if (s->n_batch_parts) {
+        cJSON *bp = cJSON_AddArrayToObject(o, "batch_parts");
+        for (int i = 0; bp && i < s->n_batch_parts; i++)
+            cJSON_AddItemToArray(bp, cJSON_CreateNumber((double)s->batch_parts[i]));
+    }
     add_int(o, "zero_stage", s->zero_stage);
     if (s->layout_n >= 0) {
         cJSON *ly = cJSON_AddObjectToObject(o, "layout");
@@ -240,6 +245,26 @@ static void get_params(dec *d, const cJSON *ps, dt_ckpt_state *s) {
     }
 }
 
+static void get_parts(dec *d, const cJSON *bp, dt_ckpt_state *s) {
+    int n = cJSON_GetArraySize(bp);
+    if (!cJSON_IsArray(bp) || n < 1 || n >= 10000000) {
+        fail(d, "batch_parts", "is not an array of one batch size per rank", NULL);
+        return;
+    }
+    if (!(s->batch_parts = calloc((size_t)n, sizeof *s->batch_parts))) {
+        d->st = dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
+        return;
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, bp) {
+        if (!is_int(e, 1, INT_MAX_EXCL)) {
+            fail(d, "batch_parts", "holds a value that is not an integer in [1, 9e15)", e);
+            return;
+        }
+        s->batch_parts[s->n_batch_parts++] = (int64_t)e->valuedouble;
+    }
+}
+
 static int is_hex16(const char *h) {
     return strlen(h) == 16 && strspn(h, "0123456789abcdef") == 16;
 }
@@ -345,6 +370,8 @@ static void decode(dec *d, const cJSON *o, dt_ckpt_state *s) {
     get_int(d, o, "optimizer_step", "optimizer_step", 0, INT_MAX_EXCL, "[0, 9e15)",
             &s->optimizer_step);
     get_small(d, o, "world_size", "world_size", 1, 1e7, "[1, 1e7)", &s->world_size);
+    const cJSON *bp = cJSON_GetObjectItemCaseSensitive(o, "batch_parts");
+    if (bp && !d->st) get_parts(d, bp, s);
     get_small(d, o, "zero_stage", "zero_stage", 0, 4, "[0, 3]", &s->zero_stage);
     const cJSON *ly = cJSON_GetObjectItemCaseSensitive(o, "layout");
     if (ly && object_ok(d, ly, "layout")) {

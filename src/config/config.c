@@ -562,3 +562,76 @@ const char *dt_config_origin(const dt_config *c, const char *key) {
     dt_cfg_where(c, c->line[k], buf, sizeof buf);
     return buf;
 }
+
+/* ---- dist.batch_shares ---------------------------------------------------------------- */
+
+dt_status dt_config_batch_shares(const char *s, int64_t *w, int max, int *n) {
+    *n = 0;
+    while (*s == ' ') s++;
+    if (!strcmp(s, "equal")) return DT_OK;
+    if (!strcmp(s, "auto"))
+        return dt_error_set(DT_ERR_INVALID,
+                            "dist.batch_shares: auto (shares measured while training) is not "
+                            "available: give one weight per worker, e.g. [2,1]");
+    const char *p = s;
+    int bracket = *p == '[';
+    if (bracket) p++;
+    for (;;) {
+        while (*p == ' ') p++;
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 1 || v > 1000000)
+            return dt_error_set(DT_ERR_INVALID,
+                                "dist.batch_shares: '%.200s': expected equal or positive integer "
+                                "weights (1 to 1e6) separated by commas, e.g. [3,1]",
+                                s);
+        if (*n == max)
+            return dt_error_set(DT_ERR_INVALID, "dist.batch_shares: more than %d weights", max);
+        w[(*n)++] = v;
+        p = end;
+        while (*p == ' ') p++;
+        if (*p == ',') {
+            p++;
+            continue;
+        }
+        if (bracket && *p == ']') p++, bracket = 0;
+        while (*p == ' ') p++;
+        if (*p || bracket)
+            return dt_error_set(DT_ERR_INVALID,
+                                "dist.batch_shares: '%.200s': unexpected '%.20s' (expected "
+                                "weights separated by commas, e.g. [3,1])",
+                                s, *p ? p : "end");
+        return DT_OK;
+    }
+}
+
+dt_status dt_config_share_split(int64_t G, const int64_t *w, int n, int rank, int64_t *b,
+                                int64_t *off) {
+    int64_t S = 0;
+    for (int i = 0; i < n; i++) S += w[i];
+    /* floor(G w_i / S) each, then one more to the largest remainders (the lower rank first on
+     * a tie) until the parts add up to G */
+    int64_t part[n > 0 ? n : 1], rem[n > 0 ? n : 1], given = 0;
+    for (int i = 0; i < n; i++) {
+        part[i] = G * w[i] / S, rem[i] = G * w[i] % S;
+        given += part[i];
+    }
+    for (; given < G; given++) {
+        int best = 0;
+        for (int i = 1; i < n; i++)
+            if (rem[i] > rem[best]) best = i;
+        part[best]++, rem[best] = -1;
+    }
+    *off = 0;
+    for (int i = 0; i < n; i++) {
+        if (part[i] < 1)
+            return dt_error_set(DT_ERR_INVALID,
+                                "dist.batch_shares: worker %d's share (%lld of %lld) gets no "
+                                "sample of the global batch of %lld (raise data.batch)",
+                                i, (long long)w[i], (long long)S, (long long)G);
+        if (i < rank) *off += part[i];
+    }
+    *b = part[rank];
+    return DT_OK;
+}

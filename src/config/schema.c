@@ -123,6 +123,10 @@ static const dt_config_key keys[] = {
     /* dist */
     {"dist.zero_stage", DT_CFG_INT, "0", MIN | MAX, 0, 3, NULL,
      "ZeRO: 1 shards optimizer state, 2 + gradients, 3 + parameters", OFF(dist.zero_stage)},
+    {"dist.batch_shares", DT_CFG_STR, "equal", 0, 0, 0, NULL,
+     "each worker's share of the global batch (data.batch x workers): equal, or relative "
+     "weights one per worker, e.g. [3,1] (a faster worker takes more)",
+     OFF(dist.batch_shares)},
     {"dist.bucket_mb", DT_CFG_FLOAT, "25", GT | MAX, 0, 4096, NULL,
      "gradient bucket size for overlapped all-reduce, MiB", OFF(dist.bucket_mb)},
     {"dist.backend", DT_CFG_ENUM, "auto", 0, 0, 0, "auto|mpi|single",

@@ -49,8 +49,8 @@ static const char *prefix_match(const char *s, const char *const *cand, int n) {
 
 void dt_cfg_unknown_msg(const char *name, int is_section, char *buf, size_t n) {
     const char *cand[DT_CFG_MAX_KEYS];
-    static const char *const sections[] = {"model", "data", "optim",  "schedule", "train",
-                                           "dist",  "lora", "ckpt",   "output",   "tracking"};
+    static const char *const sections[] = {"model", "data", "optim", "schedule", "train",
+                                           "dist",  "lora", "ckpt",  "output",   "tracking"};
     int nk = dt_config_key_count();
     for (int i = 0; i < nk; i++) cand[i] = dt_config_key_at(i)->name;
     /* The same key name in another section (train.lr -> optim.lr, or "lr" at the top). */

@@ -55,6 +55,15 @@ dt_status dt_config_validate(const dt_config *c) {
                      "optim.nesterov is true but optim.momentum is %g (Nesterov needs momentum "
                      "> 0)",
                      v->optim.momentum);
+    {
+        int64_t w[64];
+        int nw;
+        if (dt_config_batch_shares(v->dist.batch_shares, w, 64, &nw) != DT_OK) {
+            char m[1024];
+            snprintf(m, sizeof m, "%s", dt_last_error());
+            return cross(c, "dist.batch_shares", "%s", m);
+        }
+    }
     if (v->train.steps == 0 && v->train.epochs == 0)
         return cross(c, "train.steps", "train.steps and train.epochs are both 0 (set one of them)");
     int decays = v->schedule.kind == DT_CFG_SCHED_LINEAR || v->schedule.kind == DT_CFG_SCHED_COSINE;

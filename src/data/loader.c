@@ -102,6 +102,13 @@ static void batch_samples(const dt_loader *l, int64_t epoch, int64_t index, int6
     if (j1 > l->per_rank) j1 = l->per_rank;
     dt_perm pm;
     if (c->shuffle) dt_perm_init(&pm, l->n, c->seed, (uint64_t)epoch);
+    if (c->global_batch > 0) { /* this rank's contiguous part of global batch `index` */
+        int64_t p0 = index * c->global_batch + c->global_offset;
+        for (int64_t k = 0; k < c->batch_size; k++)
+            out[k] = c->shuffle ? dt_perm_apply(&pm, p0 + k) : p0 + k;
+        *count = c->batch_size;
+        return;
+    }
     for (int64_t j = j0; j < j1; j++) {
         int64_t p = (j * c->world_size + c->rank) % l->n;
         out[j - j0] = c->shuffle ? dt_perm_apply(&pm, p) : p;
@@ -499,6 +506,15 @@ dt_status dt_loader_open(const dt_dataset *d, const dt_loader_config *cfg, dt_lo
             c.pad_remainder ? (l->n + c.world_size - 1) / c.world_size : l->n / c.world_size;
         l->bpe = c.drop_last ? l->per_rank / c.batch_size
                              : (l->per_rank + c.batch_size - 1) / c.batch_size;
+        if (c.global_batch > 0) { /* uneven parts: whole global batches of the epoch's order */
+            if (!c.drop_last || c.global_offset < 0 ||
+                c.global_offset + c.batch_size > c.global_batch)
+                st = dt_error_set(DT_ERR_INVALID,
+                                  "loader: part [%" PRId64 ", +%" PRId64 ") of a global batch of "
+                                  "%" PRId64 " (drop_last %d) invalid",
+                                  c.global_offset, c.batch_size, c.global_batch, c.drop_last);
+            l->bpe = l->n / c.global_batch;
+        }
         if (l->bpe <= 0)
             st = dt_error_set(DT_ERR_INVALID,
                               "loader: %" PRId64 " samples, %d ranks and batch size %" PRId64

@@ -48,6 +48,7 @@ dt_status dt_train_ckpt_open(dt_trainer *t, const char *run_name) {
                            .comm = t->comm,
                            .ddp = t->ddp,
                            .n = t->n,
+                           .batch_parts = t->parts,
                            .store = c->store,
                            .root = c->root,
                            .log = t->log};
@@ -159,7 +160,7 @@ dt_status dt_train_ckpt_after_step(dt_trainer *t) {
         .total_steps = g->total_steps,
         .sched_start = t->sched_start,
         .sched_total = t->sched.total_steps,
-        .samples_seen = g->step * t->v.train.grad_accum * t->B * t->world,
+        .samples_seen = g->step * t->v.train.grad_accum * t->G,
         .rng_counter = g->step * t->v.train.grad_accum,
         .seed = t->v.train.seed,
         .lr = g->lr,

@@ -40,7 +40,12 @@ dt_status dt_trainer_step(dt_trainer *t) {
      * this rank's shard, and the graph never accumulates. */
     int accumulates = dt_ddp_accumulates(t->ddp);
     /* the mean over micro-batches and (make_ddp: summed, not averaged) over workers */
-    dt_graph_set_loss_scale(t->g, 1.0f / (float)(accum * (t->ddp ? t->world : 1)));
+    /* uneven batch shares: this rank's mean weighted by its part of the global batch, so the
+     * sum over ranks is the global batch's mean (each sample weighs 1/G) */
+    if (t->uneven)
+        dt_graph_set_loss_scale(t->g, (float)((double)t->B / (double)(accum * t->G)));
+    else
+        dt_graph_set_loss_scale(t->g, 1.0f / (float)(accum * (t->ddp ? t->world : 1)));
     if (t->ddp) dt_ddp_zero_grad(t->ddp);
     for (int64_t m = 0; m < accum; m++) {
         dt_batch b;
@@ -96,7 +101,7 @@ dt_status dt_trainer_step(dt_trainer *t) {
     double busy = dt_train_now() - t0;
     t->wait_sum += wait, t->wait_total_s += wait;
     t->step_time_sum += busy, t->step_time_total_s += busy;
-    t->samples_since += t->B * accum;
+    t->samples_since += t->G / t->world * accum; /* this rank's average part: G/world each */
     return DT_OK;
 }
 
@@ -104,10 +109,11 @@ static dt_status log_line(dt_trainer *t) {
     /* Every rank reaches the same log steps: the mean loss over ranks costs one tiny collective
      * per log line, not per step. */
     if (t->world > 1) {
-        double l = t->prog.loss;
+        /* uneven shares: weighted by each rank's part, the global batch's mean */
+        double l = t->uneven ? t->prog.loss * (double)t->B / (double)t->G : t->prog.loss;
         dt_status st = dt_comm_allreduce_f64(t->comm, &l, 1);
         if (st != DT_OK) return st;
-        t->prog.loss = l / t->world;
+        t->prog.loss = t->uneven ? l : l / t->world;
     }
     double now = dt_train_now(), dt = now - t->t_last;
     /* Exposed communication: time the step waited for gradients after backward (and, under
@@ -342,9 +348,19 @@ dt_status dt_trainer_run(dt_trainer *t) {
             t->task == DT_TASK_IMAGE ? "images" : "documents", t->world, t->world == 1 ? "" : "s",
             dt_comm_backend(t->comm), dt_ddp_zero_name(t->ddp)[0] ? ", " : "",
             dt_ddp_zero_name(t->ddp), (long long)t->B, (long long)v->train.grad_accum,
-            (long long)(t->world * t->B * v->train.grad_accum), (long long)t->prog.total_steps,
-            t->run_dir);
+            (long long)(t->G * v->train.grad_accum), (long long)t->prog.total_steps, t->run_dir);
         if (t->ddp) fprintf(t->log, "gradient all-reduce: %s\n", dt_ddp_exchange_note(t->ddp));
+        if (t->uneven) { /* dist.batch_shares: who takes how much of the global batch */
+            char parts[512];
+            int l = 0;
+            for (int r = 0; r < t->world && l < (int)sizeof parts - 24; r++)
+                l += snprintf(parts + l, sizeof parts - (size_t)l, r ? ", %lld" : "%lld",
+                              (long long)t->parts[r]);
+            fprintf(t->log,
+                    "batch shares (dist.batch_shares=%s): per-worker batches [%s] of the global "
+                    "batch of %lld\n",
+                    v->dist.batch_shares, parts, (long long)t->G);
+        }
         fflush(t->log);
     }
     dt_status st = DT_OK;

@@ -237,8 +237,8 @@ static void compose(dt_trainer *t, dt_train_pline *p, double now, char f[N_FIELD
     }
     int64_t steps = base ? cur->step - base->step : 0;
     double busy = base ? cur->busy - base->busy : 0;
-    double per_step = (double)(t->B * t->v.train.grad_accum * t->world) *
-                      (t->task == DT_TASK_LM ? (double)t->T : 1.0);
+    double per_step =
+        (double)(t->G * t->v.train.grad_accum) * (t->task == DT_TASK_LM ? (double)t->T : 1.0);
     /* training speed: over the steps' own time, so an evaluation does not dent it */
     double rate = steps > 0 && busy > 0 ? (double)steps * per_step / busy : 0;
     /* The ETA: the window's time per step plus the run's average time between steps

@@ -21,6 +21,12 @@ struct dt_trainer {
     dt_dataset *train_ds, *val_ds;
     dt_loader *train_ld, *val_ld;
     int64_t B, T, C, H, W, classes; /* classes: image labels or vocabulary */
+    /* dist.batch_shares: this rank's B samples are positions [share_off, share_off + B) of each
+     * global batch of G (G = data.batch x world); uneven: the parts differ (else every rank's
+     * B is data.batch and the loader interleaves, as without shares) */
+    int64_t G, share_off;
+    int uneven;
+    int64_t *parts; /* uneven: every rank's B (world of them), for the log and checkpoints */
     dt_graph *g;
     int x, y, logits, loss;
     dt_comm *comm; /* single process or MPI (dist.backend) */

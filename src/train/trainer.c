@@ -91,6 +91,7 @@ static dt_status make_loaders(dt_trainer *t) {
     lc.seq_len = t->T;
     lc.rank = t->rank, lc.world_size = t->world; /* interleaved: the ranks' batch k together
                                                     are the one-process batch k of world x b */
+    if (t->uneven) lc.global_batch = t->G, lc.global_offset = t->share_off; /* contiguous parts */
     if (t->task == DT_TASK_IMAGE) {
         image_stats(t->train_ds, in, lc.mean, lc.std);
         lc.augment = t->v.data.augment;
@@ -101,6 +102,7 @@ static dt_status make_loaders(dt_trainer *t) {
                             (long long)t->B);
     if (t->val_ds) {
         lc.shuffle = 0, lc.augment = 0, lc.drop_last = 0;
+        lc.global_batch = lc.global_offset = 0; /* each rank evaluates its interleaved 1/world */
         if (dt_loader_open(t->val_ds, &lc, &t->val_ld) != DT_OK) return DT_ERR_INVALID;
     }
     return DT_OK;
@@ -126,13 +128,37 @@ static dt_status admit_memory(dt_trainer *t, const dt_config *cfg) {
     return DT_OK;
 }
 
+/* dist.batch_shares: this rank's part of the global batch (t->B, t->share_off, t->G). Equal
+ * weights are the default's exact path (every rank data.batch, interleaved). */
+static dt_status split_batch(dt_trainer *t) {
+    const dt_config_values *v = &t->v;
+    int64_t w[4096];
+    int n;
+    t->G = v->data.batch * t->world, t->B = v->data.batch, t->share_off = 0, t->uneven = 0;
+    dt_status st = dt_config_batch_shares(v->dist.batch_shares, w, 4096, &n);
+    if (st != DT_OK || n == 0) return st;
+    if (n != t->world)
+        return dt_error_set(DT_ERR_INVALID,
+                            "dist.batch_shares: %d weights for %d workers (one per worker)", n,
+                            t->world);
+    for (int i = 1; i < n; i++) t->uneven |= w[i] != w[0];
+    if (!t->uneven) return DT_OK;
+    if (!(t->parts = calloc((size_t)n, sizeof *t->parts)))
+        return dt_error_set(DT_ERR_NOMEM, "trainer: out of memory");
+    for (int r = 0; r < n && st == DT_OK; r++) {
+        int64_t off;
+        st = dt_config_share_split(t->G, w, n, r, &t->parts[r], &off);
+        if (r == t->rank) t->B = t->parts[r], t->share_off = off;
+    }
+    return st;
+}
+
 /* Model/data fit and the model's graph. */
 static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
     const dt_dataset_info *in = dt_dataset_get_info(t->train_ds);
     const dt_config_values *v = &t->v;
     dt_graph *g = t->g = dt_graph_init();
     if (!g) return DT_ERR_NOMEM;
-    t->B = v->data.batch;
     if (t->task == DT_TASK_IMAGE) {
         t->C = in->channels, t->H = in->height, t->W = in->width, t->classes = in->classes;
         if (v->data.image_size && (v->data.image_size != t->H || v->data.image_size != t->W))
@@ -408,8 +434,8 @@ dt_status dt_trainer_open(const dt_config *cfg, const dt_model_def *custom, dt_t
     dt_threads_set((int)t->v.train.threads);
     dt_status st;
     double peak_unused;
-    if ((st = make_dist(t)) != DT_OK || (st = open_data(t, cfg)) != DT_OK ||
-        (st = admit_memory(t, cfg)) != DT_OK ||
+    if ((st = make_dist(t)) != DT_OK || (st = split_batch(t)) != DT_OK ||
+        (st = open_data(t, cfg)) != DT_OK || (st = admit_memory(t, cfg)) != DT_OK ||
         (dt_train_rss(&t->rss_base_mib, &peak_unused), (st = build_model(t, cfg)) != DT_OK) ||
         (st = make_loaders(t)) != DT_OK || (st = init_weights(t, cfg)) != DT_OK ||
         (st = make_ddp(t)) != DT_OK || (st = make_optim(t)) != DT_OK ||
@@ -450,7 +476,7 @@ void dt_trainer_close(dt_trainer *t) {
     dt_train_track_close(t); /* after the checkpoint writer: it may still record an artifact */
     /* t->log and stderr back, now that no thread prints */
     dt_train_progress_free(t);
-    free(t->config_yaml);
+    free(t->config_yaml), free(t->parts);
     dt_loader_close(t->train_ld), dt_loader_close(t->val_ld);
     dt_dataset_close(t->train_ds), dt_dataset_close(t->val_ds);
     dt_optim_free(t->opt);

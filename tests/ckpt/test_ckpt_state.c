@@ -22,6 +22,8 @@ static void round_trip(void) {
     s.rng_seed = 7, s.rng_counter = 4;
     s.sched_step = 2, s.sched_total = 10, s.sched_start = 1, s.sched_lr = 0.00123;
     s.optimizer_step = 2, s.world_size = 2, s.zero_stage = 1;
+    s.batch_parts = malloc(2 * sizeof *s.batch_parts);
+    s.batch_parts[0] = 6, s.batch_parts[1] = 2, s.n_batch_parts = 2;
     s.layout_n = 30, s.layout_shards = 2, s.layout_shard = 15;
     s.params = calloc(2, sizeof *s.params);
     s.params[0] = (dt_ckpt_param_entry){strdup("a.weight"), 0, 20};
@@ -48,6 +50,7 @@ static void round_trip(void) {
           "schedule %lld %lld %g", (long long)d.sched_step, (long long)d.sched_total, d.sched_lr);
     CHECK(d.optimizer_step == 2 && d.world_size == 2 && d.zero_stage == 1,
           "opt %lld world %d zero %d", (long long)d.optimizer_step, d.world_size, d.zero_stage);
+    CHECK(d.n_batch_parts == 2 && d.batch_parts[0] == 6 && d.batch_parts[1] == 2, "batch_parts");
     CHECK(d.layout_n == 30 && d.layout_shards == 2 && d.layout_shard == 15 && d.n_params == 2,
           "layout %lld %d %lld, %d params", (long long)d.layout_n, d.layout_shards,
           (long long)d.layout_shard, d.n_params);
@@ -131,6 +134,8 @@ int main(void) {
             "not an integer");
     REFUSED("{\"layout\": {\"n\": 1, \"n\": 2}}", "layout", "\"n\" twice");
     REFUSED("{\"metrics\": {\"loss\": \"low\"}}", "metrics.loss", "not a number");
+    REFUSED("{\"batch_parts\": [6, 0]}", "batch_parts 0", "not an integer in [1, 9e15)");
+    REFUSED("{\"batch_parts\": []}", "batch_parts", "one batch size per rank");
     REFUSED("{\"metrics\": []}", "metrics", "not an object");
     REFUSED("{\"files\": {\"../x\": {\"bytes\": 1, \"xxh3\": \"0000000000000000\"}}}",
             "files[\"../x\"]", "plain file name");

@@ -6,7 +6,14 @@
  *   3. ResNet-18 (width 8) on Fashion-MNIST with SyncBatchNorm: N ranks x b == 1 x N*b, and
  *      without it the result is measurably further away (per-rank batch statistics).
  * After every distributed run all ranks must hold rank 0's bits.
- * argv: DATA_DIR REPO_DIR. */
+ * With argv[3] "shares", uneven dist.batch_shares instead (shares [3,1], [2,1,1], [3,1,1,1] by
+ * world size):
+ *   4a. equal weights as a list give the default's bits;
+ *   4b. uneven shares == 1 process x the global batch (SGD; AdamW with 2 micro-batches; AdamW
+ *       under ZeRO-2), within fp32 rounding: each rank's mean is weighted by its part;
+ *   4c. a resume in the middle (uneven, AdamW) gives the uninterrupted run's bits; other shares
+ *       are refused for that checkpoint.
+ * argv: DATA_DIR REPO_DIR [shares]. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +22,9 @@
 
 static dt_comm *world_comm; /* created first, so that MPI outlives every trainer */
 static const char *data_dir, *repo_dir;
+static const char *g_more[8]; /* more overrides for the next train() calls (NULL-terminated) */
+static int64_t g_start = -1;  /* >= 0: the next trainer must start (resume) at this step */
+static const char *g_refuse;  /* set: the next trainer must be refused with this in the message */
 
 enum { LLAMA_SGD, LLAMA_ADAMW, RESNET, LLAMA_LORA };
 
@@ -71,6 +81,7 @@ static float *train(int kind, const char *backend, int batch, const char *extra1
     over[k++] = tr, over[k++] = be, over[k++] = bs;
     if (extra1) over[k++] = extra1;
     if (extra2) over[k++] = extra2;
+    for (int i = 0; g_more[i] && k < 32; i++) over[k++] = g_more[i];
     dt_config *cfg;
     if (!CHECK(dt_config_from_args(yaml, k, (char **)over, &cfg) == DT_OK, "config: %s",
                dt_last_error()))
@@ -78,7 +89,17 @@ static float *train(int kind, const char *backend, int batch, const char *extra1
     dt_trainer *t;
     dt_status st = dt_trainer_open(cfg, NULL, &t);
     dt_config_free(cfg);
+    if (g_refuse) {
+        CHECK(st != DT_OK && strstr(dt_last_error(), g_refuse),
+              "trainer refused with \"%s\" (status %d: %s)", g_refuse, (int)st,
+              st ? dt_last_error() : "opened");
+        if (st == DT_OK) dt_trainer_close(t);
+        return NULL;
+    }
     if (!CHECK(st == DT_OK, "trainer (%s): %s", backend, dt_last_error())) return NULL;
+    if (g_start >= 0)
+        CHECK(dt_trainer_progress(t)->step == g_start, "the trainer starts at step %lld, not %lld",
+              (long long)dt_trainer_progress(t)->step, (long long)g_start);
     dt_trainer_set_log(t, NULL);
     CHECK_OK(dt_trainer_run(t));
     float *p = dt_graph_flat_param(dt_trainer_graph(t), n);
@@ -111,6 +132,62 @@ static void same_bits(const char *what, const float *a, const float *b, size_t n
               max_diff(a, b, n));
 }
 
+/* 4. uneven batch shares (argv[3] "shares") */
+static void shares(int rank, int world) {
+    static const char *const by_world[] = {NULL, NULL, "dist.batch_shares=3,1",
+                                           "dist.batch_shares=2,1,1", "dist.batch_shares=3,1,1,1"};
+    static const char *const equal_list[] = {NULL, NULL, "dist.batch_shares=1,1",
+                                             "dist.batch_shares=2,2,2",
+                                             "dist.batch_shares=1,1,1,1"};
+    if (!CHECK(world >= 2 && world <= 4, "shares: 2 to 4 ranks, not %d", world)) return;
+    const char *sh = by_world[world];
+    size_t n = 0, n1 = 0;
+
+    float *def = train(LLAMA_SGD, "mpi", 4, NULL, NULL, &n);
+    float *eq = train(LLAMA_SGD, "mpi", 4, equal_list[world], NULL, &n1);
+    same_bits("4a. equal weights as a list vs the default", def, eq, n);
+    free(def), free(eq);
+
+    struct {
+        int kind, batch;
+        const char *extra, *what;
+    } cases[] = {
+        {LLAMA_SGD, 4, NULL, "4b. SGD, uneven shares vs 1 process x the global batch"},
+        {LLAMA_ADAMW, 2, NULL, "4b. AdamW, 2 micro-batches, uneven shares vs 1 process"},
+        {LLAMA_ADAMW, 2, "dist.zero_stage=2", "4b. AdamW, ZeRO-2, uneven shares vs 1 process"}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        float *d = train(cases[c].kind, "mpi", cases[c].batch, sh, cases[c].extra, &n);
+        dt_check_same_on_all_ranks(world_comm, cases[c].what, d, n);
+        if (rank == 0) {
+            float *one = train(cases[c].kind, "single", cases[c].batch * world, NULL, NULL, &n1);
+            if (d && one && CHECK(n == n1, "%s: same parameter count", cases[c].what))
+                dt_check_close(cases[c].what, d, one, (int64_t)n, 1e-5, 1e-4);
+            if (d && one) printf("  %s: max |diff| %.3g\n", cases[c].what, max_diff(d, one, n));
+            free(one);
+        }
+        free(d);
+    }
+
+    /* 4c. 10 steps, checkpoint, resume to 20 == 20 uninterrupted (the schedule's horizon fixed
+     * at 20 for both) */
+    g_more[0] = "schedule.total_steps=20", g_more[1] = "output.run_name=shares-resume";
+    g_more[2] = "ckpt.every_steps=10";
+    float *whole = train(LLAMA_ADAMW, "mpi", 2, sh, "output.run_name=shares-whole", &n);
+    float *first = train(LLAMA_ADAMW, "mpi", 2, sh, "train.steps=10", &n1);
+    free(first);
+    g_more[3] = "ckpt.resume=auto";
+    /* other shares cannot resume it: the data cursor's positions would differ */
+    g_refuse = "needs the same world size and shares";
+    train(LLAMA_ADAMW, "mpi", 2, equal_list[world], NULL, &n1);
+    g_refuse = NULL, g_start = 10;
+    float *resumed = train(LLAMA_ADAMW, "mpi", 2, sh, NULL, &n1);
+    g_start = -1;
+    g_more[0] = g_more[1] = g_more[2] = g_more[3] = NULL;
+    dt_check_same_on_all_ranks(world_comm, "4c. resumed", resumed, n1);
+    same_bits("4c. uneven shares: resumed at step 10 vs uninterrupted", whole, resumed, n);
+    free(whole), free(resumed);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     data_dir = argv[1], repo_dir = argv[2];
@@ -119,6 +196,12 @@ int main(int argc, char **argv) {
         return dt_test_finish("test_train_dist");
     }
     int rank = dt_comm_rank(world_comm), world = dt_comm_size(world_comm);
+    if (argc > 3 && !strcmp(argv[3], "shares")) {
+        shares(rank, world);
+        int rc = dt_test_finish("test_train_dist shares");
+        dt_comm_close(world_comm);
+        return rc;
+    }
     size_t n = 0, n1 = 0;
 
     /* 1. N ranks x b == 1 x N*b (SGD, clipping) */

@@ -47,6 +47,16 @@ set_tests_properties(train_fmnist_full PROPERTIES WORKING_DIRECTORY ${CMAKE_BINA
 if(MPI_FOUND)
   add_executable(train_dist train/test_train_dist.c)
   target_link_libraries(train_dist PRIVATE dt_testutil)
+  # uneven dist.batch_shares ([3,1], [2,1,1]) against 1 process x the global batch, and a resume
+  foreach(np 2 3)
+    add_test(NAME train_shares_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root
+             --oversubscribe --bind-to none -np ${np} $<TARGET_FILE:train_dist>
+             ${DT_TRAIN_DATA} ${PROJECT_SOURCE_DIR} shares)
+    set_tests_properties(train_shares_np${np} PROPERTIES LABELS "dist;e2e" TIMEOUT 300
+                         WORKING_DIRECTORY ${CMAKE_BINARY_DIR}
+                         FIXTURES_REQUIRED fortunes_data
+                         RUN_SERIAL TRUE ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000")
+  endforeach()
   foreach(np 2 3 4)
     add_test(NAME train_dist_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root
              --oversubscribe --bind-to none -np ${np} $<TARGET_FILE:train_dist>
