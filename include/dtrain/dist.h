@@ -271,6 +271,8 @@ dt_status dt_ddp_release_params(dt_ddp *d);
  *                          micro-batch into the shard
  *   dt_ddp_shards_optimizer 1: each rank holds the optimizer state of its shard only (stage >= 1),
  *                          so each writes its own optimizer file in a checkpoint
+ *   dt_ddp_shards_params   1: outside dt_ddp_params_whole each rank holds its shard of the
+ *                          parameters only (stage 3): whole weights need every rank
  *   dt_ddp_zero_stage      the stage, for records (trainer_state.json)
  *   dt_ddp_zero_name       "ZeRO-1" .. "ZeRO-3", or "" without ZeRO, for messages
  *   dt_ddp_exchange_note   one phrase naming how gradients travel, for the start line
@@ -281,6 +283,7 @@ dt_status dt_ddp_step_end(dt_ddp *d);
 dt_status dt_ddp_params_whole(dt_ddp *d);
 int dt_ddp_accumulates(const dt_ddp *d);
 int dt_ddp_shards_optimizer(const dt_ddp *d);
+int dt_ddp_shards_params(const dt_ddp *d);
 int dt_ddp_zero_stage(const dt_ddp *d);
 const char *dt_ddp_zero_name(const dt_ddp *d);
 const char *dt_ddp_exchange_note(const dt_ddp *d);

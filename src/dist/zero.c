@@ -257,6 +257,10 @@ int dt_ddp_shards_optimizer(const dt_ddp *d) {
     return d && d->stage >= 1;
 }
 
+int dt_ddp_shards_params(const dt_ddp *d) {
+    return d && d->stage >= 3;
+}
+
 int dt_ddp_zero_stage(const dt_ddp *d) {
     return d ? d->stage : 0;
 }

@@ -315,7 +315,7 @@ static void export_instead(dt_trainer *t, char *m, size_t n) {
     char why[1024], dir[4200], note[4600];
     snprintf(why, sizeof why, "%.1000s", m);
     export_dir(t, dir, sizeof dir);
-    if (dt_ddp_zero_stage(t->ddp) >= 3) /* rank 0 holds its shard only; gathering needs all */
+    if (dt_ddp_shards_params(t->ddp)) /* rank 0 holds its shard only; gathering needs all */
         snprintf(note, sizeof note,
                  "the weights of step %lld are sharded (ZeRO-3) and were not exported: the "
                  "newest committed checkpoint is what is left",
