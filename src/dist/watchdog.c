@@ -99,22 +99,33 @@ static void fire(dt_watch *w, const char *what, const char *unit, int index, lon
     _exit(DT_COMM_EXIT_HANG);
 }
 
+/* A wake-up this much later than asked means this process itself was frozen (SIGSTOP, a
+ * suspended VM, swapped out): the stuck one is then this rank, not a peer, and the time it
+ * stood still does not count. Scheduling delays on a busy host are far shorter. */
+static int64_t frozen_gap(const dt_watch *w) {
+    return w->period_ns + w->timeout_ns / 2;
+}
+
 static void *watch_main(void *arg) {
     dt_watch *w = arg;
+    int64_t last = now_ns(), thawed = 0; /* thawed: when this process last resumed */
     pthread_mutex_lock(&w->mu);
     while (!w->quit) {
-        int64_t wake = now_ns() + w->period_ns;
+        int64_t wake = last + w->period_ns;
         struct timespec ts = {(time_t)(wake / 1000000000), (long)(wake % 1000000000)};
         pthread_cond_timedwait(&w->cv, &w->mu, &ts);
         if (w->quit) break;
+        int64_t now = now_ns();
+        if (now - last > frozen_gap(w)) thawed = now;
+        last = now;
         long s0 = atomic_load(&w->seq);
         long long since = atomic_load(&w->since_ns);
         const char *what = atomic_load(&w->what), *unit = atomic_load(&w->unit);
         int index = atomic_load(&w->index);
         long long step = atomic_load(&w->step);
         if (!since || atomic_load(&w->seq) != s0) continue; /* none, or it just changed */
-        int64_t waited = now_ns() - since;
-        if (waited > w->timeout_ns) fire(w, what, unit, index, step, waited);
+        int64_t waited = now - (since > thawed ? since : thawed);
+        if (waited > w->timeout_ns) fire(w, what, unit, index, step, now - since);
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;

@@ -108,3 +108,14 @@ foreach(pair ${DT_HANG_OPS})
   set_tests_properties(test_dist_hang_${op} PROPERTIES LABELS "dist;unit" TIMEOUT 60
                        PROCESSORS 2 ENVIRONMENT "${DT_DIST_ENV}")
 endforeach()
+
+# The watchdog in a training job: `dtrain train` on 2 ranks with dist.timeout_s=5, rank 1
+# stopped (SIGSTOP) after step 5: exit 76 within the timeout + 20 s, rank 0's line names the
+# collective and the step, no process left. (Under `dtrain launch` the job then resumes from the
+# newest checkpoint: tests/launch, case hang.)
+add_test(NAME test_dist_hang_train
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_hang.sh $<TARGET_FILE:dtrain>
+                 ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${MPIEXEC_EXECUTABLE})
+set_tests_properties(test_dist_hang_train PROPERTIES LABELS "dist;e2e" TIMEOUT 180 PROCESSORS 2
+                     RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data
+                     ENVIRONMENT "OMP_NUM_THREADS=1")
