@@ -40,14 +40,14 @@ same() { # run_a run_b: exported model and final optimizer state
   done
   return $ok
 }
-kill_worker_after() { # log pattern: SIGKILL one worker of run NAME once the pattern is in the log
+kill_worker_after() { # log pattern: SIGKILL one worker of run NAME (of this test: its output.dir) once the pattern is in the log
   wait_for "$1" "$2" || fail "never saw '$2'"
-  pkill -KILL -n -f "dtrain train .*output.run_name=$3" || fail "no worker to kill"
+  pkill -KILL -n -f "dtrain train .*output.dir=$tmp .*output.run_name=$3" || fail "no worker to kill"
 }
 
 rank_pid() { # rank run: the pid of that worker of run NAME (its environment names its rank)
   local p
-  for p in $(pgrep -f "dtrain train .*output.run_name=$2"); do
+  for p in $(pgrep -f "dtrain train .*output.dir=$tmp .*output.run_name=$2"); do
     tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && { echo "$p"; return 0; }
   done
   return 1
@@ -144,7 +144,7 @@ long)
     # a kill every ~350 steps, each after the next checkpoint commit
     wait_for "$tmp/long.log" "checkpoint step $((k * 300 + 100)) committed" || fail "no checkpoint $((k * 300 + 100))"
     sleep 0.$((RANDOM % 5))
-    pkill -KILL -n -f "dtrain train .*output.run_name=long" || fail "no worker to kill"
+    pkill -KILL -n -f "dtrain train .*output.dir=$tmp .*output.run_name=long" || fail "no worker to kill"
     wait_for "$tmp/long.log" "resumed from .*step-0*$((k * 300 + 100))\|resumed from .*step-0*$((k * 300 + 200))" || fail "restart $k did not resume"
   done
   wait $pid || fail "the long run failed"
