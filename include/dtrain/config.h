@@ -112,6 +112,7 @@ typedef struct dt_config_values {
         int sync_batchnorm;
         int sparse_embedding;
         int shared_memory;
+        double timeout_s; /* the hang watchdog (dt_comm_set_timeout); 0: off */
     } dist;
     struct {
         int enabled;

@@ -62,6 +62,30 @@ void dt_comm_close(dt_comm *c);
  * wait for the others in MPI_Finalize. */
 void dt_comm_set_failed(dt_comm *c);
 
+/* The hang watchdog. A rank whose peer stopped making progress (a process stopped or swapped
+ * out, a deadlock, a host gone without closing its connections) would wait in a collective
+ * forever. With a timeout set, no collective of this communicator -- broadcasts, reductions,
+ * gathers, barriers, the shared-memory all-reduce and its fence, the shared-buffer setup, the
+ * waits of a dt_ddp's communication thread, MPI_Finalize in dt_comm_close -- waits longer than
+ * `seconds`: a watchdog thread (a few checks per timeout, at most one a second) then writes one
+ * line to stderr and ends the job with exit status DT_COMM_EXIT_HANG:
+ *   dtrain: rank 0 (host a): all-reduce of gradient bucket 3 at step 120 made no progress for
+ *   60 s (dist.timeout_s): a peer rank is stuck or dead; aborting the job (exit status 76)
+ * -- under MPI through MPI_Abort, which makes mpirun end every rank and exit 76 itself (with
+ * MPI_THREAD_SERIALIZED, and during MPI_Finalize, through _exit: mpirun then ends the others as
+ * after any failed rank). This is the one place where the library ends the process: the thread
+ * inside MPI cannot be returned from, and a collective cannot be cancelled. The line names the
+ * rank that waited; the stuck one is a peer (with 2 ranks, the other). Collectives run blocking
+ * calls as without a timeout (same algorithms, bits and speed; the watchdog costs two clock
+ * reads per collective). seconds: 0 = off (the default of a new communicator), else > 0; a
+ * single process has no peers and starts no thread. Set it once, before collectives. */
+#define DT_COMM_EXIT_HANG 76 /* EX_PROTOCOL: a peer stopped answering */
+dt_status dt_comm_set_timeout(dt_comm *c, double seconds);
+double dt_comm_get_timeout(const dt_comm *c);
+/* The training step the next collectives belong to, for the watchdog's line ("at step 120");
+ * negative: none (startup). A plain store, cheap enough for every step. */
+void dt_comm_set_step(dt_comm *c, int64_t step);
+
 int dt_comm_rank(const dt_comm *c);
 int dt_comm_size(const dt_comm *c);
 int dt_comm_local_rank(const dt_comm *c); /* rank among the processes on this host */

@@ -79,6 +79,9 @@ typedef struct dt_launch_attempt {
     long long first_step, last_step; /* rank 0's "step N/M" lines; -1 before the first */
     long long resumed_step;          /* "resumed from ...: step N"; -1: not resumed */
     int failed_rank, failed_code, failed_signal; /* mpirun's report; -1 / 0 when none */
+    /* A worker's hang watchdog (dist.timeout_s, include/dtrain/dist.h): its first line, from
+     * "rank R (host H): ..." to "(dist.timeout_s)"; "" when none fired. */
+    char hang[320];
 } dt_launch_attempt;
 
 void dt_launch_attempt_init(dt_launch_attempt *a);
@@ -87,8 +90,14 @@ void dt_launch_attempt_init(dt_launch_attempt *a);
  * mpirun's own output, whose failure reports ("process rank R ... exited on signal S", "Process
  * name: [[J,1],R]", "Exit code: C") it also reads. */
 const char *dt_launch_attempt_line(dt_launch_attempt *a, const char *line, int *rank);
-/* One line: "finished", "worker 1 killed by signal 9 (Killed)", ... for exit status `code`. */
+/* One line: "finished", "worker 1 killed by signal 9 (Killed)", "hang: rank 0 (host a):
+ * all-reduce of gradient bucket 3 at step 120 made no progress for 60 s (dist.timeout_s)", ...
+ * for exit status `code`. */
 void dt_launch_attempt_cause(const dt_launch_attempt *a, int code, char *buf, size_t n);
+/* One word for launch.json's "reason": "finished", "preempted", "hang" (a worker's watchdog
+ * fired: its line was seen or mpirun exited DT_COMM_EXIT_HANG), "killed" (a worker died of a
+ * signal), "config-or-data" (exit 2), "failed" (anything else). */
+const char *dt_launch_attempt_reason(const dt_launch_attempt *a, int code);
 
 /* The retry policy: config and data errors (exit 2, 127) are not retried, nor are three
  * attempts in a row that made no progress (rank 0's last step did not pass the best so far),

@@ -144,6 +144,9 @@ static const dt_config_key keys[] = {
     {"dist.shared_memory", DT_CFG_BOOL, "true", 0, 0, 0, NULL,
      "workers on one host all-reduce gradients by reading each other's buffers (false: MPI)",
      OFF(dist.shared_memory)},
+    {"dist.timeout_s", DT_CFG_FLOAT, "600", MIN | MAX, 0, 1e6, NULL,
+     "hang watchdog: a collective waiting this long ends the job with exit status 76 (0: off)",
+     OFF(dist.timeout_s)},
     /* lora */
     {"lora.enabled", DT_CFG_BOOL, "false", 0, 0, 0, NULL,
      "train LoRA adapters on a frozen base model (Llama)", OFF(lora.enabled)},

@@ -82,15 +82,45 @@ dt_status dt_comm_open(const char *backend, int *argc, char ***argv, dt_comm **o
                                 "comm init: DT_COMM_ALGO='%s' (expected native or ring)", algo);
         }
     }
+    c->step = -1;
     *out = c;
     return DT_OK;
 }
 
 void dt_comm_close(dt_comm *c) {
     if (!c) return;
+    /* MPI_Finalize waits for every rank: a peer that is stuck would keep this one here */
+    dt_watch_enter(c, "MPI_Finalize");
+    dt_watch_final(c);
     c->ops->destroy(c, !c->failed);
+    dt_watch_leave(c);
+    dt_watch_stop(c);
     free(c->counts), free(c->displs);
     free(c);
+}
+
+dt_status dt_comm_set_timeout(dt_comm *c, double seconds) {
+    if (!c) return dt_error_set(DT_ERR_INVALID, "comm set_timeout: comm is NULL");
+    if (!(seconds >= 0) || seconds > 1e9)
+        return dt_error_set(DT_ERR_RANGE,
+                            "comm set_timeout: %g s (expected 0 = off, or a positive number of "
+                            "seconds)",
+                            seconds);
+    dt_watch_stop(c);
+    c->timeout_s = seconds;
+    /* one process never waits for another */
+    if (seconds == 0 || c->size < 2) return DT_OK;
+    return dt_watch_start(c, seconds, c->step);
+}
+
+double dt_comm_get_timeout(const dt_comm *c) {
+    return c ? c->timeout_s : 0;
+}
+
+void dt_comm_set_step(dt_comm *c, int64_t step) {
+    if (!c) return;
+    c->step = (long long)step;
+    dt_watch_set_step(c, c->step);
 }
 
 void dt_comm_set_failed(dt_comm *c) {
@@ -143,7 +173,14 @@ static dt_status check(dt_comm *c, const char *op, const void *p, size_t n) {
     return DT_OK;
 }
 
+/* Every backend call is bracketed: begin(c, what) before, done(c, st) after (the watchdog's
+ * view of this rank; the failure state). */
+static void begin(dt_comm *c, const char *what) {
+    dt_watch_enter(c, what);
+}
+
 static dt_status done(dt_comm *c, dt_status st) {
+    dt_watch_leave(c);
     if (st != DT_OK) c->failed = 1;
     return st;
 }
@@ -161,6 +198,7 @@ dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t bytes, int root) {
         return dt_error_set(DT_ERR_RANGE, "comm broadcast: rank %d of %d: root %d out of range",
                             c->rank, c->size, root);
     if (!bytes) return DT_OK;
+    begin(c, "broadcast");
     return done(c, c->ops->broadcast(c, buf, bytes, root));
 }
 
@@ -168,7 +206,8 @@ dt_status dt_comm_allreduce(dt_comm *c, float *buf, size_t n, unsigned flags) {
     dt_status st = check(c, "allreduce", buf, n);
     if (st != DT_OK) return st;
     if (!n) return DT_OK;
-    if ((st = c->ops->allreduce_f32(c, buf, n)) != DT_OK) return done(c, st);
+    begin(c, "all-reduce");
+    if ((st = done(c, c->ops->allreduce_f32(c, buf, n))) != DT_OK) return st;
     if ((flags & DT_COMM_AVG) && c->size > 1) scale(buf, n, 1.0f / (float)c->size);
     return DT_OK;
 }
@@ -177,6 +216,7 @@ dt_status dt_comm_allreduce_f64(dt_comm *c, double *buf, size_t n) {
     dt_status st = check(c, "allreduce_f64", buf, n);
     if (st != DT_OK) return st;
     if (!n) return DT_OK;
+    begin(c, "all-reduce (f64 sum)");
     return done(c, c->ops->allreduce_f64(c, buf, n));
 }
 
@@ -184,6 +224,7 @@ dt_status dt_comm_allreduce_or(dt_comm *c, uint64_t *buf, size_t n) {
     dt_status st = check(c, "allreduce_or", buf, n);
     if (st != DT_OK) return st;
     if (!n) return DT_OK;
+    begin(c, "all-reduce (bitwise OR)");
     return done(c, c->ops->allreduce_or(c, buf, n));
 }
 
@@ -198,7 +239,8 @@ dt_status dt_comm_reduce_scatter(dt_comm *c, const float *send, float *recv, siz
         return dt_error_set(DT_ERR_INVALID,
                             "comm reduce_scatter: rank %d of %d: recv overlaps send", c->rank,
                             c->size);
-    if ((st = c->ops->reduce_scatter(c, send, recv, shard)) != DT_OK) return done(c, st);
+    begin(c, "reduce-scatter");
+    if ((st = done(c, c->ops->reduce_scatter(c, send, recv, shard))) != DT_OK) return st;
     if ((flags & DT_COMM_AVG) && c->size > 1) scale(recv, shard, 1.0f / (float)c->size);
     return DT_OK;
 }
@@ -214,6 +256,7 @@ dt_status dt_comm_allgather(dt_comm *c, const float *send, float *recv, size_t s
                             "comm allgather: rank %d of %d: send overlaps recv but is not this "
                             "rank's slot (recv + rank * shard)",
                             c->rank, c->size);
+    begin(c, "all-gather");
     return done(c, c->ops->allgather(c, send, recv, shard));
 }
 
@@ -256,7 +299,8 @@ dt_status dt_comm_reduce_scatter_range(dt_comm *c, const float *send, float *rec
     if (hi == lo) return DT_OK;
     float none;
     if (!recv) recv = &none; /* this rank receives 0 elements */
-    if ((st = c->ops->reduce_scatterv(c, send, recv, c->counts)) != DT_OK) return done(c, st);
+    begin(c, "reduce-scatter");
+    if ((st = done(c, c->ops->reduce_scatterv(c, send, recv, c->counts))) != DT_OK) return st;
     if ((flags & DT_COMM_AVG) && c->size > 1) scale(recv, mine, 1.0f / (float)c->size);
     return DT_OK;
 }
@@ -265,11 +309,13 @@ dt_status dt_comm_allgather_range(dt_comm *c, float *buf, size_t lo, size_t hi, 
     dt_status st = check(c, "allgather_range", buf, hi > lo);
     if (st == DT_OK) st = range_counts(c, "allgather_range", lo, hi, shard);
     if (st != DT_OK || hi == lo) return st;
+    begin(c, "all-gather");
     return done(c, c->ops->allgatherv(c, buf, c->counts, c->displs));
 }
 
 dt_status dt_comm_barrier(dt_comm *c) {
     if (!c) return dt_error_set(DT_ERR_INVALID, "comm barrier: comm is NULL");
+    begin(c, "barrier");
     return done(c, c->ops->barrier(c));
 }
 
@@ -286,10 +332,11 @@ dt_status dt_comm_share(dt_comm *c, float *buf, size_t n, dt_comm_shared **out) 
     dt_comm_shared *s = calloc(1, sizeof *s);
     if (!s) return dt_error_set(DT_ERR_NOMEM, "comm share: out of memory");
     s->c = c, s->buf = buf, s->n = n;
-    st = c->ops->share(s);
+    begin(c, "shared-buffer setup");
+    st = done(c, c->ops->share(s));
     if (st != DT_OK || !s->impl) {
         free(s);
-        return done(c, st);
+        return st;
     }
     *out = s;
     return DT_OK;
@@ -311,11 +358,13 @@ dt_status dt_comm_allreduce_shared(dt_comm_shared *s, size_t lo, size_t hi, unsi
     /* The backend scales its own slice before the others copy it: afterwards they may still be
      * reading this rank's buffer. */
     float mul = (flags & DT_COMM_AVG) && c->size > 1 ? 1.0f / (float)c->size : 1.0f;
+    begin(c, "all-reduce (shared memory)");
     return done(c, c->ops->allreduce_shared(s, lo, hi, mul));
 }
 
 dt_status dt_comm_shared_fence(dt_comm_shared *s) {
     if (!s) return dt_error_set(DT_ERR_INVALID, "comm shared_fence: handle is NULL");
+    begin(s->c, "shared-memory fence");
     return done(s->c, s->c->ops->shared_fence(s));
 }
 

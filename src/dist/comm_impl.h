@@ -37,7 +37,12 @@ typedef struct dt_comm_ops {
     void (*unshare)(dt_comm_shared *s);
     /* Releases the backend; finalize = 0 after an error (see dt_comm_close). */
     void (*destroy)(dt_comm *c, int finalize);
+    /* Ends the whole job with exit status `code` (the hang watchdog: called from its own thread
+     * while another thread may be blocked in a collective). Does not return. NULL: _exit. */
+    void (*abort)(dt_comm *c, int code);
 } dt_comm_ops;
+
+typedef struct dt_watch dt_watch; /* the hang watchdog (watchdog.c) */
 
 struct dt_comm {
     const dt_comm_ops *ops;
@@ -47,7 +52,10 @@ struct dt_comm {
     int *counts, *displs; /* [size] scratch of the range collectives, allocated at init */
     int failed; /* a collective failed: MPI_Finalize would wait for ranks that may be gone */
     char share_note[160]; /* how the last dt_comm_share went: which path, or why not shared */
-    void *impl;           /* backend state */
+    dt_watch *watch;      /* NULL: no timeout (dt_comm_set_timeout) */
+    double timeout_s;
+    long long step; /* dt_comm_set_step; -1: not set */
+    void *impl;     /* backend state */
 };
 
 /* A shared buffer (dt_comm_share): the caller's buffer and the backend's state. */
@@ -61,6 +69,18 @@ struct dt_comm_shared {
 /* Backends fill c (ops, rank, size, local_*, thread_level, impl). */
 dt_status dt_comm_single_open(dt_comm *c);
 dt_status dt_comm_mpi_open(dt_comm *c, int *argc, char ***argv);
+/* The hang watchdog (watchdog.c). comm.c brackets every collective with enter/leave (what:
+ * a static phrase such as "all-reduce"); a caller that knows more names the unit around its
+ * calls (ddp: "gradient bucket", 3; NULL clears). All are no-ops without a watchdog. final: from
+ * here on the backend is being torn down, so an expiry ends the process with _exit. */
+dt_status dt_watch_start(dt_comm *c, double timeout_s, long long step);
+void dt_watch_stop(dt_comm *c);
+void dt_watch_enter(dt_comm *c, const char *what);
+void dt_watch_leave(dt_comm *c);
+void dt_watch_unit(dt_comm *c, const char *unit, int index);
+void dt_watch_set_step(dt_comm *c, long long step);
+void dt_watch_final(dt_comm *c);
+
 /* The name of the launcher variable found in the environment, or NULL. */
 const char *dt_comm_launcher_env(void);
 

@@ -16,6 +16,7 @@ dt_status dt_comm_mpi_open(dt_comm *c, int *argc, char ***argv) {
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "dist/comm_mpi.h"
 #include "dtrain/runtime.h"
 
@@ -177,6 +178,16 @@ static void mpi_destroy(dt_comm *c, int finalize) {
     c->impl = NULL;
 }
 
+/* The hang watchdog's end of the job (see dt_comm_set_timeout). MPI_Abort from the watchdog
+ * thread while another thread is blocked in a collective is allowed under MPI_THREAD_MULTIPLE;
+ * it makes mpirun end every rank at once and exit with `code`. Under SERIALIZED no other thread
+ * may enter MPI now, so the process ends by itself and mpirun ends the others. */
+static void mpi_abort(dt_comm *c, int code) {
+    dt_mpi *m = state(c);
+    if (m && m->multiple) MPI_Abort(MPI_COMM_WORLD, code);
+    _exit(code);
+}
+
 static const dt_comm_ops mpi_ops = {
     .name = "mpi",
     .broadcast = mpi_broadcast,
@@ -193,6 +204,7 @@ static const dt_comm_ops mpi_ops = {
     .shared_fence = dt_mpi_shared_fence,
     .unshare = dt_mpi_unshare,
     .destroy = mpi_destroy,
+    .abort = mpi_abort,
 };
 
 dt_status dt_comm_mpi_open(dt_comm *c, int *argc, char ***argv) {

@@ -28,7 +28,14 @@ static double thread_cpu(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-dt_status dt_ddp_run_job(dt_ddp *d, const ddp_job *j) {
+/* The watchdog's name for what a job's collectives move (dt_comm_set_timeout's line). */
+static const char *job_unit(const ddp_job *j) {
+    return j->kind == JOB_F64      ? NULL
+           : j->kind == JOB_GATHER ? "parameter bucket"
+                                   : "gradient bucket";
+}
+
+static dt_status run_job(dt_ddp *d, const ddp_job *j) {
     if (j->kind == JOB_F64) return dt_comm_allreduce_f64(d->c, j->f64, j->n);
     const ddp_bucket *bk = &d->b[j->bucket];
     if (j->kind == JOB_GATHER)
@@ -39,6 +46,13 @@ dt_status dt_ddp_run_job(dt_ddp *d, const ddp_job *j) {
     unsigned flags = d->average ? DT_COMM_AVG : 0;
     if (d->shared) return dt_comm_allreduce_shared(d->shared, bk->lo, bk->hi, flags);
     return dt_comm_allreduce(d->c, d->grad + bk->lo, bk->hi - bk->lo, flags);
+}
+
+dt_status dt_ddp_run_job(dt_ddp *d, const ddp_job *j) {
+    dt_watch_unit(d->c, job_unit(j), j->bucket);
+    dt_status st = run_job(d, j);
+    dt_watch_unit(d->c, NULL, -1);
+    return st;
 }
 
 /* The communication thread: runs queued jobs in queue order until told to quit. After a

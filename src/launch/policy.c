@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "dtrain/dist.h"
 #include "dtrain/launch.h"
 
 void dt_launch_attempt_init(dt_launch_attempt *a) {
@@ -33,6 +34,13 @@ const char *dt_launch_attempt_line(dt_launch_attempt *a, const char *line, int *
             const char *st = r ? strstr(r, ": step ") : NULL;
             if (st) a->resumed_step = atoll(st + 7);
         }
+        /* the hang watchdog's line: "dtrain: rank R (host H): ... (dist.timeout_s): ..." */
+        const char *h = strstr(text, "dtrain: rank "), *k = strstr(text, "(dist.timeout_s)");
+        if (h && k > h && strstr(text, "made no progress for") && !a->hang[0]) {
+            h += strlen("dtrain: ");
+            int len = (int)(k - h) + (int)strlen("(dist.timeout_s)");
+            snprintf(a->hang, sizeof a->hang, "%.*s", len, h);
+        }
         return text;
     }
     /* Open MPI 4's reports: "process rank 1 with PID 0 on node vm exited on signal 9 (Killed)"
@@ -56,6 +64,13 @@ void dt_launch_attempt_cause(const dt_launch_attempt *a, int code, char *buf, si
         snprintf(buf, n, "finished");
     else if (code == DT_LAUNCH_EXIT_PREEMPTED)
         snprintf(buf, n, "preempted: checkpoint saved");
+    else if (a->hang[0])
+        snprintf(buf, n, "hang: %s", a->hang);
+    else if (code == DT_COMM_EXIT_HANG || a->failed_code == DT_COMM_EXIT_HANG)
+        snprintf(buf, n,
+                 "hang: a worker's collective made no progress within dist.timeout_s "
+                 "(exit status %d)",
+                 DT_COMM_EXIT_HANG);
     else if (a->failed_rank >= 0 && a->failed_signal)
         snprintf(buf, n, "worker %d killed by signal %d (%s)", a->failed_rank, a->failed_signal,
                  strsignal(a->failed_signal));
@@ -64,6 +79,16 @@ void dt_launch_attempt_cause(const dt_launch_attempt *a, int code, char *buf, si
                  a->failed_code == 2 ? " (config or data error)" : "");
     else
         snprintf(buf, n, "mpirun exited with status %d", code);
+}
+
+const char *dt_launch_attempt_reason(const dt_launch_attempt *a, int code) {
+    if (code == 0) return "finished";
+    if (code == DT_LAUNCH_EXIT_PREEMPTED) return "preempted";
+    if (a->hang[0] || code == DT_COMM_EXIT_HANG || a->failed_code == DT_COMM_EXIT_HANG)
+        return "hang";
+    if (a->failed_signal) return "killed";
+    if (a->failed_code == 2 || code == 2) return "config-or-data";
+    return "failed";
 }
 
 void dt_launch_policy_init(dt_launch_policy *p, int max_failures, double backoff_s) {

@@ -295,6 +295,7 @@ dt_status dt_launch_run(const dt_launch_opts *o, int *exit_code) {
         cJSON_AddStringToObject(at, "ended", t1);
         cJSON_AddNumberToObject(at, "exit_status", code);
         cJSON_AddStringToObject(at, "cause", cause);
+        cJSON_AddStringToObject(at, "reason", dt_launch_attempt_reason(&a, code));
         if (a.failed_rank >= 0 && code != 0)
             cJSON_AddNumberToObject(at, "failed_worker", a.failed_rank);
         cJSON_AddNumberToObject(at, "resumed_from_step", (double)a.resumed_step);

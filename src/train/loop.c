@@ -47,6 +47,7 @@ dt_status dt_trainer_step(dt_trainer *t) {
     else
         dt_graph_set_loss_scale(t->g, 1.0f / (float)(accum * (t->ddp ? t->world : 1)));
     if (t->ddp) dt_ddp_zero_grad(t->ddp);
+    dt_comm_set_step(t->comm, step + 1); /* the watchdog's "at step N", as the log numbers it */
     for (int64_t m = 0; m < accum; m++) {
         dt_batch b;
         double w0 = dt_train_now();

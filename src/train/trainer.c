@@ -351,7 +351,7 @@ static dt_status make_dist(dt_trainer *t) {
     dt_status st = dt_comm_open(backends[b >= 0 && b < 3 ? b : 0], NULL, NULL, &t->comm);
     if (st != DT_OK) return st;
     t->rank = dt_comm_rank(t->comm), t->world = dt_comm_size(t->comm);
-    return DT_OK;
+    return dt_comm_set_timeout(t->comm, t->v.dist.timeout_s);
 }
 
 /* SyncBatchNorm's reduction: per-channel sums over all ranks, queued behind the gradient

@@ -74,3 +74,48 @@ foreach(np 1 2 3 4)
   set_tests_properties(test_dist_zero_np${np} PROPERTIES LABELS "dist;unit" TIMEOUT 120
                        PROCESSORS ${np} ENVIRONMENT "${DT_DIST_ENV}")
 endforeach()
+
+# The hang watchdog (dt_comm_set_timeout): with a 2 s timeout, rank 1 stops itself (SIGSTOP)
+# before one collective of each kind; rank 0's watchdog must end the job within 15 s with exit
+# status 76 and a line naming rank 0, the collective and dist.timeout_s, leaving no rank behind
+# (the stopped one included). test_dist_hang normal: a timeout changes no result and a peer late
+# by less than it raises no alarm.
+add_executable(test_dist_hang dist/test_dist_hang.c)
+target_link_libraries(test_dist_hang PRIVATE dt_testutil)
+foreach(np 1 2 3)
+  add_test(NAME test_dist_hang_normal_np${np}
+           COMMAND ${DT_MPIRUN} -np ${np} $<TARGET_FILE:test_dist_hang> normal)
+  set_tests_properties(test_dist_hang_normal_np${np} PROPERTIES LABELS "dist;unit" TIMEOUT 60
+                       PROCESSORS ${np} ENVIRONMENT "${DT_DIST_ENV}")
+endforeach()
+set(DT_HANG_OPS "allreduce=all-reduce" "ring=all-reduce" "f64=all-reduce \\(f64 sum\\)"
+    "or=all-reduce \\(bitwise OR\\)" "broadcast=broadcast" "barrier=barrier"
+    "reduce_scatter=reduce-scatter" "allgather=all-gather"
+    "shared=all-reduce \\(shared memory\\)" "fence=shared-memory fence"
+    "finalize=MPI_Finalize")
+foreach(pair ${DT_HANG_OPS})
+  string(REPLACE "=" ";" kv "${pair}")
+  list(GET kv 0 op)
+  list(GET kv 1 what)
+  set(step " at step 7")
+  if(op STREQUAL "finalize")
+    set(step "")
+  endif()
+  add_test(NAME test_dist_hang_${op}
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/dist/expect_hang.sh 15 76
+                   "^dtrain: rank 0 \\(host [^)]+\\): ${what}${step} made no progress for [23] s \\(dist.timeout_s\\)"
+                   ${DT_MPIRUN} -np 2 $<TARGET_FILE:test_dist_hang> ${op} PIDDIR)
+  set_tests_properties(test_dist_hang_${op} PROPERTIES LABELS "dist;unit" TIMEOUT 60
+                       PROCESSORS 2 ENVIRONMENT "${DT_DIST_ENV}")
+endforeach()
+
+# The watchdog in a training job: `dtrain train` on 2 ranks with dist.timeout_s=5, rank 1
+# stopped (SIGSTOP) after step 5: exit 76 within the timeout + 20 s, rank 0's line names the
+# collective and the step, no process left. (Under `dtrain launch` the job then resumes from the
+# newest checkpoint: tests/launch, case hang.)
+add_test(NAME test_dist_hang_train
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_hang.sh $<TARGET_FILE:dtrain>
+                 ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${MPIEXEC_EXECUTABLE})
+set_tests_properties(test_dist_hang_train PROPERTIES LABELS "dist;e2e" TIMEOUT 180 PROCESSORS 2
+                     RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data
+                     ENVIRONMENT "OMP_NUM_THREADS=1")

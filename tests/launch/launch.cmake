@@ -1,9 +1,9 @@
-# dtrain launch: supervision, recovery from killed workers (bit-identical to an uninterrupted
-# run), --max-failures, no retries of data errors, preemption by SIGTERM (exit 75, exact
+# dtrain launch: supervision, recovery from killed workers and from a hang (a stopped worker,
+# found by the watchdog; both bit-identical to an uninterrupted run), --max-failures, no retries of data errors, preemption by SIGTERM (exit 75, exact
 # continuation), bad input refused before anything starts, a long run with 5 injected failures,
 # heterogeneous hosts (2 + 1 slots on two network namespaces), and `dtrain train` under srun.
 if(MPI_FOUND)
-  foreach(case recover no-retry bad-data preempt bad-input long)
+  foreach(case recover hang no-retry bad-data preempt bad-input long)
     add_test(NAME launch_${case} COMMAND ${PROJECT_SOURCE_DIR}/tests/launch/launch.sh
              $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${case})
     set_tests_properties(launch_${case} PROPERTIES LABELS "launch;dist;e2e" TIMEOUT 300

@@ -11,6 +11,10 @@
 #                continues to a result bit-identical to an uninterrupted run
 #   bad-input    unknown config key, impossible resources, unresolvable host, missing mpirun:
 #                one line each, exit 2, no worker started (no run directory created)
+#   hang         a worker stopped (SIGSTOP) mid-run with dist.timeout_s=5: the other's watchdog
+#                ends the attempt (exit 76, cause "hang: rank 0 (host ...): ... (dist.timeout_s)",
+#                reason "hang" in launch.json), the launcher restarts from the newest checkpoint
+#                and the run ends bit-identical to an uninterrupted one
 #   long         >= 5 injected failures over >= 2000 steps: completes, every attempt recorded,
 #                each restart resumes from at least the last checkpoint committed before the
 #                kill (so at most two intervals back: one save in flight, by back-pressure)
@@ -36,12 +40,42 @@ same() { # run_a run_b: exported model and final optimizer state
   done
   return $ok
 }
-kill_worker_after() { # log pattern: SIGKILL one worker of run NAME once the pattern is in the log
+kill_worker_after() { # log pattern: SIGKILL one worker of run NAME (of this test: its output.dir) once the pattern is in the log
   wait_for "$1" "$2" || fail "never saw '$2'"
-  pkill -KILL -n -f "dtrain train .*output.run_name=$3" || fail "no worker to kill"
+  pkill -KILL -n -f "dtrain train .*output.dir=$tmp .*output.run_name=$3" || fail "no worker to kill"
+}
+
+rank_pid() { # rank run: the pid of that worker of run NAME (its environment names its rank)
+  local p
+  for p in $(pgrep -f "dtrain train .*output.dir=$tmp .*output.run_name=$2"); do
+    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && { echo "$p"; return 0; }
+  done
+  return 1
 }
 
 case $case in
+hang)
+  launch "${common[@]}" output.run_name=full > "$tmp/full.log" 2>&1 || { cat "$tmp/full.log"; fail "uninterrupted run"; }
+  launch "${common[@]}" dist.timeout_s=5 output.run_name=hung > "$tmp/hung.log" 2>&1 &
+  pid=$!
+  wait_for "$tmp/hung.log" "checkpoint step 30 committed" || fail "never saw checkpoint 30"
+  r1=$(rank_pid 1 hung) || fail "no worker of rank 1"
+  kill -STOP "$r1" || fail "cannot stop worker $r1"
+  wait $pid || { grep -v "\] step" "$tmp/hung.log"; fail "the launcher did not recover (exit $?)"; }
+  grep -v "\] step" "$tmp/hung.log" | grep -E "launch|resumed|no progress" | cut -c1-220
+  grep -Eq "^dtrain launch: attempt 0 failed: hang: rank 0 \(host [^)]+\): .* made no progress for [0-9]+ s \(dist.timeout_s\)$" "$tmp/hung.log" || fail "no line naming the hang, the rank and dist.timeout_s"
+  python3 - "$(run_dir hung)/launch.json" <<'PY' || fail "launch.json check"
+import json, sys
+r = json.load(open(sys.argv[1]))
+a = r["attempts"]
+print(r["status"], [(x["exit_status"], x["reason"], x["resumed_from_step"], x["cause"][:90]) for x in a])
+assert r["status"] == "done" and len(a) == 2, "expected 2 attempts, done"
+assert a[0]["exit_status"] == 76 and a[0]["reason"] == "hang", "attempt 0: exit 76, reason hang"
+assert a[0]["cause"].startswith("hang: rank 0 (host ") and "(dist.timeout_s)" in a[0]["cause"]
+assert a[1]["reason"] == "finished" and a[1]["resumed_from_step"] >= 30, "resumed from >= step 30"
+PY
+  same full hung || fail "the run recovered from a hang differs from the uninterrupted one"
+  ;;
 recover)
   launch "${common[@]}" output.run_name=full > "$tmp/full.log" 2>&1 || { cat "$tmp/full.log"; fail "uninterrupted run"; }
   launch "${common[@]}" output.run_name=hit > "$tmp/hit.log" 2>&1 &
@@ -110,7 +144,7 @@ long)
     # a kill every ~350 steps, each after the next checkpoint commit
     wait_for "$tmp/long.log" "checkpoint step $((k * 300 + 100)) committed" || fail "no checkpoint $((k * 300 + 100))"
     sleep 0.$((RANDOM % 5))
-    pkill -KILL -n -f "dtrain train .*output.run_name=long" || fail "no worker to kill"
+    pkill -KILL -n -f "dtrain train .*output.dir=$tmp .*output.run_name=long" || fail "no worker to kill"
     wait_for "$tmp/long.log" "resumed from .*step-0*$((k * 300 + 100))\|resumed from .*step-0*$((k * 300 + 200))" || fail "restart $k did not resume"
   done
   wait $pid || fail "the long run failed"

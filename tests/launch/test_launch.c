@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "dtrain/dist.h"
 #include "dtrain/launch.h"
 #include "harness.h"
 
@@ -131,6 +132,39 @@ static void test_lines(void) {
           a.failed_code);
     dt_launch_attempt_cause(&a, 2, cause, sizeof cause);
     CHECK(!strcmp(cause, "worker 0 exited with status 2 (config or data error)"), "%s", cause);
+    CHECK(!strcmp(dt_launch_attempt_reason(&a, 2), "config-or-data"), "reason of exit 2");
+}
+
+/* The hang watchdog's line (include/dtrain/dist.h) names the cause; exit 76 alone says hang. */
+static void test_hang_lines(void) {
+    dt_launch_attempt a;
+    dt_launch_attempt_init(&a);
+    int rank;
+    char cause[512];
+    dt_launch_attempt_line(&a, "[3,0]<stdout>:step 36/120 loss 3.1\n", &rank);
+    dt_launch_attempt_line(&a,
+                           "[3,0]<stderr>:dtrain: rank 0 (host vm): all-reduce (shared memory) of "
+                           "gradient bucket 2 at step 37 made no progress for 5 s "
+                           "(dist.timeout_s): a peer rank is stuck or dead; aborting the job "
+                           "(exit status 76)\n",
+                           &rank);
+    CHECK(rank == 0, "the hang line is rank 0's");
+    dt_launch_attempt_cause(&a, DT_COMM_EXIT_HANG, cause, sizeof cause);
+    CHECK(!strcmp(cause, "hang: rank 0 (host vm): all-reduce (shared memory) of gradient bucket 2 "
+                         "at step 37 made no progress for 5 s (dist.timeout_s)"),
+          "%s", cause);
+    CHECK(!strcmp(dt_launch_attempt_reason(&a, DT_COMM_EXIT_HANG), "hang"), "reason hang");
+    dt_launch_policy p;
+    double w;
+    dt_launch_policy_init(&p, 3, 0.5);
+    CHECK(dt_launch_policy_next(&p, &a, DT_COMM_EXIT_HANG, 0, &w) == DT_LAUNCH_RESTART && w == 0.5,
+          "a hang is retried from the newest checkpoint");
+    dt_launch_attempt_init(&a);
+    dt_launch_attempt_cause(&a, DT_COMM_EXIT_HANG, cause, sizeof cause);
+    CHECK(strstr(cause, "hang: ") == cause && strstr(cause, "dist.timeout_s"), "%s", cause);
+    CHECK(!strcmp(dt_launch_attempt_reason(&a, 137), "failed"), "reason of 137 without report");
+    a.failed_signal = 9;
+    CHECK(!strcmp(dt_launch_attempt_reason(&a, 137), "killed"), "reason killed");
 }
 
 static dt_launch_attempt progress(long long last) {
@@ -296,6 +330,7 @@ int main(int argc, char **argv) {
     test_hosts();
     test_resources();
     test_lines();
+    test_hang_lines();
     test_policy();
     test_supervise(argv[1]);
     char cmd[300];
