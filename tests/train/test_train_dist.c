@@ -160,8 +160,14 @@ static void shares(int rank, int world) {
         dt_check_same_on_all_ranks(world_comm, cases[c].what, d, n);
         if (rank == 0) {
             float *one = train(cases[c].kind, "single", cases[c].batch * world, NULL, NULL, &n1);
+            /* SGD: 1e-7 measured. AdamW divides each update by the gradient's own running
+             * size, so a rounding difference in a tiny early gradient becomes a visible one
+             * (measured 1e-5 to 1.6e-5 on one element in 8e5, 20 steps, Release and sanitizer
+             * builds); a wrong weighting of the parts is off by far more (a [3,1] split weighted
+             * equally: 3e-2 after 10 steps, measured). */
+            double atol = cases[c].kind == LLAMA_SGD ? 1e-5 : 1e-4;
             if (d && one && CHECK(n == n1, "%s: same parameter count", cases[c].what))
-                dt_check_close(cases[c].what, d, one, (int64_t)n, 1e-5, 1e-4);
+                dt_check_close(cases[c].what, d, one, (int64_t)n, atol, 1e-4);
             if (d && one) printf("  %s: max |diff| %.3g\n", cases[c].what, max_diff(d, one, n));
             free(one);
         }
