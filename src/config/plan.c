@@ -19,26 +19,29 @@ static int64_t shard(int64_t n, int world) {
     return (n + world - 1) / world;
 }
 
+/* ORs into *out the bits of every name of list `key` (bits: 0 for an unknown name, which is
+ * an error naming the key and `what` the names are). */
+static dt_status name_bits(const dt_config_list *l, unsigned (*bits)(const char *name),
+                           const char *key, const char *what, unsigned *out) {
+    for (int i = 0; i < l->n; i++) {
+        unsigned b = bits(l->item[i]);
+        if (!b)
+            return dt_error_set(DT_ERR_INVALID, "plan: %s: unknown %s '%s'", key, what, l->item[i]);
+        *out |= b;
+    }
+    return DT_OK;
+}
+
 /* lora.* of the config as dt_llama_build reads it (the trainer's mapping, src/train/trainer.c). */
 static dt_status lora_config(const dt_config_values *v, dt_lora_config *l) {
     *l = (dt_lora_config){.rank = (int)v->lora.rank,
                           .alpha = (float)v->lora.alpha,
                           .dropout = (float)v->lora.dropout};
-    for (int i = 0; i < v->lora.targets.n; i++) {
-        unsigned b = dt_lora_target_bit(v->lora.targets.item[i]);
-        if (!b)
-            return dt_error_set(DT_ERR_INVALID, "plan: lora.targets: unknown layer '%s'",
-                                v->lora.targets.item[i]);
-        l->targets |= b;
-    }
-    for (int i = 0; i < v->lora.modules_to_save.n; i++) {
-        unsigned b = dt_lora_module_bits(v->lora.modules_to_save.item[i]);
-        if (!b)
-            return dt_error_set(DT_ERR_INVALID, "plan: lora.modules_to_save: unknown module '%s'",
-                                v->lora.modules_to_save.item[i]);
-        l->modules_to_save |= b;
-    }
-    return DT_OK;
+    dt_status st =
+        name_bits(&v->lora.targets, dt_lora_target_bit, "lora.targets", "layer", &l->targets);
+    if (st != DT_OK) return st;
+    return name_bits(&v->lora.modules_to_save, dt_lora_module_bits, "lora.modules_to_save",
+                     "module", &l->modules_to_save);
 }
 
 static dt_status image_size(const dt_config *c, int64_t *side) {

@@ -95,6 +95,20 @@ dt_status dt_config_validate(const dt_config *c) {
 
 /* ---------------------------------------------------------------- dump */
 
+enum { SEC_MAX = 64 };
+
+/* Keys come grouped by section (schema.c): prints `lead` and "SECTION:" before the first key of
+ * each, `sec` [SEC_MAX] holding the current one. Returns the key's name within its section. */
+static const char *section_start(FILE *f, char *sec, const char *name, const char *lead) {
+    const char *dot = strchr(name, '.');
+    size_t sl = (size_t)(dot - name);
+    if (strlen(sec) != sl || strncmp(sec, name, sl)) {
+        snprintf(sec, SEC_MAX, "%.*s", (int)sl, name);
+        fprintf(f, "%s%s:\n", lead, sec);
+    }
+    return dot + 1;
+}
+
 static void put_quoted(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {
@@ -116,16 +130,10 @@ static void put_quoted(FILE *f, const char *s) {
 dt_status dt_config_dump_yaml(const dt_config *c, FILE *f) {
     if (!c || !f) return dt_error_set(DT_ERR_INVALID, "config dump: NULL config or file");
     fprintf(f, "# dtrain config, resolved (every key; load it with dtrain train FILE)\n");
-    char sec[64] = "", buf[DT_CFG_STR_MAX + 64];
+    char sec[SEC_MAX] = "", buf[DT_CFG_STR_MAX + 64];
     for (int k = 0; k < dt_config_key_count(); k++) {
         const dt_config_key *key = dt_config_key_at(k);
-        const char *dot = strchr(key->name, '.');
-        size_t sl = (size_t)(dot - key->name);
-        if (strlen(sec) != sl || strncmp(sec, key->name, sl)) {
-            snprintf(sec, sizeof sec, "%.*s", (int)sl, key->name);
-            fprintf(f, "%s:\n", sec);
-        }
-        fprintf(f, "  %s: ", dot + 1);
+        fprintf(f, "  %s: ", section_start(f, sec, key->name, ""));
         const void *fld = (const char *)dt_config_get_values(c) + key->offset;
         if (key->type == DT_CFG_LIST) {
             const dt_config_list *l = fld;
@@ -160,15 +168,10 @@ dt_status dt_config_save_yaml(const dt_config *c, const char *path) {
 
 void dt_config_help(FILE *f) {
     fprintf(f, "Config keys (YAML sections; override any as section.key=value):\n");
-    char sec[64] = "";
+    char sec[SEC_MAX] = "";
     for (int k = 0; k < dt_config_key_count(); k++) {
         const dt_config_key *key = dt_config_key_at(k);
-        const char *dot = strchr(key->name, '.');
-        size_t sl = (size_t)(dot - key->name);
-        if (strlen(sec) != sl || strncmp(sec, key->name, sl)) {
-            snprintf(sec, sizeof sec, "%.*s", (int)sl, key->name);
-            fprintf(f, "\n%s:\n", sec);
-        }
+        section_start(f, sec, key->name, "\n");
         char type[200], def[DT_CFG_STR_MAX + 8];
         if (key->type == DT_CFG_ENUM || (key->type == DT_CFG_LIST && key->choices))
             snprintf(type, sizeof type, "%s %s", key->type == DT_CFG_ENUM ? "" : "list of",

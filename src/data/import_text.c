@@ -268,6 +268,33 @@ static dt_status utf8_error(const char *path, const char *text, size_t len, size
                         path, line, col, base_off + bad, (uint8_t)text[bad]);
 }
 
+/* The frame of both importers: collects the files of srcs, loads the tokenizer (chat: with the
+ * Llama 3 chat tokens, and a loss mask), hands each file's bytes to `file`, then writes the
+ * dataset. */
+typedef dt_status (*file_fn)(dt_import *im, doc_sink *s, const char *path, const char *t,
+                             size_t len);
+
+static dt_status import_files(dt_import *im, const char *const *srcs, int n, int chat,
+                              file_fn file) {
+    file_list files = {0};
+    doc_sink s = {.has_mask = chat};
+    char *meta = NULL;
+    dt_status st = collect(im, srcs, n, &files);
+    if (!st) st = load_tokenizer(im, &s, chat, &meta);
+    for (int f = 0; !st && f < files.n; f++) {
+        uint8_t *data;
+        size_t len;
+        if ((st = dt_read_file(files.paths[f], 0, &data, &len))) break;
+        st = file(im, &s, files.paths[f], (const char *)data, len);
+        free(data);
+    }
+    if (!st) st = sink_write(im, &s, meta);
+    free(meta);
+    sink_free(&s);
+    free_list(&files);
+    return st;
+}
+
 /* ---- text ---- */
 
 static dt_status text_doc(doc_sink *s, const char *text, size_t len) {
@@ -282,42 +309,31 @@ static dt_status text_doc(doc_sink *s, const char *text, size_t len) {
     return st;
 }
 
-dt_status dt_import_text(dt_import *im, const char *const *srcs, int n) {
-    file_list files = {0};
-    doc_sink s = {0};
-    char *meta = NULL;
-    dt_status st = collect(im, srcs, n, &files);
-    if (!st) st = load_tokenizer(im, &s, 0, &meta);
+static dt_status text_file(dt_import *im, doc_sink *s, const char *path, const char *t,
+                           size_t len) {
     const char *sep = im->o->doc_separator;
     size_t sl = sep ? strlen(sep) : 0;
-    for (int f = 0; !st && f < files.n; f++) {
-        uint8_t *data;
-        size_t len;
-        if ((st = dt_read_file(files.paths[f], 0, &data, &len))) break;
-        const char *t = (const char *)data;
-        st = utf8_error(files.paths[f], t, len, 0);
-        if (!st && !sep) st = text_doc(&s, t, len);
-        /* Documents end at lines equal to the separator (fortune files use "%"). */
-        size_t start = 0;
-        for (size_t i = 0; !st && sep && i <= len;) {
-            size_t e = i;
-            while (e < len && t[e] != '\n') e++;
-            size_t le = e > i && t[e - 1] == '\r' ? e - 1 : e;
-            int is_sep = le - i == sl && !memcmp(t + i, sep, sl);
-            if (is_sep || e >= len) {
-                size_t end = is_sep ? i : len;
-                st = text_doc(&s, t + start, end - start);
-                start = e + 1;
-            }
-            i = e + 1;
+    dt_status st = utf8_error(path, t, len, 0);
+    if (!st && !sep) st = text_doc(s, t, len);
+    /* Documents end at lines equal to the separator (fortune files use "%"). */
+    size_t start = 0;
+    for (size_t i = 0; !st && sep && i <= len;) {
+        size_t e = i;
+        while (e < len && t[e] != '\n') e++;
+        size_t le = e > i && t[e - 1] == '\r' ? e - 1 : e;
+        int is_sep = le - i == sl && !memcmp(t + i, sep, sl);
+        if (is_sep || e >= len) {
+            size_t end = is_sep ? i : len;
+            st = text_doc(s, t + start, end - start);
+            start = e + 1;
         }
-        free(data);
+        i = e + 1;
     }
-    if (!st) st = sink_write(im, &s, meta);
-    free(meta);
-    sink_free(&s);
-    free_list(&files);
     return st;
+}
+
+dt_status dt_import_text(dt_import *im, const char *const *srcs, int n) {
+    return import_files(im, srcs, n, 0, text_file);
 }
 
 /* ---- jsonl: Llama 3 chat template ---- */
@@ -406,60 +422,49 @@ static dt_status jsonl_record(doc_sink *s, const cJSON *r, const char *path, int
     return st ? st : sink_end_doc(s);
 }
 
-dt_status dt_import_jsonl(dt_import *im, const char *const *srcs, int n) {
-    file_list files = {0};
-    doc_sink s = {.has_mask = 1};
-    char *meta = NULL;
-    dt_status st = collect(im, srcs, n, &files);
-    if (!st) st = load_tokenizer(im, &s, 1, &meta);
-    for (int f = 0; !st && f < files.n; f++) {
-        const char *path = files.paths[f];
-        uint8_t *data;
-        size_t len;
-        if ((st = dt_read_file(path, 0, &data, &len))) break;
-        const char *t = (const char *)data;
-        int64_t line = 0;
-        for (size_t i = 0; !st && i < len;) {
-            line++;
-            size_t e = i;
-            while (e < len && t[e] != '\n') e++;
-            size_t bad = dt_utf8_validate(t + i, e - i);
-            if (bad < e - i) {
-                st = dt_error_set(DT_ERR_FORMAT,
-                                  "%s:%" PRId64 ":%zu: invalid UTF-8 (byte offset "
-                                  "%zu, byte 0x%02x)",
-                                  path, line, bad + 1, i + bad, (uint8_t)t[i + bad]);
-                break;
-            }
-            size_t k = i;
-            while (k < e && (t[k] == ' ' || t[k] == '\t' || t[k] == '\r')) k++;
-            if (k < e) {
-                const char *end = NULL;
-                cJSON *r = cJSON_ParseWithLengthOpts(t + i, e - i, &end, 0);
-                while (r && end && end < t + e && (*end == ' ' || *end == '\t' || *end == '\r'))
-                    end++;
-                if (r && end && end < t + e) { /* text after the object */
-                    st = dt_error_set(DT_ERR_FORMAT,
-                                      "%s:%" PRId64 ":%zu: unexpected text after the "
-                                      "JSON object",
-                                      path, line, (size_t)(end - (t + i)) + 1);
-                } else if (!cJSON_IsObject(r)) {
-                    const char *ep = r ? t + i : cJSON_GetErrorPtr();
-                    size_t col = ep && ep >= t + i && ep <= t + e ? (size_t)(ep - (t + i)) + 1 : 1;
-                    st = dt_error_set(DT_ERR_FORMAT, "%s:%" PRId64 ":%zu: %s", path, line, col,
-                                      r ? "the line is not a JSON object" : "malformed JSON");
-                } else {
-                    st = jsonl_record(&s, r, path, line);
-                }
-                cJSON_Delete(r);
-            }
-            i = e + 1;
+static dt_status jsonl_file(dt_import *im, doc_sink *s, const char *path, const char *t,
+                            size_t len) {
+    (void)im;
+    dt_status st = DT_OK;
+    int64_t line = 0;
+    for (size_t i = 0; !st && i < len;) {
+        line++;
+        size_t e = i;
+        while (e < len && t[e] != '\n') e++;
+        size_t bad = dt_utf8_validate(t + i, e - i);
+        if (bad < e - i) {
+            st = dt_error_set(DT_ERR_FORMAT,
+                              "%s:%" PRId64 ":%zu: invalid UTF-8 (byte offset "
+                              "%zu, byte 0x%02x)",
+                              path, line, bad + 1, i + bad, (uint8_t)t[i + bad]);
+            break;
         }
-        free(data);
+        size_t k = i;
+        while (k < e && (t[k] == ' ' || t[k] == '\t' || t[k] == '\r')) k++;
+        if (k < e) {
+            const char *end = NULL;
+            cJSON *r = cJSON_ParseWithLengthOpts(t + i, e - i, &end, 0);
+            while (r && end && end < t + e && (*end == ' ' || *end == '\t' || *end == '\r')) end++;
+            if (r && end && end < t + e) { /* text after the object */
+                st = dt_error_set(DT_ERR_FORMAT,
+                                  "%s:%" PRId64 ":%zu: unexpected text after the "
+                                  "JSON object",
+                                  path, line, (size_t)(end - (t + i)) + 1);
+            } else if (!cJSON_IsObject(r)) {
+                const char *ep = r ? t + i : cJSON_GetErrorPtr();
+                size_t col = ep && ep >= t + i && ep <= t + e ? (size_t)(ep - (t + i)) + 1 : 1;
+                st = dt_error_set(DT_ERR_FORMAT, "%s:%" PRId64 ":%zu: %s", path, line, col,
+                                  r ? "the line is not a JSON object" : "malformed JSON");
+            } else {
+                st = jsonl_record(s, r, path, line);
+            }
+            cJSON_Delete(r);
+        }
+        i = e + 1;
     }
-    if (!st) st = sink_write(im, &s, meta);
-    free(meta);
-    sink_free(&s);
-    free_list(&files);
     return st;
+}
+
+dt_status dt_import_jsonl(dt_import *im, const char *const *srcs, int n) {
+    return import_files(im, srcs, n, 1, jsonl_file);
 }

@@ -32,7 +32,9 @@ void dt_graph_free(dt_graph *g) {
 dt_node *dt_graph_node_(const dt_graph *g, int id) {
     return (g && id >= 0 && id < g->n_nodes) ? &g->nodes[id] : NULL;
 }
-dt_node *dt_graph_node(dt_graph *g, int id) { return dt_graph_node_(g, id); }
+dt_node *dt_graph_node(dt_graph *g, int id) {
+    return dt_graph_node_(g, id);
+}
 int dt_graph_measuring(const dt_graph *g) {
     return g && g->measuring;
 }
@@ -66,6 +68,14 @@ int dt_shape_error(const char *op, const char *what, int n, const dt_tensor *con
                               dt_dtype_name(ts[i]->dtype));
     }
     dt_error_set(DT_ERR_SHAPE, "%s)", msg);
+    return -1;
+}
+
+int dt_x_f32_check(const char *op, const dt_tensor *x) {
+    if (x->dtype == DT_F32) return 0;
+    char sh[64];
+    dt_error_set(DT_ERR_DTYPE, "%s: x must be f32, got %s (x %s)", op, dt_dtype_name(x->dtype),
+                 dt_shape_str(sh, sizeof sh, x->ndim, x->shape));
     return -1;
 }
 
@@ -118,9 +128,8 @@ static int node_new(dt_graph *g, dt_dtype dtype, int ndim, const int64_t *shape_
     return g->n_nodes++;
 }
 
-int dt_node_add(dt_graph *g, const dt_op_def *op, int n_in, const int *in, dt_dtype dtype,
-                int ndim, const int64_t *shape, const int64_t *ip, int nip, const float *fp,
-                int nfp) {
+int dt_node_add(dt_graph *g, const dt_op_def *op, int n_in, const int *in, dt_dtype dtype, int ndim,
+                const int64_t *shape, const int64_t *ip, int nip, const float *fp, int nfp) {
     const char *name = op ? op->name : "op";
     if (dt_ids_bad(g, name, n_in, in)) return -1;
     if (!op || n_in < 0 || n_in > DT_MAX_IN || nip < 0 || nip > DT_NIP || nfp < 0 || nfp > DT_NFP) {
@@ -147,7 +156,9 @@ int dt_node_add(dt_graph *g, const dt_op_def *op, int n_in, const int *in, dt_dt
     return id;
 }
 
-static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+static size_t align_up(size_t x, size_t a) {
+    return (x + a - 1) / a * a;
+}
 
 int dt_graph_input(dt_graph *g, const char *name, dt_dtype dtype, int ndim, const int64_t *shape,
                    int requires_grad) {
@@ -261,7 +272,9 @@ const char *dt_graph_name(const dt_graph *g, int id) {
     return n->name ? n->name : (n->op ? n->op->name : "");
 }
 
-int dt_graph_node_count(const dt_graph *g) { return g ? g->n_nodes : 0; }
+int dt_graph_node_count(const dt_graph *g) {
+    return g ? g->n_nodes : 0;
+}
 
 const dt_tensor *dt_graph_shape(const dt_graph *g, int id) {
     dt_node *n = dt_graph_node_(g, id);
@@ -299,7 +312,9 @@ float *dt_graph_flat_state(dt_graph *g, size_t *n) {
     return g->flat_state;
 }
 
-int dt_graph_param_count(const dt_graph *g) { return g ? g->n_params : 0; }
+int dt_graph_param_count(const dt_graph *g) {
+    return g ? g->n_params : 0;
+}
 const dt_param_info *dt_graph_param_info(const dt_graph *g, int i) {
     return (g && i >= 0 && i < g->n_params) ? &g->params[i] : NULL;
 }
@@ -316,12 +331,16 @@ void dt_graph_memory(const dt_graph *g, dt_graph_mem *m) {
     m->input_bytes = g->input_bytes;
 }
 
-void dt_graph_set_accumulate(dt_graph *g, int on) { g->accumulate = on != 0; }
+void dt_graph_set_accumulate(dt_graph *g, int on) {
+    g->accumulate = on != 0;
+}
 void dt_graph_on_grad_ready(dt_graph *g, dt_grad_ready_fn fn, void *ud) {
     g->on_ready = fn;
     g->on_ready_ud = ud;
 }
-void dt_graph_set_loss_scale(dt_graph *g, float s) { g->loss_scale = s; }
+void dt_graph_set_loss_scale(dt_graph *g, float s) {
+    g->loss_scale = s;
+}
 void dt_graph_set_rng(dt_graph *g, uint64_t seed, uint64_t step, int rank) {
     g->run.key = seed ^ ((uint64_t)(uint32_t)rank * 0x9E3779B97F4A7C15ull);
     g->run.step = step;

@@ -25,9 +25,9 @@ typedef struct dt_op_def dt_op_def;
 
 /* Runtime state shared by all kernels during one step. */
 typedef struct dt_run {
-    int training;   /* 1: train mode (batch stats, dropout) */
-    uint64_t key;   /* RNG key: seed mixed with rank */
-    uint64_t step;  /* RNG counter part */
+    int training;  /* 1: train mode (batch stats, dropout) */
+    uint64_t key;  /* RNG key: seed mixed with rank */
+    uint64_t step; /* RNG counter part */
     /* Synchronised batchnorm (dt_graph_set_sync_batchnorm): sums statistics over workers;
      * NULL: per-worker statistics. */
     dt_graph_allreduce_fn sync_fn;
@@ -39,19 +39,19 @@ typedef struct dt_node {
     int id;
     int n_in;
     int in[DT_MAX_IN];
-    dt_tensor t;             /* dtype and contiguous shape; data bound at compile */
-    int64_t ip[DT_NIP];      /* op's integer parameters */
-    float fp[DT_NFP];        /* op's float parameters */
-    size_t aux_bytes;        /* saved for backward (set by prepare) */
-    size_t ws_fwd, ws_bwd;   /* scratch for one forward / backward call (set by prepare) */
-    void *state;             /* op-private (library primitives); freed by def->destroy */
+    dt_tensor t;           /* dtype and contiguous shape; data bound at compile */
+    int64_t ip[DT_NIP];    /* op's integer parameters */
+    float fp[DT_NFP];      /* op's float parameters */
+    size_t aux_bytes;      /* saved for backward (set by prepare) */
+    size_t ws_fwd, ws_bwd; /* scratch for one forward / backward call (set by prepare) */
+    void *state;           /* op-private (library primitives); freed by def->destroy */
     /* set by the graph */
-    int kind;                /* DT_NODE_OP, DT_NODE_INPUT, DT_NODE_PARAM */
+    int kind; /* DT_NODE_OP, DT_NODE_INPUT, DT_NODE_PARAM */
     int requires_grad;
-    int segment;             /* recompute segment index, -1 if none */
-    int param;               /* index into the param table for params, else -1 */
-    int layout;              /* physical layout of the value and its gradient (compile) */
-    char *name;              /* inputs and params */
+    int segment; /* recompute segment index, -1 if none */
+    int param;   /* index into the param table for params, else -1 */
+    int layout;  /* physical layout of the value and its gradient (compile) */
+    char *name;  /* inputs and params */
 } dt_node;
 
 enum { DT_NODE_OP = 0, DT_NODE_INPUT = 1, DT_NODE_PARAM = 2 };
@@ -71,7 +71,7 @@ static inline int dt_layout_block(int layout) {
 }
 #define DT_LAY_IN(i) (1u << (i)) /* dt_op_def.layouts: input i may be blocked */
 #define DT_LAY_OUT (1u << 4)     /* the output may be blocked */
-#define DT_LAY_TIED (1u << 5)    /* the output and those inputs are blocked together or not at all */
+#define DT_LAY_TIED (1u << 5) /* the output and those inputs are blocked together or not at all */
 
 typedef struct dt_op_ctx {
     const dt_node *node;
@@ -92,7 +92,7 @@ enum {
     DT_OPF_BWD_IN0 = 1 << 0, /* backward reads in[0]; (DT_OPF_BWD_IN0 << i) for in[i] */
     DT_OPF_BWD_OUT = 1 << 4, /* backward reads out */
     DT_OPF_ACCUM_ONLY = 1 << 5,
-    DT_OPF_ALIAS = 1 << 6,   /* output is a view of in[0]'s memory (reshape); no kernels */
+    DT_OPF_ALIAS = 1 << 6, /* output is a view of in[0]'s memory (reshape); no kernels */
     /* in[1] is a table [R, ...] of which forward reads only some rows (a lookup), and backward
      * adds nothing -- not even -0.0 -- to the gradient of the rows it did not read: a table
      * only such ops read has a row-sparse gradient (dt_param_info.sparse_row). */
@@ -116,9 +116,8 @@ struct dt_op_def {
 
 /* Adds an op node. Checks only generic things (ids valid, ndim); returns the id or -1. The
  * builder must have validated shapes and dtypes with messages that name the op and shapes. */
-int dt_node_add(dt_graph *g, const dt_op_def *op, int n_in, const int *in, dt_dtype dtype,
-                int ndim, const int64_t *shape, const int64_t *ip, int nip, const float *fp,
-                int nfp);
+int dt_node_add(dt_graph *g, const dt_op_def *op, int n_in, const int *in, dt_dtype dtype, int ndim,
+                const int64_t *shape, const int64_t *ip, int nip, const float *fp, int nfp);
 /* Node by id (NULL if out of range). Builders use it to read input shapes. */
 dt_node *dt_graph_node(dt_graph *g, int id);
 /* 1 while a measure_only compile (dt_graph_opts) runs prepare: the graph will only be measured,
@@ -130,5 +129,8 @@ int dt_graph_measuring(const dt_graph *g);
 int dt_ids_bad(dt_graph *g, const char *op, int n, const int *ids);
 /* Sets a shape error "op: what (shapes ...)" and returns -1, for builders. */
 int dt_shape_error(const char *op, const char *what, int n, const dt_tensor *const *ts);
+/* Returns 0 when x is f32; else sets DT_ERR_DTYPE "op: x must be f32, got DTYPE (x SHAPE)" and
+ * returns -1, for builders. */
+int dt_x_f32_check(const char *op, const dt_tensor *x);
 
 #endif

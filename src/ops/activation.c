@@ -22,7 +22,6 @@
 
 #define ACT_PAR_MIN 32768 /* elements below which a parallel region costs more than it saves */
 
-
 /* tanh: Cephes odd polynomial for |x| < 0.625 (no cancellation near 0), else
  * 1 - 2 / (e^(2|x|) + 1) with the sign restored. */
 static inline float act_tanhf(float x) {
@@ -209,12 +208,7 @@ static const dt_op_def silu_def = {
 static int act_add(dt_graph *g, const dt_op_def *def, int x, int64_t param) {
     if (dt_ids_bad(g, def->name, 1, &x)) return -1;
     const dt_tensor *xt = &dt_graph_node(g, x)->t;
-    if (xt->dtype != DT_F32) {
-        char buf[64];
-        dt_error_set(DT_ERR_DTYPE, "%s: x must be f32, got %s (x %s)", def->name,
-                     dt_dtype_name(xt->dtype), dt_shape_str(buf, sizeof buf, xt->ndim, xt->shape));
-        return -1;
-    }
+    if (dt_x_f32_check(def->name, xt)) return -1;
     return dt_node_add(g, def, 1, &x, DT_F32, xt->ndim, xt->shape, &param, 1, NULL, 0);
 }
 

@@ -229,17 +229,40 @@ static void bn_local_sums(double *sum, double *sq, const float *x, const bn_geom
     }
 }
 
+/* The operands of a forward: x and its geometry, weight and bias [C], the running statistics
+ * [C], and in aux (layout: bn_count_off) mean [C], rstd [C] and mode. */
+typedef struct bn_fwd {
+    const dt_tensor *xt;
+    bn_geom gm;
+    const float *x, *w, *b;
+    float *rm, *rv, *mean, *rstd, *mode;
+    float mom, eps;
+} bn_fwd;
+
+static bn_fwd bn_fwd_of(const dt_op_ctx *c) {
+    bn_fwd f = {.xt = &c->in[BN_X], .gm = bn_geom_of(c)};
+    f.x = f.xt->data, f.w = c->in[BN_W].data, f.b = c->in[BN_B].data;
+    f.rm = bn_running(c, BN_RM), f.rv = bn_running(c, BN_RV);
+    f.mean = c->aux, f.rstd = f.mean + f.gm.C, f.mode = f.rstd + f.gm.C;
+    f.mom = c->node->fp[BN_MOMENTUM], f.eps = c->node->fp[BN_EPS];
+    return f;
+}
+
+/* y = the normalised x (f's mean and rstd), then the epilogue. */
+static dt_status bn_fwd_apply(const dt_op_ctx *c, const bn_fwd *f) {
+    bn_epi e = bn_epi_of(c);
+    bn_apply(c->out.data, f->x, f->mean, f->rstd, f->w, f->b, &f->gm, &e);
+    return DT_OK;
+}
+
 /* Training forward with statistics over all workers (ws: [2C + 1] doubles). */
 static dt_status bn_forward_sync(const dt_op_ctx *c) {
-    const dt_tensor *xt = &c->in[BN_X];
-    bn_geom gm = bn_geom_of(c);
-    int64_t N = gm.N, C = gm.C, P = gm.P;
-    const float *x = xt->data, *w = c->in[BN_W].data, *b = c->in[BN_B].data;
-    float *rm = bn_running(c, BN_RM), *rv = bn_running(c, BN_RV);
-    float *mean = c->aux, *rstd = mean + C, *mode = rstd + C;
-    float mom = c->node->fp[BN_MOMENTUM], eps = c->node->fp[BN_EPS];
+    bn_fwd f = bn_fwd_of(c);
+    int64_t N = f.gm.N, C = f.gm.C, P = f.gm.P;
+    float *rm = f.rm, *rv = f.rv, *mean = f.mean, *rstd = f.rstd;
+    const float mom = f.mom;
     double *buf = c->ws; /* sum x [C], sum x^2 [C], count */
-    bn_local_sums(buf, buf + C, x, &gm);
+    bn_local_sums(buf, buf + C, f.x, &f.gm);
     buf[2 * C] = (double)N * (double)P;
     dt_status s = c->run->sync_fn(c->run->sync_ud, buf, 2 * (size_t)C + 1);
     if (s != DT_OK) return bn_sync_error(s, "all-reduce of the batch statistics");
@@ -250,7 +273,7 @@ static dt_status bn_forward_sync(const dt_op_ctx *c) {
         return dt_error_set(DT_ERR_SHAPE,
                             "%s: training needs more than 1 value per channel over all workers "
                             "(global count %g, x %s on this worker)",
-                            OP, M, dt_shape_str(sh, sizeof sh, xt->ndim, xt->shape));
+                            OP, M, dt_shape_str(sh, sizeof sh, f.xt->ndim, f.xt->shape));
     }
     for (int64_t k = 0; k < C; k++) {
         double mu = buf[k] / M, var = buf[C + k] / M - mu * mu;
@@ -260,35 +283,30 @@ static dt_status bn_forward_sync(const dt_op_ctx *c) {
             rm[k] = (1.0f - mom) * rm[k] + mom * mean[k];
             rv[k] = (1.0f - mom) * rv[k] + mom * (float)(var * M / (M - 1));
         }
-        rstd[k] = 1.0f / sqrtf((float)var + eps);
+        rstd[k] = 1.0f / sqrtf((float)var + f.eps);
     }
-    *mode = 2.0f;
+    *f.mode = 2.0f;
     memcpy((char *)c->aux + bn_count_off(C), &M, sizeof M);
-    bn_epi e = bn_epi_of(c);
-    bn_apply(c->out.data, x, mean, rstd, w, b, &gm, &e);
-    return DT_OK;
+    return bn_fwd_apply(c, &f);
 }
 
 /* aux layout: see bn_count_off (mode 1.0 training, 0.0 eval here). */
 static dt_status bn_forward(const dt_op_ctx *c) {
     if (c->run->training && c->run->sync_fn) return bn_forward_sync(c);
-    const dt_tensor *xt = &c->in[BN_X];
-    bn_geom gm = bn_geom_of(c);
-    int64_t N = gm.N, C = gm.C, P = gm.P;
-    const float *x = xt->data, *w = c->in[BN_W].data, *b = c->in[BN_B].data;
-    float *rm = bn_running(c, BN_RM), *rv = bn_running(c, BN_RV);
-    float *mean = c->aux, *rstd = mean + C, *mode = rstd + C;
-    float mom = c->node->fp[BN_MOMENTUM], eps = c->node->fp[BN_EPS];
+    bn_fwd f = bn_fwd_of(c);
+    int64_t C = f.gm.C;
+    float *rm = f.rm, *rv = f.rv, *mean = f.mean, *rstd = f.rstd;
+    const float mom = f.mom, eps = f.eps;
     if (c->run->training) {
-        int64_t M = N * P;
+        int64_t M = f.gm.N * f.gm.P;
         if (M < 2) {
             char s[64];
             return dt_error_set(DT_ERR_SHAPE,
                                 "%s: training needs more than 1 value per channel (x %s)", OP,
-                                dt_shape_str(s, sizeof s, xt->ndim, xt->shape));
+                                dt_shape_str(s, sizeof s, f.xt->ndim, f.xt->shape));
         }
         float *var = rstd; /* computed in place, then turned into rstd */
-        bn_batch_stats(mean, var, x, &gm);
+        bn_batch_stats(mean, var, f.x, &f.gm);
         for (int64_t k = 0; k < C; k++) {
             if (!c->recompute) {
                 rm[k] = (1.0f - mom) * rm[k] + mom * mean[k];
@@ -296,17 +314,15 @@ static dt_status bn_forward(const dt_op_ctx *c) {
             }
             rstd[k] = 1.0f / sqrtf(var[k] + eps);
         }
-        *mode = 1.0f;
+        *f.mode = 1.0f;
     } else {
         for (int64_t k = 0; k < C; k++) {
             mean[k] = rm[k];
             rstd[k] = 1.0f / sqrtf(rv[k] + eps);
         }
-        *mode = 0.0f;
+        *f.mode = 0.0f;
     }
-    bn_epi e = bn_epi_of(c);
-    bn_apply(c->out.data, x, mean, rstd, w, b, &gm, &e);
-    return DT_OK;
+    return bn_fwd_apply(c, &f);
 }
 
 /* Channels [c0, c1) of gy, x [N, C, P]: sg = sum gy, sgx = sum gy * (x - mean) (float partials

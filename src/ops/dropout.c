@@ -124,12 +124,7 @@ static const dt_op_def dropout_def = {
 int dt_dropout(dt_graph *g, int x, float p) {
     if (dt_ids_bad(g, "dropout", 1, &x)) return -1;
     const dt_tensor *xt = &dt_graph_node(g, x)->t;
-    if (xt->dtype != DT_F32) {
-        char b0[64];
-        dt_error_set(DT_ERR_DTYPE, "dropout: x must be f32, got %s (x %s)",
-                     dt_dtype_name(xt->dtype), dt_shape_str(b0, sizeof b0, xt->ndim, xt->shape));
-        return -1;
-    }
+    if (dt_x_f32_check("dropout", xt)) return -1;
     if (!(p >= 0.0f && p <= 1.0f)) {
         dt_error_set(DT_ERR_INVALID, "dropout: p must be in [0, 1], got %g", p);
         return -1;

@@ -41,16 +41,24 @@ static void dims(const dt_tensor *out, int64_t *rows, int64_t *inner) {
     *rows = *inner ? dt_tensor_numel(out) / *inner : 0;
 }
 
+/* Iteration of operands a, b over out's shape: their strides sa, sb [DT_MAX_DIMS] (zeroed by
+ * the caller), out's rows and inner length, and a's and b's strides along the inner dim. */
+static void bcast_pair(const dt_tensor *a, const dt_tensor *b, const dt_tensor *out, int64_t *sa,
+                       int64_t *sb, int64_t *rows, int64_t *inner, int64_t *ia, int64_t *ib) {
+    bcast_strides(a, out, sa);
+    bcast_strides(b, out, sb);
+    dims(out, rows, inner);
+    *ia = out->ndim ? sa[out->ndim - 1] : 1;
+    *ib = out->ndim ? sb[out->ndim - 1] : 1;
+}
+
 static dt_status ew_forward(const dt_op_ctx *c) {
     const dt_tensor *a = &c->in[0], *b = &c->in[1], *o = &c->out;
     int kind = (int)c->node->ip[0];
     const float *A = a->data, *B = b->data;
     float *O = o->data;
-    int64_t sa[DT_MAX_DIMS] = {0}, sb[DT_MAX_DIMS] = {0}, rows, inner;
-    bcast_strides(a, o, sa);
-    bcast_strides(b, o, sb);
-    dims(o, &rows, &inner);
-    int64_t ia = o->ndim ? sa[o->ndim - 1] : 1, ib = o->ndim ? sb[o->ndim - 1] : 1;
+    int64_t sa[DT_MAX_DIMS] = {0}, sb[DT_MAX_DIMS] = {0}, rows, inner, ia, ib;
+    bcast_pair(a, b, o, sa, sb, &rows, &inner, &ia, &ib);
     int64_t n = rows * inner;
     if (dt_tensor_numel(a) == n && dt_tensor_numel(b) == n) {
         /* Nothing broadcast (a residual add): one flat loop. The rows of NCHW activations are
@@ -90,11 +98,8 @@ static void ew_grad(const dt_op_ctx *c, int which) {
     float sign = (kind == EW_SUB && which == 1) ? -1.0f : 1.0f;
     const float *G = c->gout.data, *Y = y->data;
     float *GX = gx->data;
-    int64_t sx[DT_MAX_DIMS] = {0}, sy[DT_MAX_DIMS] = {0}, rows, inner;
-    bcast_strides(x, o, sx);
-    bcast_strides(y, o, sy);
-    dims(o, &rows, &inner);
-    int64_t ix = o->ndim ? sx[o->ndim - 1] : 1, iy = o->ndim ? sy[o->ndim - 1] : 1;
+    int64_t sx[DT_MAX_DIMS] = {0}, sy[DT_MAX_DIMS] = {0}, rows, inner, ix, iy;
+    bcast_pair(x, y, o, sx, sy, &rows, &inner, &ix, &iy);
     int same = dt_tensor_numel(x) == dt_tensor_numel(o);
     if (!same && c->gin_beta[which] == 0.0f) memset(GX, 0, dt_tensor_nbytes(x));
     float beta = same ? c->gin_beta[which] : 1.0f;

@@ -296,12 +296,7 @@ static const dt_op_def rmsnorm_def = {
 /* Checks x (f32, ndim >= 1, last dim > 0) and an optional [D] f32 vector p. `what` names p. */
 static int norm_check(dt_graph *g, const char *op, int x, int p, const char *what) {
     const dt_tensor *xt = &dt_graph_node(g, x)->t;
-    if (xt->dtype != DT_F32) {
-        char b0[64];
-        dt_error_set(DT_ERR_DTYPE, "%s: x must be f32, got %s (x %s)", op, dt_dtype_name(xt->dtype),
-                     dt_shape_str(b0, sizeof b0, xt->ndim, xt->shape));
-        return -1;
-    }
+    if (dt_x_f32_check(op, xt)) return -1;
     if (xt->ndim < 1 || xt->shape[xt->ndim - 1] < 1)
         return dt_shape_error(op, "x needs at least one dim and a non-empty last dim", 1,
                               (const dt_tensor *[]){xt});

@@ -25,6 +25,15 @@ typedef struct pool_geom {
     int64_t planes, H, W, OH, OW, kh, kw, sh, sw, ph, pw;
 } pool_geom;
 
+/* Window of output index o along one axis (stride st, padding pad, kernel k) clipped to the
+ * input [0, n): [*lo, *hi). */
+static inline void pool_span(int64_t o, int64_t st, int64_t pad, int64_t k, int64_t n, int64_t *lo,
+                             int64_t *hi) {
+    int64_t a = o * st - pad, b = a + k;
+    *lo = a < 0 ? 0 : a;
+    *hi = b > n ? n : b;
+}
+
 static void pool_geom_of(const dt_op_ctx *c, pool_geom *p) {
     const dt_tensor *x = &c->in[0];
     const int64_t *ip = c->node->ip;
@@ -196,13 +205,10 @@ static void avgpool_forward_kernel(float *y, const float *x, const pool_geom *p)
         const float *xp = x + pl * p->H * p->W;
         float *yp = y + pl * p->OH * p->OW;
         for (int64_t oh = 0; oh < p->OH; oh++) {
-            int64_t h0 = oh * p->sh - p->ph, h1 = h0 + p->kh;
-            if (h0 < 0) h0 = 0;
-            if (h1 > p->H) h1 = p->H;
+            int64_t h0, h1, w0, w1;
+            pool_span(oh, p->sh, p->ph, p->kh, p->H, &h0, &h1);
             for (int64_t ow = 0; ow < p->OW; ow++) {
-                int64_t w0 = ow * p->sw - p->pw, w1 = w0 + p->kw;
-                if (w0 < 0) w0 = 0;
-                if (w1 > p->W) w1 = p->W;
+                pool_span(ow, p->sw, p->pw, p->kw, p->W, &w0, &w1);
                 float s = 0.0f;
                 for (int64_t h = h0; h < h1; h++)
                     for (int64_t w = w0; w < w1; w++) s += xp[h * p->W + w];
@@ -220,13 +226,10 @@ static void avgpool_backward_kernel(float *gx, float beta, const float *gy, cons
         if (beta == 0.0f) memset(gp, 0, (size_t)(p->H * p->W) * sizeof(float));
         const float *g = gy + pl * p->OH * p->OW;
         for (int64_t oh = 0; oh < p->OH; oh++) {
-            int64_t h0 = oh * p->sh - p->ph, h1 = h0 + p->kh;
-            if (h0 < 0) h0 = 0;
-            if (h1 > p->H) h1 = p->H;
+            int64_t h0, h1, w0, w1;
+            pool_span(oh, p->sh, p->ph, p->kh, p->H, &h0, &h1);
             for (int64_t ow = 0; ow < p->OW; ow++) {
-                int64_t w0 = ow * p->sw - p->pw, w1 = w0 + p->kw;
-                if (w0 < 0) w0 = 0;
-                if (w1 > p->W) w1 = p->W;
+                pool_span(ow, p->sw, p->pw, p->kw, p->W, &w0, &w1);
                 float v = g[oh * p->OW + ow] / avg_divisor(p, oh, ow);
                 for (int64_t h = h0; h < h1; h++)
                     for (int64_t w = w0; w < w1; w++) gp[h * p->W + w] += v;

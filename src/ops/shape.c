@@ -279,12 +279,7 @@ static const dt_op_def narrow_def = {
 /* Checks one input: f32 with at least one dim. */
 static int shape_check_x(dt_graph *g, const char *op, int x) {
     const dt_tensor *t = &dt_graph_node(g, x)->t;
-    if (t->dtype != DT_F32) {
-        char buf[64];
-        dt_error_set(DT_ERR_DTYPE, "%s: x must be f32, got %s (x %s)", op, dt_dtype_name(t->dtype),
-                     dt_shape_str(buf, sizeof buf, t->ndim, t->shape));
-        return -1;
-    }
+    if (dt_x_f32_check(op, t)) return -1;
     if (t->ndim < 1) return dt_shape_error(op, "x must have at least one dim", 1, &t);
     return 0;
 }

@@ -29,7 +29,6 @@
 
 #define SM_PAR_MIN 16384 /* elements below which a parallel region costs more than it saves */
 
-
 /* max_c x[c]; x [C]. -inf for an all -inf row (softmax is then NaN, as in PyTorch). Eight
  * running maxima in a fixed-size inner loop: both GCC and clang turn it into one vector max
  * per 8 elements (neither vectorises a `reduction(max)` over a select without fast-math). */
@@ -247,12 +246,7 @@ static const dt_op_def ce_def = {
 int dt_softmax(dt_graph *g, int x) {
     if (dt_ids_bad(g, "softmax", 1, &x)) return -1;
     const dt_tensor *xt = &dt_graph_node(g, x)->t;
-    if (xt->dtype != DT_F32) {
-        char b0[64];
-        dt_error_set(DT_ERR_DTYPE, "softmax: x must be f32, got %s (x %s)",
-                     dt_dtype_name(xt->dtype), dt_shape_str(b0, sizeof b0, xt->ndim, xt->shape));
-        return -1;
-    }
+    if (dt_x_f32_check("softmax", xt)) return -1;
     if (xt->ndim < 1 || last_dim(xt) < 1)
         return dt_shape_error("softmax", "x needs at least one dim and a non-empty last dim", 1,
                               (const dt_tensor *[]){xt});

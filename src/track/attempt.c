@@ -16,19 +16,7 @@ typedef struct find_args {
 
 /* The run's id and attempt count (run 0 when missing). */
 static dt_status find_run(dt_track *s, find_args *f) {
-    sqlite3_stmt *q;
-    dt_status st = dt_trk_prepare(s,
-                                  "SELECT r.id, r.attempts FROM runs r JOIN experiments e ON"
-                                  " e.id = r.experiment_id WHERE e.name = ?1 AND r.name = ?2",
-                                  &q);
-    if (st != DT_OK) return st;
-    sqlite3_bind_text(q, 1, f->experiment, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, f->name, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(q);
-    f->run = rc == SQLITE_ROW ? sqlite3_column_int64(q, 0) : 0;
-    f->attempts = rc == SQLITE_ROW ? sqlite3_column_int(q, 1) : 0;
-    sqlite3_finalize(q);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? DT_OK : dt_trk_fail(s, "cannot read runs");
+    return dt_trk_find_run(s, f->experiment, f->name, &f->run, &f->attempts);
 }
 
 static dt_status count_tx(dt_track *s, void *ud) {
@@ -52,12 +40,6 @@ typedef struct end_args {
     const dt_track_attempt_end_info *in;
 } end_args;
 
-static dt_status step_done(dt_track *s, sqlite3_stmt *q, const char *what) {
-    dt_status st = sqlite3_step(q) == SQLITE_DONE ? DT_OK : dt_trk_fail(s, what);
-    sqlite3_finalize(q);
-    return st;
-}
-
 /* Adds attempt f->attempts + 1, ended, recorded as written by this process (the supervisor),
  * creating the experiment and the run when missing. */
 static dt_status add_attempt(dt_track *s, end_args *a) {
@@ -68,15 +50,7 @@ static dt_status add_attempt(dt_track *s, end_args *a) {
     int attempt = a->f.attempts + 1;
     sqlite3_stmt *q;
     dt_status st;
-    if (!a->f.run) {
-        if ((st = dt_trk_prepare(s,
-                                 "INSERT OR IGNORE INTO experiments(name, created) VALUES(?1, ?2)",
-                                 &q)) != DT_OK)
-            return st;
-        sqlite3_bind_text(q, 1, a->f.experiment, -1, SQLITE_STATIC);
-        sqlite3_bind_double(q, 2, now);
-        if ((st = step_done(s, q, "cannot add the experiment")) != DT_OK) return st;
-    }
+    if (!a->f.run && (st = dt_trk_add_experiment(s, a->f.experiment, now)) != DT_OK) return st;
     const char *sql =
         a->f.run ? "UPDATE runs SET status = ?3, attempts = ?4, attempt_start = ?5, end_time = ?6,"
                    " exit_reason = ?7, hosts = ?8, world_size = ?9, writer_host = ?10,"
@@ -102,7 +76,7 @@ static dt_status add_attempt(dt_track *s, end_args *a) {
     sqlite3_bind_int(q, 9, in->world);
     sqlite3_bind_text(q, 10, host, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(q, 11, (int64_t)getpid());
-    if ((st = step_done(s, q, "cannot write the run")) != DT_OK) return st;
+    if ((st = dt_trk_step_done(s, q, "cannot write the run")) != DT_OK) return st;
     if (!a->f.run) a->f.run = sqlite3_last_insert_rowid(s->db);
     if ((st = dt_trk_prepare(s,
                              "INSERT OR REPLACE INTO attempts(run_id, attempt, status, start_time,"
@@ -120,7 +94,7 @@ static dt_status add_attempt(dt_track *s, end_args *a) {
     dt_trk_bind_text(q, 8, in->exit_reason);
     sqlite3_bind_text(q, 9, host, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(q, 10, (int64_t)getpid());
-    return step_done(s, q, "cannot write the attempt");
+    return dt_trk_step_done(s, q, "cannot write the attempt");
 }
 
 static dt_status attempt_end_tx(dt_track *s, void *ud) {

@@ -69,6 +69,12 @@ dt_status dt_trk_prep(dt_track *s, const char *sql, sqlite3_stmt **q) {
     return st;
 }
 
+dt_status dt_trk_prep_run(dt_track *s, const char *sql, int64_t run, sqlite3_stmt **q) {
+    dt_status st = dt_trk_prep(s, sql, q);
+    if (st == DT_OK) sqlite3_bind_int64(*q, 1, run);
+    return st;
+}
+
 typedef struct cb_pair {
     void *cb, *ud;
 } cb_pair;
@@ -148,13 +154,18 @@ static int kv_row(sqlite3_stmt *q, void *ud) {
     return ((dt_track_kv_cb)p->cb)(p->ud, text(q, 0), text(q, 1));
 }
 
-static dt_status kv_query(dt_track *s, const char *sql, int64_t run, dt_track_kv_cb cb, void *ud) {
+/* Runs `sql` with ?1 = run, calling `row` (with cb, ud) per result. */
+static dt_status run_query(dt_track *s, const char *sql, int64_t run,
+                           int (*row)(sqlite3_stmt *q, void *ud), void *cb, void *ud) {
     sqlite3_stmt *q;
-    dt_status st = dt_trk_prep(s, sql, &q);
+    dt_status st = dt_trk_prep_run(s, sql, run, &q);
     if (st != DT_OK) return st;
-    sqlite3_bind_int64(q, 1, run);
-    cb_pair p = {(void *)cb, ud};
-    return each_row(s, q, kv_row, &p);
+    cb_pair p = {cb, ud};
+    return each_row(s, q, row, &p);
+}
+
+static dt_status kv_query(dt_track *s, const char *sql, int64_t run, dt_track_kv_cb cb, void *ud) {
+    return run_query(s, sql, run, kv_row, (void *)cb, ud);
 }
 
 dt_status dt_track_params(dt_track *s, int64_t run_id, dt_track_kv_cb cb, void *ud) {
@@ -181,9 +192,8 @@ static int yaml_row(sqlite3_stmt *q, void *ud) {
 dt_status dt_track_config_yaml(dt_track *s, int64_t run_id, char **yaml) {
     *yaml = NULL;
     sqlite3_stmt *q;
-    dt_status st = dt_trk_prep(s, "SELECT config_yaml FROM runs WHERE id = ?1", &q);
+    dt_status st = dt_trk_prep_run(s, "SELECT config_yaml FROM runs WHERE id = ?1", run_id, &q);
     if (st != DT_OK) return st;
-    sqlite3_bind_int64(q, 1, run_id);
     if ((st = each_row(s, q, yaml_row, yaml)) != DT_OK) return st;
     if (!*yaml && !(*yaml = strdup("")))
         return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", s->path);
@@ -206,12 +216,11 @@ dt_status dt_track_metrics(dt_track *s, int64_t run_id, const char *key, dt_trac
                            void *ud) {
     sqlite3_stmt *q;
     dt_status st =
-        dt_trk_prep(s,
-                    "SELECT key, step, wall, value, attempt FROM metrics WHERE run_id = ?1"
-                    " AND (?2 IS NULL OR key = ?2) ORDER BY key, attempt, step, rowid",
-                    &q);
+        dt_trk_prep_run(s,
+                        "SELECT key, step, wall, value, attempt FROM metrics WHERE run_id = ?1"
+                        " AND (?2 IS NULL OR key = ?2) ORDER BY key, attempt, step, rowid",
+                        run_id, &q);
     if (st != DT_OK) return st;
-    sqlite3_bind_int64(q, 1, run_id);
     dt_trk_bind_text(q, 2, key);
     return dt_trk_metric_rows(s, q, cb, ud);
 }
@@ -272,18 +281,12 @@ static int artifact_row(sqlite3_stmt *q, void *ud) {
 }
 
 dt_status dt_track_artifacts(dt_track *s, int64_t run_id, dt_track_artifact_cb cb, void *ud) {
-    sqlite3_stmt *q;
-    dt_status st =
-        dt_trk_prep(s,
-                    "SELECT a.id, a.kind, a.uri, a.step, a.metrics, a.created, a.attempt,"
-                    " (SELECT MIN(b.created) FROM artifacts b WHERE b.run_id = a.run_id AND"
-                    " b.kind = 'removed' AND b.uri = a.uri AND b.id > a.id) FROM artifacts a"
-                    " WHERE a.run_id = ?1 AND a.kind <> 'removed' ORDER BY a.id",
-                    &q);
-    if (st != DT_OK) return st;
-    sqlite3_bind_int64(q, 1, run_id);
-    cb_pair p = {(void *)cb, ud};
-    return each_row(s, q, artifact_row, &p);
+    return run_query(s,
+                     "SELECT a.id, a.kind, a.uri, a.step, a.metrics, a.created, a.attempt,"
+                     " (SELECT MIN(b.created) FROM artifacts b WHERE b.run_id = a.run_id AND"
+                     " b.kind = 'removed' AND b.uri = a.uri AND b.id > a.id) FROM artifacts a"
+                     " WHERE a.run_id = ?1 AND a.kind <> 'removed' ORDER BY a.id",
+                     run_id, artifact_row, (void *)cb, ud);
 }
 
 static int attempt_row(sqlite3_stmt *q, void *ud) {
@@ -301,15 +304,9 @@ static int attempt_row(sqlite3_stmt *q, void *ud) {
 }
 
 dt_status dt_track_attempts(dt_track *s, int64_t run_id, dt_track_attempt_cb cb, void *ud) {
-    sqlite3_stmt *q;
-    dt_status st =
-        dt_trk_prep(s,
-                    "SELECT attempt, status, start_time, end_time, world_size, hosts,"
-                    " exit_reason, writer_host, writer_pid FROM attempts WHERE run_id = ?1"
-                    " ORDER BY attempt",
-                    &q);
-    if (st != DT_OK) return st;
-    sqlite3_bind_int64(q, 1, run_id);
-    cb_pair p = {(void *)cb, ud};
-    return each_row(s, q, attempt_row, &p);
+    return run_query(s,
+                     "SELECT attempt, status, start_time, end_time, world_size, hosts,"
+                     " exit_reason, writer_host, writer_pid FROM attempts WHERE run_id = ?1"
+                     " ORDER BY attempt",
+                     run_id, attempt_row, (void *)cb, ud);
 }

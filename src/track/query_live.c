@@ -7,29 +7,26 @@
 dt_status dt_track_metrics_latest(dt_track *s, int64_t run_id, dt_track_metric_cb cb, void *ud) {
     sqlite3_stmt *q;
     dt_status st =
-        dt_trk_prep(s,
-                    "SELECT key, step, wall, value, attempt FROM (SELECT key, step, wall,"
-                    " value, attempt, ROW_NUMBER() OVER (PARTITION BY key ORDER BY attempt"
-                    " DESC, step DESC, rowid DESC) AS rn FROM metrics WHERE run_id = ?1)"
-                    " WHERE rn = 1 ORDER BY key",
-                    &q);
-    if (st != DT_OK) return st;
-    sqlite3_bind_int64(q, 1, run_id);
-    return dt_trk_metric_rows(s, q, cb, ud);
+        dt_trk_prep_run(s,
+                        "SELECT key, step, wall, value, attempt FROM (SELECT key, step, wall,"
+                        " value, attempt, ROW_NUMBER() OVER (PARTITION BY key ORDER BY attempt"
+                        " DESC, step DESC, rowid DESC) AS rn FROM metrics WHERE run_id = ?1)"
+                        " WHERE rn = 1 ORDER BY key",
+                        run_id, &q);
+    return st != DT_OK ? st : dt_trk_metric_rows(s, q, cb, ud);
 }
 
 dt_status dt_track_metrics_since(dt_track *s, int64_t run_id, const char *key, int64_t since_step,
                                  dt_track_metric_cb cb, void *ud) {
     sqlite3_stmt *q;
     dt_status st =
-        dt_trk_prep(s,
-                    "SELECT key, step, wall, value, attempt FROM (SELECT key, step, wall,"
-                    " value, attempt, ROW_NUMBER() OVER (PARTITION BY step ORDER BY attempt"
-                    " DESC, rowid DESC) AS rn FROM metrics WHERE run_id = ?1 AND key = ?2"
-                    " AND step > ?3) WHERE rn = 1 ORDER BY step",
-                    &q);
+        dt_trk_prep_run(s,
+                        "SELECT key, step, wall, value, attempt FROM (SELECT key, step, wall,"
+                        " value, attempt, ROW_NUMBER() OVER (PARTITION BY step ORDER BY attempt"
+                        " DESC, rowid DESC) AS rn FROM metrics WHERE run_id = ?1 AND key = ?2"
+                        " AND step > ?3) WHERE rn = 1 ORDER BY step",
+                        run_id, &q);
     if (st != DT_OK) return st;
-    sqlite3_bind_int64(q, 1, run_id);
     dt_trk_bind_text(q, 2, key);
     sqlite3_bind_int64(q, 3, since_step);
     return dt_trk_metric_rows(s, q, cb, ud);

@@ -53,9 +53,19 @@ dt_status dt_trk_prepare(dt_track *s, const char *sql, sqlite3_stmt **st);
  * dt_trk_metric_rows steps a "key, step, wall, value, attempt" query into cb, finalizes it and
  * unlocks. */
 dt_status dt_trk_prep(dt_track *s, const char *sql, sqlite3_stmt **q);
+/* dt_trk_prep, then binds ?1 to run id `run` (the queries of one run). */
+dt_status dt_trk_prep_run(dt_track *s, const char *sql, int64_t run, sqlite3_stmt **q);
 dt_status dt_trk_metric_rows(dt_track *s, sqlite3_stmt *q, dt_track_metric_cb cb, void *ud);
 /* Binds text, NULL pointers as SQL NULL. */
 void dt_trk_bind_text(sqlite3_stmt *st, int i, const char *v);
+/* Writers (write.c, attempt.c), inside a transaction. dt_trk_step_done steps a statement bound
+ * by the caller, expecting SQLITE_DONE (else "PATH: WHAT: ..."), and finalizes it. */
+dt_status dt_trk_step_done(dt_track *s, sqlite3_stmt *q, const char *what);
+/* Adds experiment `experiment` (created `now`) unless it exists. */
+dt_status dt_trk_add_experiment(dt_track *s, const char *experiment, double now);
+/* The id and attempt count of run `name` of `experiment` (both 0 when there is none). */
+dt_status dt_trk_find_run(dt_track *s, const char *experiment, const char *name, int64_t *run,
+                          int *attempts);
 /* Ends attempt `attempt` of `run` (status, end time; reason NULL keeps the recorded one), and
  * the run itself when `newest`. Inside a transaction (write.c). */
 dt_status dt_trk_end_attempt(dt_track *s, int64_t run, int attempt, int newest, const char *status,

@@ -7,11 +7,37 @@
 #include <unistd.h>
 #include "track/track_impl.h"
 
-/* Runs one statement with its parameters bound by the caller; SQLITE_DONE expected. */
-static dt_status step_done(dt_track *s, sqlite3_stmt *q, const char *what) {
+dt_status dt_trk_step_done(dt_track *s, sqlite3_stmt *q, const char *what) {
     dt_status st = sqlite3_step(q) == SQLITE_DONE ? DT_OK : dt_trk_fail(s, what);
     sqlite3_finalize(q);
     return st;
+}
+
+dt_status dt_trk_add_experiment(dt_track *s, const char *experiment, double now) {
+    sqlite3_stmt *q;
+    dt_status st =
+        dt_trk_prepare(s, "INSERT OR IGNORE INTO experiments(name, created) VALUES(?1, ?2)", &q);
+    if (st != DT_OK) return st;
+    sqlite3_bind_text(q, 1, experiment, -1, SQLITE_STATIC);
+    sqlite3_bind_double(q, 2, now);
+    return dt_trk_step_done(s, q, "cannot add the experiment");
+}
+
+dt_status dt_trk_find_run(dt_track *s, const char *experiment, const char *name, int64_t *run,
+                          int *attempts) {
+    sqlite3_stmt *q;
+    dt_status st = dt_trk_prepare(s,
+                                  "SELECT r.id, r.attempts FROM runs r JOIN experiments e ON"
+                                  " e.id = r.experiment_id WHERE e.name = ?1 AND r.name = ?2",
+                                  &q);
+    if (st != DT_OK) return st;
+    sqlite3_bind_text(q, 1, experiment, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, name, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(q);
+    *run = rc == SQLITE_ROW ? sqlite3_column_int64(q, 0) : 0;
+    *attempts = rc == SQLITE_ROW ? sqlite3_column_int(q, 1) : 0;
+    sqlite3_finalize(q);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? DT_OK : dt_trk_fail(s, "cannot read runs");
 }
 
 typedef struct begin_args {
@@ -43,25 +69,11 @@ static dt_status begin_tx(dt_track *s, void *ud) {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     sqlite3_stmt *q;
-    dt_status st =
-        dt_trk_prepare(s, "INSERT OR IGNORE INTO experiments(name, created) VALUES(?1, ?2)", &q);
+    dt_status st = dt_trk_add_experiment(s, a->experiment, now);
     if (st != DT_OK) return st;
-    sqlite3_bind_text(q, 1, a->experiment, -1, SQLITE_STATIC);
-    sqlite3_bind_double(q, 2, now);
-    if ((st = step_done(s, q, "cannot add the experiment")) != DT_OK) return st;
     /* an existing run of that name: a new attempt */
-    if ((st = dt_trk_prepare(s,
-                             "SELECT r.id, r.attempts FROM runs r JOIN experiments e ON"
-                             " e.id = r.experiment_id WHERE e.name = ?1 AND r.name = ?2",
-                             &q)) != DT_OK)
-        return st;
-    sqlite3_bind_text(q, 1, a->experiment, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, a->name, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(q);
-    a->run = rc == SQLITE_ROW ? sqlite3_column_int64(q, 0) : 0;
-    a->attempt = rc == SQLITE_ROW ? sqlite3_column_int(q, 1) + 1 : 1;
-    sqlite3_finalize(q);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return dt_trk_fail(s, "cannot read runs");
+    if ((st = dt_trk_find_run(s, a->experiment, a->name, &a->run, &a->attempt)) != DT_OK) return st;
+    a->attempt++;
     const char *sql =
         a->run ? "UPDATE runs SET status = 'running', attempts = ?3, attempt_start = ?4,"
                  " end_time = NULL, exit_reason = NULL, hosts = ?5, world_size = ?6,"
@@ -83,7 +95,7 @@ static dt_status begin_tx(dt_track *s, void *ud) {
     sqlite3_bind_int64(q, 8, (int64_t)getpid());
     dt_trk_bind_text(q, 9, a->yaml);
     if (a->run) sqlite3_bind_int64(q, 10, a->run);
-    if ((st = step_done(s, q, "cannot write the run")) != DT_OK) return st;
+    if ((st = dt_trk_step_done(s, q, "cannot write the run")) != DT_OK) return st;
     if (!a->run) a->run = sqlite3_last_insert_rowid(s->db);
     /* the attempt's own row (REPLACE: a run deleted and begun again reuses nothing, but a
      * version-1 store's migrated row may hold this number) */
@@ -100,14 +112,14 @@ static dt_status begin_tx(dt_track *s, void *ud) {
     dt_trk_bind_text(q, 5, a->hosts);
     sqlite3_bind_text(q, 6, host, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(q, 7, (int64_t)getpid());
-    if ((st = step_done(s, q, "cannot write the attempt")) != DT_OK) return st;
+    if ((st = dt_trk_step_done(s, q, "cannot write the attempt")) != DT_OK) return st;
     /* this attempt's config and lineage replace the previous attempt's */
     static const char *const clear[] = {"DELETE FROM params WHERE run_id = ?1",
                                         "DELETE FROM lineage WHERE run_id = ?1"};
     for (int i = 0; i < 2; i++) {
         if ((st = dt_trk_prepare(s, clear[i], &q)) != DT_OK) return st;
         sqlite3_bind_int64(q, 1, a->run);
-        if ((st = step_done(s, q, "cannot replace params")) != DT_OK) return st;
+        if ((st = dt_trk_step_done(s, q, "cannot replace params")) != DT_OK) return st;
     }
     if ((st = dt_trk_prepare(s,
                              "INSERT OR REPLACE INTO params(run_id, key, value) VALUES(?1, ?2, ?3)",
@@ -175,7 +187,7 @@ static dt_status tag_tx(dt_track *s, void *ud) {
     sqlite3_bind_int64(q, 1, r->run);
     sqlite3_bind_text(q, 2, r->a, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 3, r->b, -1, SQLITE_STATIC);
-    return step_done(s, q, "cannot write the tag");
+    return dt_trk_step_done(s, q, "cannot write the tag");
 }
 
 dt_status dt_track_tag(dt_track *s, int64_t run_id, const char *key, const char *value) {
@@ -221,7 +233,7 @@ dt_status dt_trk_end_attempt(dt_track *s, int64_t run, int attempt, int newest, 
     sqlite3_bind_text(q, 3, status, -1, SQLITE_STATIC);
     dt_trk_bind_text(q, 4, reason);
     sqlite3_bind_double(q, 5, now);
-    if ((st = step_done(s, q, "cannot end the attempt")) != DT_OK || !newest) return st;
+    if ((st = dt_trk_step_done(s, q, "cannot end the attempt")) != DT_OK || !newest) return st;
     if ((st = dt_trk_prepare(s,
                              "UPDATE runs SET status = ?2, exit_reason = COALESCE(?3, exit_reason),"
                              " end_time = ?4 WHERE id = ?1",
@@ -231,7 +243,7 @@ dt_status dt_trk_end_attempt(dt_track *s, int64_t run, int attempt, int newest, 
     sqlite3_bind_text(q, 2, status, -1, SQLITE_STATIC);
     dt_trk_bind_text(q, 3, reason);
     sqlite3_bind_double(q, 4, now);
-    return step_done(s, q, "cannot end the run");
+    return dt_trk_step_done(s, q, "cannot end the run");
 }
 
 dt_status dt_track_run_end(dt_track *s, int64_t run_id, const char *status,
@@ -260,7 +272,7 @@ static dt_status delete_tx(dt_track *s, void *ud) {
         sqlite3_stmt *q;
         if ((st = dt_trk_prepare(s, sql[i], &q)) != DT_OK) break;
         sqlite3_bind_int64(q, 1, run);
-        st = step_done(s, q, "cannot delete the run");
+        st = dt_trk_step_done(s, q, "cannot delete the run");
     }
     if (st == DT_OK && !sqlite3_changes(s->db))
         return dt_error_set(DT_ERR_NOTFOUND, "%s: no run %lld", s->path, (long long)run);
