@@ -100,6 +100,9 @@ typedef struct dt_ckpt_report {
     char last_error[1024];        /* the newest failure's message */
 } dt_ckpt_report;
 void dt_ckpt_saver_report(dt_ckpt_saver *s, dt_ckpt_report *r);
+/* Where the saver's log lines go from now on (the trainer's progress line wraps its log once
+ * training starts; thread-safe against the writer). */
+void dt_ckpt_saver_set_log(dt_ckpt_saver *s, FILE *log);
 /* Waits for the writer and joins it. */
 void dt_ckpt_saver_close(dt_ckpt_saver *s);
 

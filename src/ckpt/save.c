@@ -99,7 +99,10 @@ static dt_status put_commit(dt_ckpt_saver *s) {
     snprintf(key, sizeof key, "%s/%s", s->dir, DT_CKPT_STATE);
     dt_status st = dt_store_put(s->c.store, key, s->commit_json, strlen(s->commit_json));
     if (st != DT_OK) return st;
-    if (s->c.log) fputs(s->commit_line, s->c.log), fflush(s->c.log);
+    pthread_mutex_lock(&s->mu); /* dt_ckpt_saver_set_log may swap it */
+    FILE *log = s->c.log;
+    pthread_mutex_unlock(&s->mu);
+    if (log) fputs(s->commit_line, log), fflush(log);
     pthread_mutex_lock(&s->mu);
     s->n_committed++, s->last_committed = s->step;
     pthread_mutex_unlock(&s->mu);
@@ -598,6 +601,12 @@ dt_status dt_ckpt_saver_open(const dt_ckpt_ctx *c, const dt_ckpt_policy *p, dt_c
     }
     *out = s;
     return DT_OK;
+}
+
+void dt_ckpt_saver_set_log(dt_ckpt_saver *s, FILE *log) {
+    pthread_mutex_lock(&s->mu);
+    s->c.log = log;
+    pthread_mutex_unlock(&s->mu);
 }
 
 void dt_ckpt_saver_report(dt_ckpt_saver *s, dt_ckpt_report *r) {

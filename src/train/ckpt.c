@@ -171,6 +171,8 @@ dt_status dt_train_ckpt_after_step(dt_trainer *t) {
         .config_yaml = t->config_yaml,
         .code_version = DT_GIT_REV,
     };
+    if (c->ctx.log != t->log) /* the progress line wrapped the log (dt_train_progress_begin) */
+        c->ctx.log = t->log, dt_ckpt_saver_set_log(c->saver, t->log);
     int preempted = 0;
     dt_status st = dt_ckpt_saver_step(c->saver, &p, t->stop_requested, &preempted);
     if (preempted) t->prog.preempted = 1;
