@@ -71,16 +71,30 @@ void dt_comm_set_failed(dt_comm *c);
  * line to stderr and ends the job with exit status DT_COMM_EXIT_HANG:
  *   dtrain: rank 0 (host a): all-reduce of gradient bucket 3 at step 120 made no progress for
  *   60 s (dist.timeout_s): a peer rank is stuck or dead; aborting the job (exit status 76)
- * -- under MPI through MPI_Abort, which makes mpirun end every rank and exit 76 itself (with
- * MPI_THREAD_SERIALIZED, and during MPI_Finalize, through _exit: mpirun then ends the others as
- * after any failed rank). This is the one place where the library ends the process: the thread
- * inside MPI cannot be returned from, and a collective cannot be cancelled. The line names the
- * rank that waited; the stuck one is a peer (with 2 ranks, the other). Collectives run blocking
- * calls as without a timeout (same algorithms, bits and speed; the watchdog costs two clock
- * reads per collective). seconds: 0 = off (the default of a new communicator), else > 0; a
+ * -- ended by the program's hang handler (dt_comm_set_hang_handler; `dtrain` installs one that
+ * calls MPI_Abort, which makes mpirun end every rank and exit 76 itself, or, where that is not
+ * allowed from another thread, ends this process and mpirun ends the others). The library does
+ * not end the process: without a handler the line (ending "no hang handler: waiting on") is
+ * written once per collective and the collective goes on waiting (the thread inside MPI cannot
+ * be returned from, and a collective cannot be cancelled), for the program to decide. The line
+ * names the rank that waited; the stuck one is a peer (with 2 ranks, the other). Collectives run
+ * blocking calls as without a timeout (same algorithms, bits and speed; the watchdog costs two
+ * clock reads per collective). seconds: 0 = off (the default of a new communicator), else > 0; a
  * single process has no peers and starts no thread. Set it once, before collectives. */
 #define DT_COMM_EXIT_HANG 76 /* EX_PROTOCOL: a peer stopped answering */
 dt_status dt_comm_set_timeout(dt_comm *c, double seconds);
+/* What the handler is told when a collective timed out (its line already written). */
+typedef struct dt_comm_hang {
+    int rank;
+    int code;         /* the exit status to end the job with: DT_COMM_EXIT_HANG */
+    int mpi_abort_ok; /* 1: MPI_Abort(MPI_COMM_WORLD, code) may be called from this thread (MPI
+                       * under MPI_THREAD_MULTIPLE, not being finalised); 0: only this process
+                       * can be ended (mpirun then ends the others) */
+} dt_comm_hang;
+typedef void (*dt_comm_hang_fn)(void *ud, const dt_comm_hang *h);
+/* The process's hang handler (NULL: none), called once, on the watchdog thread. A program that
+ * wants a hung job to end installs one before it trains; it normally does not return. */
+void dt_comm_set_hang_handler(dt_comm_hang_fn fn, void *ud);
 double dt_comm_get_timeout(const dt_comm *c);
 /* The training step the next collectives belong to, for the watchdog's line ("at step 120");
  * negative: none (startup). A plain store, cheap enough for every step. */

@@ -10,6 +10,9 @@
 #include "cli/cli_data.h"
 #include "cli/cli_plan.h"
 #include "dtrain/dtrain.h"
+#ifdef DT_HAVE_MPI
+#include <mpi.h>
+#endif
 
 #ifndef DT_GOMP_SPINCOUNT
 #define DT_GOMP_SPINCOUNT "1000"
@@ -60,8 +63,20 @@ void dt_cli_on_stop(void (*fn)(int)) {
     sigaction(SIGINT, &sa, NULL);
 }
 
+/* A hung collective (dist.timeout_s; its line is already written): the job ends with exit status
+ * 76 -- every rank at once through MPI_Abort where that is allowed from the watchdog's thread,
+ * else this process alone (mpirun then ends the others), so `dtrain launch` can retry it. */
+static void end_hung_job(void *ud, const dt_comm_hang *h) {
+    (void)ud;
+#ifdef DT_HAVE_MPI
+    if (h->mpi_abort_ok) MPI_Abort(MPI_COMM_WORLD, h->code);
+#endif
+    _exit(h->code);
+}
+
 int main(int argc, char **argv) {
     set_openmp_wait(argv);
+    dt_comm_set_hang_handler(end_hung_job, NULL);
     /* "dtrain" even where the re-exec above went through /proc/self/exe or the binary was
      * installed under another name (threads started later inherit it) */
     prctl(PR_SET_NAME, "dtrain", 0, 0, 0);

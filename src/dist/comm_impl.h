@@ -37,9 +37,10 @@ typedef struct dt_comm_ops {
     void (*unshare)(dt_comm_shared *s);
     /* Releases the backend; finalize = 0 after an error (see dt_comm_close). */
     void (*destroy)(dt_comm *c, int finalize);
-    /* Ends the whole job with exit status `code` (the hang watchdog: called from its own thread
-     * while another thread may be blocked in a collective). Does not return. NULL: _exit. */
-    void (*abort)(dt_comm *c, int code);
+    /* 1 when the job may be ended from any thread now (MPI_Abort under MPI_THREAD_MULTIPLE:
+     * the hang watchdog's handler runs on its own thread while another may be blocked in a
+     * collective). NULL: never (only the process itself can end). */
+    int (*abort_ok)(const dt_comm *c);
 } dt_comm_ops;
 
 typedef struct dt_watch dt_watch; /* the hang watchdog (watchdog.c) */
@@ -72,7 +73,7 @@ dt_status dt_comm_mpi_open(dt_comm *c, int *argc, char ***argv);
 /* The hang watchdog (watchdog.c). comm.c brackets every collective with enter/leave (what:
  * a static phrase such as "all-reduce"); a caller that knows more names the unit around its
  * calls (ddp: "gradient bucket", 3; NULL clears). All are no-ops without a watchdog. final: from
- * here on the backend is being torn down, so an expiry ends the process with _exit. */
+ * here on the backend is being torn down, so the hang handler is told MPI_Abort is not safe. */
 dt_status dt_watch_start(dt_comm *c, double timeout_s, long long step);
 void dt_watch_stop(dt_comm *c);
 void dt_watch_enter(dt_comm *c, const char *what);

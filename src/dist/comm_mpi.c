@@ -178,14 +178,12 @@ static void mpi_destroy(dt_comm *c, int finalize) {
     c->impl = NULL;
 }
 
-/* The hang watchdog's end of the job (see dt_comm_set_timeout). MPI_Abort from the watchdog
- * thread while another thread is blocked in a collective is allowed under MPI_THREAD_MULTIPLE;
- * it makes mpirun end every rank at once and exit with `code`. Under SERIALIZED no other thread
- * may enter MPI now, so the process ends by itself and mpirun ends the others. */
-static void mpi_abort(dt_comm *c, int code) {
-    dt_mpi *m = state(c);
-    if (m && m->multiple) MPI_Abort(MPI_COMM_WORLD, code);
-    _exit(code);
+/* For the hang handler (dt_comm_set_hang_handler): MPI_Abort from the watchdog thread while
+ * another thread is blocked in a collective is allowed under MPI_THREAD_MULTIPLE only; under
+ * SERIALIZED no other thread may enter MPI. */
+static int mpi_abort_ok(const dt_comm *c) {
+    const dt_mpi *m = c->impl;
+    return m && m->multiple;
 }
 
 static const dt_comm_ops mpi_ops = {
@@ -204,7 +202,7 @@ static const dt_comm_ops mpi_ops = {
     .shared_fence = dt_mpi_shared_fence,
     .unshare = dt_mpi_unshare,
     .destroy = mpi_destroy,
-    .abort = mpi_abort,
+    .abort_ok = mpi_abort_ok,
 };
 
 dt_status dt_comm_mpi_open(dt_comm *c, int *argc, char ***argv) {

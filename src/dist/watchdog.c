@@ -3,9 +3,10 @@
  * collective forever, and so would the whole job. A watchdog thread per process looks, a few
  * times per timeout, at the collective this rank is in (comm.c marks each one's start and end:
  * two clock reads and a few atomic stores per collective, nothing on the data path). One that
- * has waited longer than the timeout ends the job: one line on stderr naming this rank, its host,
- * the collective (and the bucket and step when known), how long it waited and the config key,
- * then the backend's abort with exit status DT_COMM_EXIT_HANG.
+ * has waited longer than the timeout is reported: one line on stderr naming this rank, its host,
+ * the collective (and the bucket and step when known), how long it waited and the config key;
+ * then the program's hang handler (dt_comm_set_hang_handler) ends the job -- the library never
+ * ends the process itself.
  *
  * Why a thread and not MPI_Test polling against a deadline: Open MPI's nonblocking collectives
  * are another implementation (libnbc) with other algorithms, hence other summation orders and
@@ -38,8 +39,17 @@ struct dt_watch {
     _Atomic(const char *) unit; /* "gradient bucket" (ddp), or NULL */
     atomic_int index;           /* the unit's number */
     atomic_llong step;          /* dt_comm_set_step; -1: not set */
-    atomic_int final;           /* in dt_comm_close: the backend may be gone, abort by _exit */
+    atomic_int final;           /* in dt_comm_close: the backend may be gone (no MPI_Abort) */
+    long fired_seq;             /* the collective already reported (the handler returned) */
 };
+
+static _Atomic(dt_comm_hang_fn) g_hang_fn;
+static _Atomic(void *) g_hang_ud;
+
+void dt_comm_set_hang_handler(dt_comm_hang_fn fn, void *ud) {
+    atomic_store(&g_hang_ud, ud);
+    atomic_store(&g_hang_fn, fn);
+}
 
 static int64_t now_ns(void) {
     struct timespec ts;
@@ -73,20 +83,25 @@ void dt_watch_final(dt_comm *c) {
     if (c->watch) atomic_store(&c->watch->final, 1);
 }
 
-/* The collective has waited `waited` ns: say so and end the job. Runs on the watchdog thread
- * while another thread of this process is blocked inside MPI, so it writes with write(2) (no
- * stdio lock that a blocked thread could hold) and never returns. */
+/* The collective has waited `waited` ns: say so and hand over to the program's handler. Runs on
+ * the watchdog thread while another thread of this process is blocked inside MPI, so it writes
+ * with write(2) (no stdio lock that a blocked thread could hold). */
 static void fire(dt_watch *w, const char *what, const char *unit, int index, long long step,
                  int64_t waited) {
     char ctx[96] = "", at[48] = "", line[512];
     if (unit) snprintf(ctx, sizeof ctx, " of %s %d", unit, index);
     if (step >= 0) snprintf(at, sizeof at, " at step %lld", step);
+    dt_comm_hang_fn fn = atomic_load(&g_hang_fn);
+    char end[64];
+    if (fn)
+        snprintf(end, sizeof end, "aborting the job (exit status %d)", DT_COMM_EXIT_HANG);
+    else
+        snprintf(end, sizeof end, "no hang handler: waiting on");
     int n = snprintf(line, sizeof line,
                      "dtrain: rank %d (host %s): %s%s%s made no progress for %.0f s "
-                     "(dist.timeout_s): a peer rank is stuck or dead; aborting the job (exit "
-                     "status %d)\n",
+                     "(dist.timeout_s): a peer rank is stuck or dead; %s\n",
                      w->c->rank, w->host, what ? what : "collective", ctx, at, (double)waited / 1e9,
-                     DT_COMM_EXIT_HANG);
+                     end);
     if (n > (int)sizeof line - 1) n = (int)sizeof line - 1;
     /* rank 0's last log lines, unless a thread is inside stdout right now */
     if (ftrylockfile(stdout) == 0) {
@@ -95,8 +110,12 @@ static void fire(dt_watch *w, const char *what, const char *unit, int index, lon
     }
     if (write(2, line, (size_t)n) < 0) { /* nowhere left to say it; the exit status does */
     }
-    if (!atomic_load(&w->final) && w->c->ops->abort) w->c->ops->abort(w->c, DT_COMM_EXIT_HANG);
-    _exit(DT_COMM_EXIT_HANG);
+    if (!fn) return;
+    dt_comm_hang h = {.rank = w->c->rank,
+                      .code = DT_COMM_EXIT_HANG,
+                      .mpi_abort_ok = !atomic_load(&w->final) && w->c->ops->abort_ok &&
+                                      w->c->ops->abort_ok(w->c)};
+    fn(atomic_load(&g_hang_ud), &h);
 }
 
 /* A wake-up this much later than asked means this process itself was frozen (SIGSTOP, a
@@ -125,7 +144,10 @@ static void *watch_main(void *arg) {
         long long step = atomic_load(&w->step);
         if (!since || atomic_load(&w->seq) != s0) continue; /* none, or it just changed */
         int64_t waited = now - (since > thawed ? since : thawed);
-        if (waited > w->timeout_ns) fire(w, what, unit, index, step, now - since);
+        if (waited > w->timeout_ns && s0 != w->fired_seq) { /* once per collective */
+            w->fired_seq = s0;
+            fire(w, what, unit, index, step, now - since);
+        }
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;
@@ -164,6 +186,7 @@ dt_status dt_watch_start(dt_comm *c, double timeout_s, long long step) {
     atomic_init(&w->index, -1);
     atomic_init(&w->step, step);
     atomic_init(&w->final, 0);
+    w->fired_seq = -1;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

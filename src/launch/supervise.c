@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,16 +99,28 @@ static int run_attempt(job *j, int resume, int attempt, dt_launch_attempt *a) {
     int fds[2];
     if (pipe(fds) != 0) return -1;
     fflush(stdout), fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        dup2(fds[1], 1), dup2(fds[1], 2);
+    /* mpirun's stdout and stderr into the pipe, in a process group of its own: the workers take
+     * SIGTERM/SIGINT from us as SIGUSR1, not from the terminal. posix_spawn reports a failed
+     * exec here, in this process (no child that would have to end itself). */
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    posix_spawn_file_actions_addclose(&fa, fds[1]);
+    posix_spawnattr_init(&at);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&at, 0);
+    pid_t pid;
+    extern char **environ;
+    int se = posix_spawn(&pid, j->mpirun, &fa, &at, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    if (se != 0) {
         close(fds[0]), close(fds[1]);
-        /* the workers take SIGTERM/SIGINT from us as SIGUSR1, not from the terminal */
-        setpgid(0, 0);
-        execv(j->mpirun, argv);
-        fprintf(stderr, "dtrain launch: cannot run %s: %s\n", j->mpirun, strerror(errno));
-        _exit(127);
+        fprintf(stderr, "dtrain launch: cannot run %s: %s\n", j->mpirun, strerror(se));
+        return 127; /* as a shell reports a command it cannot run */
     }
     child_pid = pid;
     dt_serve_set_job(j->monitor, pid, attempt);

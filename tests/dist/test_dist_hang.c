@@ -1,7 +1,9 @@
 /* The hang watchdog (dt_comm_set_timeout) under mpirun. Usage: test_dist_hang MODE [PIDDIR]
  *
  *   normal   (any world size) a timeout changes no result: the same bits as without one, no
- *            false alarm when a peer is late by less than the timeout, bad timeouts refused.
+ *            false alarm when a peer is late by less than the timeout, bad timeouts refused;
+ *            without a hang handler a peer later than the timeout is reported and the
+ *            collective completes when it arrives (the library ends no process).
  *   OP       (2 ranks) rank 1 stops itself (SIGSTOP) just before collective OP; rank 0, with a
  *            2 s timeout, must end the job: exit status DT_COMM_EXIT_HANG and one line naming
  *            rank 0, OP and dist.timeout_s (tests/dist/expect_hang.sh checks the time, the
@@ -15,10 +17,19 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <mpi.h>
 #include "dtrain/dist.h"
 #include "harness.h"
 
 static int R, N;
+
+/* The program's hang handler, as `dtrain` installs it (src/cli/main.c): end the job with the
+ * watchdog's exit status. The library only reports. */
+static void end_hung_job(void *ud, const dt_comm_hang *h) {
+    (void)ud;
+    if (h->mpi_abort_ok) MPI_Abort(MPI_COMM_WORLD, h->code);
+    _exit(h->code);
+}
 
 static void nap(double s) {
     nanosleep(&(struct timespec){(time_t)s, (long)((s - (double)(time_t)s) * 1e9)}, NULL);
@@ -49,6 +60,18 @@ static void test_normal(dt_comm *c) {
         CHECK_OK(dt_comm_allreduce_f64(c, &x, 1));
         CHECK(x == N * (N + 1) / 2.0, "f64 sum %g", x);
         CHECK_OK(dt_comm_barrier(c));
+    }
+    /* Without a hang handler the library ends nothing: the last rank late by 1.5 timeouts is
+     * reported (one line on stderr) and the collective completes when it arrives. */
+    if (N >= 2) {
+        dt_comm_set_hang_handler(NULL, NULL);
+        CHECK_OK(dt_comm_set_timeout(c, 1.0));
+        if (R == N - 1) nap(1.6);
+        double x = R + 1;
+        CHECK_OK(dt_comm_allreduce_f64(c, &x, 1));
+        CHECK(x == N * (N + 1) / 2.0, "f64 sum after a late peer, no handler: %g", x);
+        CHECK_OK(dt_comm_barrier(c));
+        dt_comm_set_hang_handler(end_hung_job, NULL);
     }
     CHECK_OK(dt_comm_set_timeout(c, 0)); /* off again */
     free(a), free(b);
@@ -108,6 +131,7 @@ static void test_stall(dt_comm *c, const char *op) {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "normal";
+    dt_comm_set_hang_handler(end_hung_job, NULL);
     dt_comm *c;
     CHECK_OK(dt_comm_open("auto", &argc, &argv, &c));
     if (!c) return dt_test_finish("test_dist_hang");
