@@ -34,3 +34,10 @@ dt_test(NAME test_tok_unit SOURCES data/test_tok_unit.c LABELS unit data
 # src/cli/main.c dispatches.
 dt_test(NAME test_data_cli SOURCES data/test_data_cli.c ${PROJECT_SOURCE_DIR}/src/cli/data.c
         LABELS unit data ARGS ${DT_TOKENIZERS}/cl100k_base.tiktoken TIMEOUT 60)
+
+# Image transforms (RandomResizedCrop boxes, PIL bilinear resize, ToTensor+Normalize,
+# ColorJitter) against torchvision + Pillow from the virtual environment.
+dt_ref_venv(NAME ref_imgaug SCRIPT tests/ref/ref_imgaug.py TIMEOUT 180)
+set_tests_properties(ref_imgaug PROPERTIES LABELS "parity;data")
+dt_test(NAME test_image_transform SOURCES data/test_image_transform.c LABELS parity data
+        FIXTURES_REQUIRED ref_imgaug TIMEOUT 120)
