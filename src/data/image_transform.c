@@ -42,8 +42,10 @@ int dt_rrc_box_from(const dt_rrc_params *p, int img_w, int img_h, const dt_rrc_s
         double target =
             area * (double)src->uniform(src->ctx, (float)p->scale_lo, (float)p->scale_hi);
         double aspect = (double)expf(src->uniform(src->ctx, lr0, lr1));
-        int w = (int)rint(sqrt(target * aspect)), h = (int)rint(sqrt(target / aspect));
-        if (w > 0 && w <= img_w && h > 0 && h <= img_h) {
+        double wd = rint(sqrt(target * aspect)), hd = rint(sqrt(target / aspect));
+        /* compared as doubles: NaN from bad parameters fails and falls back */
+        if (wd >= 1 && wd <= img_w && hd >= 1 && hd <= img_h) {
+            int w = (int)wd, h = (int)hd;
             out->top = src->below(src->ctx, img_h - h + 1);
             out->left = src->below(src->ctx, img_w - w + 1);
             out->height = h;
@@ -55,9 +57,9 @@ int dt_rrc_box_from(const dt_rrc_params *p, int img_w, int img_h, const dt_rrc_s
     double rmin = fmin(p->ratio_lo, p->ratio_hi), rmax = fmax(p->ratio_lo, p->ratio_hi);
     int w = img_w, h = img_h;
     if (in_ratio < rmin)
-        h = (int)rint(w / rmin);
+        h = (int)fmin(img_h, fmax(1, rint(w / rmin)));
     else if (in_ratio > rmax)
-        w = (int)rint(h * rmax);
+        w = (int)fmin(img_w, fmax(1, rint(h * rmax)));
     out->top = (img_h - h) / 2;
     out->left = (img_w - w) / 2;
     out->height = h;
@@ -145,15 +147,36 @@ size_t dt_transform_scratch(const dt_transform_cfg *cfg, int max_w, int max_h) {
     return sample_bytes(cfg) + dt_resize_scratch(m, m, r, r, s, s);
 }
 
+dt_status dt_transform_check(const dt_transform_cfg *cfg) {
+    if (cfg->size < 1 || (!cfg->train && cfg->resize < cfg->size))
+        return dt_error_set(DT_ERR_INVALID,
+                            "image_transform: size %d, resize %d (need size >= 1 and, for eval, "
+                            "resize >= size)",
+                            cfg->size, cfg->resize);
+    const dt_rrc_params *p = &cfg->rrc;
+    if (cfg->train &&
+        !(p->scale_lo > 0 && p->scale_lo <= p->scale_hi && p->ratio_lo > 0 &&
+          p->ratio_lo <= p->ratio_hi && isfinite(p->scale_hi) && isfinite(p->ratio_hi)))
+        return dt_error_set(DT_ERR_INVALID,
+                            "image_transform: RandomResizedCrop scale (%g, %g) ratio (%g, %g): "
+                            "need 0 < lo <= hi, finite",
+                            p->scale_lo, p->scale_hi, p->ratio_lo, p->ratio_hi);
+    const dt_jitter_params *j = &cfg->jitter;
+    if (!(j->brightness >= 0 && j->contrast >= 0 && j->saturation >= 0 &&
+          isfinite(j->brightness + j->contrast + j->saturation)))
+        return dt_error_set(DT_ERR_INVALID,
+                            "image_transform: jitter brightness %g contrast %g saturation %g: "
+                            "need finite values >= 0",
+                            (double)j->brightness, (double)j->contrast, (double)j->saturation);
+    return DT_OK;
+}
+
 dt_status dt_transform_apply(const dt_transform_cfg *cfg, const uint8_t *img, int img_w, int img_h,
                              int stride, uint64_t seed, uint64_t epoch, uint64_t index, float *out,
                              void *scratch, size_t scratch_bytes) {
     int s = cfg->size;
-    if (s < 1 || (!cfg->train && cfg->resize < s))
-        return dt_error_set(DT_ERR_INVALID,
-                            "image_transform: size %d, resize %d (need size >= 1 "
-                            "and, for eval, resize >= size)",
-                            s, cfg->resize);
+    dt_status cs = dt_transform_check(cfg);
+    if (cs != DT_OK) return cs;
     if (img_w < 1 || img_h < 1)
         return dt_error_set(DT_ERR_SHAPE, "image_transform: empty image %dx%d", img_w, img_h);
     size_t sb = sample_bytes(cfg);

@@ -141,6 +141,9 @@ typedef struct dt_transform_cfg {
     dt_jitter_params jitter;
     dt_norm_lut norm;
 } dt_transform_cfg;
+/* DT_OK, or DT_ERR_INVALID naming the field: size < 1, eval resize < size, RandomResizedCrop
+ * bounds not 0 < lo <= hi, negative or non-finite jitter. dt_transform_apply checks too. */
+dt_status dt_transform_check(const dt_transform_cfg *cfg);
 /* Scratch bytes enough for any image up to max_w x max_h under cfg (resize intermediate and
  * coefficients plus the size x size uint8 sample). */
 size_t dt_transform_scratch(const dt_transform_cfg *cfg, int max_w, int max_h);

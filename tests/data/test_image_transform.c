@@ -432,6 +432,21 @@ static void test_train_apply(void) {
     CHECK(dt_transform_apply(&cfg, img, w, h, w * 3, 42, 1, 0, a, scr, 100) == DT_ERR_INVALID &&
               strstr(dt_last_error(), "scratch"),
           "small scratch: %s", dt_last_error());
+    dt_transform_cfg badc = cfg;
+    badc.rrc.ratio_lo = -1;
+    CHECK(dt_transform_apply(&badc, img, w, h, w * 3, 42, 1, 0, a, scr, sb) == DT_ERR_INVALID &&
+              strstr(dt_last_error(), "ratio"),
+          "negative ratio: %s", dt_last_error());
+    /* the box sampler itself never returns a box outside the image, whatever its parameters */
+    const dt_rrc_params odd[] = {{0.5, 0.2, 2, 1}, {0, 0, 1, 1}, {1, 1, 1e-9, 1e-9}, {2, 3, 1, 1}};
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < 50; i++) {
+            dt_box bb;
+            dt_rrc_box(&odd[k], 7, 3, 1, 0, (uint64_t)i, &bb, NULL);
+            CHECK(bb.top >= 0 && bb.left >= 0 && bb.height >= 1 && bb.width >= 1 &&
+                      bb.top + bb.height <= 3 && bb.left + bb.width <= 7,
+                  "params %d: box %d,%d %dx%d in 7x3", k, bb.top, bb.left, bb.width, bb.height);
+        }
     dt_box out = {300, 0, 100, 100};
     CHECK(dt_resize_bilinear_aa(img, w, h, w * 3, out, 8, 8, 0, 0, 8, 8, u, 24, scr, sb) ==
                   DT_ERR_RANGE &&
