@@ -1,7 +1,8 @@
 /* Images per second of dtrain's per-image transforms, single thread: the ImageNet training
  * transform (RandomResizedCrop(224) + horizontal flip + ToTensor + Normalize), the same with
  * ColorJitter(0.4, 0.4, 0.4), and the eval transform (Resize(256) + CenterCrop(224) + ToTensor
- * + Normalize), on synthetic decoded photos of typical sizes. --write FILE also stores the
+ * + Normalize), on synthetic decoded photos of typical sizes. Per CPU second too: on a loaded
+ * machine that is the steadier figure. --write FILE also stores the
  * images (int32 count, then per image int32 w, h and h*w*3 bytes) so that
  * bench_transform.py times torchvision on the same pixels.
  *
@@ -39,7 +40,7 @@ static double run(const char *name, const dt_transform_cfg *cfg, uint8_t **img, 
     void *scr = malloc(sb);
     float *out = malloc(sizeof(float) * 3 * cfg->size * cfg->size);
     long n = 0;
-    double t0 = bench_now(), t;
+    double t0 = bench_now(), c0 = bench_thread_cpu(), t;
     do {
         for (int i = 0; i < NIMG; i++, n++)
             if (dt_transform_apply(cfg, img[i], w[i], h[i], w[i] * 3, 1, 0, (uint64_t)n, out, scr,
@@ -49,7 +50,9 @@ static double run(const char *name, const dt_transform_cfg *cfg, uint8_t **img, 
             }
         t = bench_now() - t0;
     } while (t < seconds);
-    printf("dtrain      %-34s %8.0f images/s (%ld images, 1 thread)\n", name, n / t, n);
+    double c = bench_thread_cpu() - c0;
+    printf("dtrain      %-38s %6.0f images/s, %6.0f per CPU second (%ld images, 1 thread)\n", name,
+           n / t, n / c, n);
     free(scr), free(out);
     return n / t;
 }

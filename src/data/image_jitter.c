@@ -6,27 +6,23 @@
  * + 2^15) >> 16). Hue is not implemented. */
 #include "data/image_transform.h"
 
-/* factor * d for d in [-255, 255], rounded to f32 and stored: the later addition reads the
- * rounded product from memory, so the compiler cannot fuse multiply and add (which would round
- * once instead of twice, unlike PIL). */
-static __attribute__((noinline)) void products(float factor, float prod[511]) {
-    for (int d = -255; d <= 255; d++) prod[d + 255] = factor * (float)d;
+/* in1 + factor * (in2 - in1) as Image.blend computes it: the product rounded to f32, then the
+ * f32 sum, clipped and truncated. The product is formed exactly in double (24 x 9 bits) and
+ * rounded by the conversion, so FMA contraction (which would round once, unlike PIL) cannot
+ * apply, and the loops still vectorise. */
+static inline uint8_t blend(int in1, int in2, float factor) {
+    float t = (float)in1 + (float)((double)factor * (double)(in2 - in1));
+    return (uint8_t)(t <= 0.0f ? 0 : t >= 255.0f ? 255 : (int)t);
 }
 
-static inline uint8_t blend_out(float t) {
-    return t <= 0.0f ? 0 : t >= 255.0f ? 255 : (uint8_t)t;
+static inline int luma(const uint8_t *p) {
+    return (p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16;
 }
 
-static inline uint8_t luma(const uint8_t *p) {
-    return (uint8_t)((p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16);
-}
-
-/* Every channel value v -> lut[v], for a degenerate image of constant value m. */
-static void apply_const(uint8_t *img, int w, int h, int stride, int m, float factor) {
-    float prod[511];
+/* Every channel value blended with the constant m, through a table of the 256 results. */
+static void blend_const(uint8_t *img, int w, int h, int stride, int m, float factor) {
     uint8_t lut[256];
-    products(factor, prod);
-    for (int v = 0; v < 256; v++) lut[v] = blend_out((float)m + prod[v - m + 255]);
+    for (int v = 0; v < 256; v++) lut[v] = blend(m, v, factor);
     for (int y = 0; y < h; y++) {
         uint8_t *row = img + (size_t)y * stride;
         for (int x = 0; x < 3 * w; x++) row[x] = lut[row[x]];
@@ -34,7 +30,7 @@ static void apply_const(uint8_t *img, int w, int h, int stride, int m, float fac
 }
 
 void dt_adjust_brightness(uint8_t *img, int w, int h, int stride, float factor) {
-    apply_const(img, w, h, stride, 0, factor);
+    blend_const(img, w, h, stride, 0, factor);
 }
 
 void dt_adjust_contrast(uint8_t *img, int w, int h, int stride, float factor) {
@@ -42,21 +38,25 @@ void dt_adjust_contrast(uint8_t *img, int w, int h, int stride, float factor) {
     uint64_t sum = 0;
     for (int y = 0; y < h; y++) {
         const uint8_t *row = img + (size_t)y * stride;
-        for (int x = 0; x < w; x++) sum += luma(row + 3 * x);
+        uint32_t s = 0; /* < 2^32 for rows up to 2^24 pixels */
+#pragma omp simd reduction(+ : s)
+        for (int x = 0; x < w; x++) s += (uint32_t)luma(row + 3 * x);
+        sum += s;
     }
     int m = (int)((double)sum / ((double)w * h) + 0.5);
-    apply_const(img, w, h, stride, m, factor);
+    blend_const(img, w, h, stride, m, factor);
 }
 
 void dt_adjust_saturation(uint8_t *img, int w, int h, int stride, float factor) {
-    float prod[511];
-    products(factor, prod);
     for (int y = 0; y < h; y++) {
         uint8_t *row = img + (size_t)y * stride;
+#pragma omp simd
         for (int x = 0; x < w; x++) {
             uint8_t *p = row + 3 * x;
             int g = luma(p);
-            for (int c = 0; c < 3; c++) p[c] = blend_out((float)g + prod[p[c] - g + 255]);
+            uint8_t r = blend(g, p[0], factor), gr = blend(g, p[1], factor);
+            uint8_t b = blend(g, p[2], factor);
+            p[0] = r, p[1] = gr, p[2] = b;
         }
     }
 }

@@ -109,20 +109,29 @@ static void pass_h(const uint8_t *in, size_t in_stride, int rows, int xshift, in
  * contiguous bytes. Taps outer and bytes inner, so the multiply-adds run over contiguous memory
  * (vectorised); acc holds one row of sums [bytes]. */
 static void pass_v(const uint8_t *in, size_t in_stride, int yshift, int bytes, int rows, int ksv,
-                   const int32_t *vb, const int32_t *vk, int32_t *acc, uint8_t *out,
+                   const int32_t *vb, const int32_t *vk, int32_t *restrict acc, uint8_t *out,
                    size_t out_stride) {
     for (int i = 0; i < rows; i++) {
         const int32_t *k = vk + (size_t)i * ksv;
         const uint8_t *r0 = in + (size_t)(vb[2 * i] - yshift) * in_stride;
         int n = vb[2 * i + 1];
-        for (int j = 0; j < bytes; j++) acc[j] = 1 << (PREC - 1);
-        for (int t = 0; t < n; t++) {
-            const uint8_t *r = r0 + (size_t)t * in_stride;
-            int32_t kt = k[t];
+        /* First tap initialises (n >= 1 always: every output reads at least one input). */
+        const uint8_t *restrict r = r0;
+        int32_t kt = k[0];
+#pragma omp simd
+        for (int j = 0; j < bytes; j++) acc[j] = (1 << (PREC - 1)) + r[j] * kt;
+        for (int t = 1; t < n; t++) {
+            r = r0 + (size_t)t * in_stride;
+            kt = k[t];
+#pragma omp simd
             for (int j = 0; j < bytes; j++) acc[j] += r[j] * kt;
         }
-        uint8_t *o = out + (size_t)i * out_stride;
-        for (int j = 0; j < bytes; j++) o[j] = clip8(acc[j]);
+        uint8_t *restrict o = out + (size_t)i * out_stride;
+#pragma omp simd
+        for (int j = 0; j < bytes; j++) {
+            int32_t v = acc[j] >> PREC;
+            o[j] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+        }
     }
 }
 
