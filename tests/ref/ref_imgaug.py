@@ -138,6 +138,11 @@ def main():
            # Pillow 13 resizes vertically first when the height shrinks by more than twice as
            # many pixels as the width: at the boundary (horizontal first) and one past it
            (0, 20, 30, 250, 150, 100), (0, 20, 30, 251, 150, 100)]
+    # and torchvision's own random boxes (every filter width, boxes at the image edges)
+    for k in (0, 1, 2):
+        for _ in range(10):
+            top, left, bh, bw = T.RandomResizedCrop.get_params(pils[k], [0.08, 1.0], [3 / 4, 4 / 3])
+            rcs.append((k, top, left, bh, bw, 112))
     for n, (k, top, left, bh, bw, sz) in enumerate(rcs):
         o = F.resized_crop(pils[k], top, left, bh, bw, [sz, sz], T.InterpolationMode.BILINEAR)
         t[f"rc{n}.meta"] = np.array([k, top, left, bh, bw, sz], np.int32)
