@@ -12,7 +12,8 @@
  * when the height shrinks by more than twice as many pixels as the width, then vertical first. A
  * pass whose size does not change is the identity and is skipped. Only the requested output window
  * is computed (its coefficients are the same as in the full output), which is how Resize +
- * CenterCrop costs no more than the centre crop itself.
+ * CenterCrop costs no more than the centre crop itself. The vertical pass is vectorised over the
+ * row; the horizontal one uses AVX2 for pixels of 4..8 taps (the same integer sums).
  *
  * Scratch layout (each part 64-byte aligned):
  *   hb int32 [2 * win_w], hk int32 [win_w, ksh]     horizontal bounds and coefficients
