@@ -22,6 +22,8 @@ Writes OUT_DIR/imgaug.safetensors:
                                         -1 a sequence), factor (or -1)
   jit{j}.seq            f32 [3, 2]      for op -1: (op, factor) rows applied in order
   jit{j}.out            f32 [H, W, 3]
+  pil.vfirst            i32 [1]         1 when this Pillow runs the vertical pass first for tall
+                                        reductions (Pillow 13), as dtrain does
 """
 import math
 import os
@@ -181,6 +183,13 @@ def main():
             t[f"jit{j}.seq"] = np.array(seq, np.float32)
             t[f"jit{j}.out"] = np.asarray(o, np.float32)
             j += 1
+
+    # Pillow 13 resizes vertically first when the height shrinks by more than twice as many
+    # pixels as the width (dtrain follows it); older Pillow always goes horizontally first.
+    probe = Image.fromarray(make_image(100, 1000, 3), "RGB")
+    full = np.asarray(probe.resize((224, 224), Image.BILINEAR))
+    vfirst = np.asarray(probe.resize((100, 224), Image.BILINEAR).resize((224, 224), Image.BILINEAR))
+    t["pil.vfirst"] = np.array([int(np.array_equal(full, vfirst))], np.int32)
 
     reflib.save(os.path.join(out, "imgaug.safetensors"), t)
     print(f"ref_imgaug: {len(imgs)} images, {case} replay sets, {len(rcs)} crops, {j} jitters")
