@@ -41,3 +41,7 @@ dt_ref_venv(NAME ref_imgaug SCRIPT tests/ref/ref_imgaug.py TIMEOUT 180)
 set_tests_properties(ref_imgaug PROPERTIES LABELS "parity;data")
 dt_test(NAME test_image_transform SOURCES data/test_image_transform.c LABELS parity data
         FIXTURES_REQUIRED ref_imgaug TIMEOUT 120)
+# The same program's checks that need no reference (unit: also under the sanitizers).
+add_test(NAME test_image_transform_unit COMMAND test_image_transform unit)
+set_tests_properties(test_image_transform_unit PROPERTIES LABELS "unit;data" TIMEOUT 60
+                     ENVIRONMENT "GOMP_SPINCOUNT=1000;DT_GRAPH_POISON=1")

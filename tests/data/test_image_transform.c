@@ -4,12 +4,14 @@
  *    give the same boxes (fallbacks included); with Philox draws, the box area fraction and
  *    log aspect ratio distributions match torchvision's (two-sample KS, alpha 0.001) and so
  *    does the fallback rate (|z| < 4); a deliberately wrong sampler (uniform ratio) is rejected
- *    by the same KS test; boxes are a function of (seed, epoch, index).
+ *    by the same KS test.
  *  - resize of crop boxes and Resize(256) + CenterCrop(224): within 1 level of 255 of PIL's,
  *    and the exact fraction is reported (and must be >= 99%).
  *  - ToTensor + Normalize (plain, flipped): within 1e-6.
  *  - adjust_brightness / contrast / saturation and ColorJitter-ordered sequences: within 1 level.
- *  - dt_transform_apply = its parts; bad arguments give one-line errors. */
+ *  - (argument "unit", no reference needed: also run under the sanitizers) boxes are a function
+ *    of (seed, epoch, index); ColorJitter's draws; dt_transform_apply = its parts; bad arguments
+ *    give one-line errors. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -384,7 +386,9 @@ static void test_jitter(void) {
     printf("  adjust_*: %d cases, %lld values, %.4f%% exact, max diff %lld\n", cases,
            (long long)all.n, 100.0 * all.exact / (all.n ? all.n : 1), (long long)all.worst);
     CHECK(cases >= 30, "only %d jitter cases", cases);
+}
 
+static void test_jitter_draws(void) {
     /* ColorJitter's draws: each enabled adjustment once, in every order, factors in range. */
     dt_jitter_params p = {0.4f, 0.4f, 0.0f};
     int orders[3][3] = {{0}}, N = 6000;
@@ -405,9 +409,10 @@ static void test_jitter(void) {
 /* ---- The whole training transform ---- */
 
 static void test_train_apply(void) {
-    int w, h;
-    uint8_t *img = image_u8(0, &w, &h);
-    if (!img) return;
+    /* a synthetic photo: the checks here compare dtrain with itself */
+    int w = 500, h = 375;
+    uint8_t *img = malloc((size_t)w * h * 3);
+    for (int i = 0; i < w * h * 3; i++) img[i] = (uint8_t)((i * 2654435761u) >> 24);
     dt_transform_cfg cfg = {
         .size = 96, .train = 1, .hflip = 1, .rrc = DT_RRC_DEFAULTS, .jitter = {0.4f, 0.4f, 0.4f}};
     const float mean[3] = DT_IMAGENET_MEAN, std[3] = DT_IMAGENET_STD;
@@ -462,17 +467,22 @@ static void test_train_apply(void) {
     free(scr), free(s2), free(a), free(b), free(u), free(img);
 }
 
-int main(void) {
+/* usage: test_image_transform [unit]  ("unit": only the checks that need no reference file) */
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "unit") == 0) {
+        test_determinism();
+        test_jitter_draws();
+        test_train_apply();
+        return dt_test_finish("test_image_transform unit");
+    }
     R = dt_ref_load("imgaug.safetensors");
     if (!R) return dt_test_finish("test_image_transform");
     test_replay();
     test_stats();
-    test_determinism();
     test_resize();
     test_eval();
     test_normalize();
     test_jitter();
-    test_train_apply();
     dt_ref_free(R);
     return dt_test_finish("test_image_transform");
 }
