@@ -177,6 +177,8 @@ dt_status dt_transform_apply(const dt_transform_cfg *cfg, const uint8_t *img, in
     int s = cfg->size;
     dt_status cs = dt_transform_check(cfg);
     if (cs != DT_OK) return cs;
+    if (!img || !out)
+        return dt_error_set(DT_ERR_INVALID, "image_transform: %s is NULL", img ? "out" : "img");
     if (img_w < 1 || img_h < 1)
         return dt_error_set(DT_ERR_SHAPE, "image_transform: empty image %dx%d", img_w, img_h);
     size_t sb = sample_bytes(cfg);

@@ -444,6 +444,9 @@ static void test_train_apply(void) {
     CHECK(dt_transform_apply(&cfg, img, w, h, w * 3, 42, 1, 0, a, scr, 100) == DT_ERR_INVALID &&
               strstr(dt_last_error(), "scratch"),
           "small scratch: %s", dt_last_error());
+    CHECK(dt_transform_apply(&cfg, NULL, w, h, w * 3, 42, 1, 0, a, scr, sb) == DT_ERR_INVALID &&
+              strstr(dt_last_error(), "img is NULL"),
+          "NULL image: %s", dt_last_error());
     dt_transform_cfg badc = cfg;
     badc.rrc.ratio_lo = -1;
     CHECK(dt_transform_apply(&badc, img, w, h, w * 3, 42, 1, 0, a, scr, sb) == DT_ERR_INVALID &&
