@@ -13,7 +13,7 @@
  * pass whose size does not change is the identity and is skipped. Only the requested output window
  * is computed (its coefficients are the same as in the full output), which is how Resize +
  * CenterCrop costs no more than the centre crop itself. The vertical pass is vectorised over the
- * row; the horizontal one uses AVX2 for pixels of 4..8 taps (the same integer sums).
+ * row; the horizontal one uses SSE4.1 / AVX2 per pixel of up to 8 taps (the same integer sums).
  *
  * Scratch layout (each part 64-byte aligned):
  *   hb int32 [2 * win_w], hk int32 [win_w, ksh]     horizontal bounds and coefficients
@@ -86,7 +86,7 @@ size_t dt_resize_scratch(int box_w, int box_h, int out_w, int out_h, int win_w, 
 }
 
 #ifdef __AVX2__
-/* One output pixel from 4..8 taps with AVX2: the 8 pixels (24 bytes) at p split into R, G, B
+/* One output pixel from 5..8 taps with AVX2: the 8 pixels (24 bytes) at p split into R, G, B
  * planes, widened to int32, multiplied by the (masked) weights and summed per channel -- the
  * same integer sums as the scalar loop. Reads 24 bytes at p: the caller checks they are in the
  * row. */
@@ -118,6 +118,26 @@ static inline void pixel_avx2(const uint8_t *p, const int32_t *k, int n, uint8_t
     uint32_t v = (uint32_t)_mm_cvtsi128_si32(s);
     o[0] = (uint8_t)v, o[1] = (uint8_t)(v >> 8), o[2] = (uint8_t)(v >> 16);
 }
+/* The same for 1..4 taps with SSE4.1: reads 16 bytes at p. */
+static inline void pixel_sse4(const uint8_t *p, const int32_t *k, int n, uint8_t *o) {
+    static const int32_t lanes[8] = {-1, -1, -1, -1, 0, 0, 0, 0};
+    const __m128i a = _mm_loadu_si128((const __m128i *)p);
+    __m128i kv = _mm_maskload_epi32(k, _mm_loadu_si128((const __m128i *)(lanes + 4 - n)));
+    __m128i r = _mm_cvtepu8_epi32(_mm_shuffle_epi8(
+        a, _mm_setr_epi8(0, 3, 6, 9, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1)));
+    __m128i g = _mm_cvtepu8_epi32(_mm_shuffle_epi8(
+        a, _mm_setr_epi8(1, 4, 7, 10, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1)));
+    __m128i b = _mm_cvtepu8_epi32(_mm_shuffle_epi8(
+        a, _mm_setr_epi8(2, 5, 8, 11, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1)));
+    r = _mm_mullo_epi32(r, kv);
+    g = _mm_mullo_epi32(g, kv);
+    b = _mm_mullo_epi32(b, kv);
+    __m128i s = _mm_hadd_epi32(_mm_hadd_epi32(r, g), _mm_hadd_epi32(b, _mm_setzero_si128()));
+    s = _mm_srai_epi32(_mm_add_epi32(s, _mm_set1_epi32(1 << (PREC - 1))), PREC);
+    s = _mm_packus_epi16(_mm_packs_epi32(s, s), s);
+    uint32_t v = (uint32_t)_mm_cvtsi128_si32(s);
+    o[0] = (uint8_t)v, o[1] = (uint8_t)(v >> 8), o[2] = (uint8_t)(v >> 16);
+}
 #endif
 
 /* Horizontal pass: `rows` rows of `in` -> out [rows, win_w, 3]; output pixel i reads the pixels
@@ -134,9 +154,13 @@ static void pass_h(const uint8_t *in, size_t in_stride, int rows, int xshift, in
             const uint8_t *p = row + (size_t)x * 3;
             const int32_t *k = hk + (size_t)i * ksh;
 #ifdef __AVX2__
-            /* 4..8 taps: fewer are cheaper scalar */
-            if (n >= 4 && n <= 8 && x + 8 <= in_cols) {
+            /* SIMD where the loads stay inside the row; the edge pixels scalar */
+            if (n >= 5 && n <= 8 && x + 8 <= in_cols) {
                 pixel_avx2(p, k, n, o + 3 * i);
+                continue;
+            }
+            if (n <= 4 && x + 6 <= in_cols) {
+                pixel_sse4(p, k, n, o + 3 * i);
                 continue;
             }
 #else
