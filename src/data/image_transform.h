@@ -36,7 +36,7 @@ typedef struct dt_aug_rng {
 enum { DT_AUG_BOX = 1, DT_AUG_FLIP = 2, DT_AUG_JITTER = 3 };
 void dt_aug_rng_init(dt_aug_rng *r, uint64_t seed, uint64_t epoch, uint64_t index, int purpose);
 uint32_t dt_aug_rng_next(dt_aug_rng *r);
-/* Float uniform in [lo, hi) as torch's uniform_ computes it: lo + u * (hi - lo) in f32. */
+/* Float uniform in [lo, hi): lo + u * (hi - lo) in f32, u with 24 random bits. */
 float dt_aug_rng_uniform(dt_aug_rng *r, float lo, float hi);
 /* Integer uniform in [0, n), n >= 1 (multiply-shift of one word; bias below 2^-32 * n). */
 int dt_aug_rng_below(dt_aug_rng *r, int n);
