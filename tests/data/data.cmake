@@ -34,3 +34,9 @@ dt_test(NAME test_tok_unit SOURCES data/test_tok_unit.c LABELS unit data
 # src/cli/main.c dispatches.
 dt_test(NAME test_data_cli SOURCES data/test_data_cli.c ${PROJECT_SOURCE_DIR}/src/cli/data.c
         LABELS unit data ARGS ${DT_TOKENIZERS}/cl100k_base.tiktoken TIMEOUT 60)
+# Image codec parity with Pillow (the venv's; skipped without it): the test runs
+# tests/ref/ref_image_codec.py itself, then decodes every file it wrote (test_image_codec.c).
+dt_test(NAME test_image_codec SOURCES data/test_image_codec.c LABELS parity data
+        ARGS ${DT_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/tests/ref/ref_image_codec.py
+             ${CMAKE_CURRENT_BINARY_DIR} TIMEOUT 120)
+set_tests_properties(test_image_codec PROPERTIES SKIP_RETURN_CODE 77)
