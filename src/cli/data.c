@@ -157,7 +157,9 @@ static int cmd_import(int argc, char **argv) {
         if (dt_dataset_open(splits[i], 0, &d)) continue;
         const dt_dataset_info *in = dt_dataset_get_info(d);
         printf("%s: %" PRId64 " %s", splits[i], in->records,
-               in->kind == DT_DATA_IMAGE ? "images" : "documents");
+               in->kind == DT_DATA_TOKENS ? "documents" : "images");
+        if (in->kind == DT_DATA_ENCODED)
+            printf(" (%d classes, %" PRId64 " bytes)", in->classes, in->bytes);
         if (in->kind == DT_DATA_TOKENS) printf(", %" PRId64 " tokens", in->tokens);
         printf(", fingerprint %s\n", in->fingerprint);
         dt_dataset_close(d);
@@ -189,6 +191,42 @@ static void print_meta(const char *dir) {
     }
     free(b);
     fclose(f);
+}
+
+/* Encoded images: formats, sizes and the labels per class (with the class names). */
+static void inspect_encoded(dt_dataset *d, const dt_dataset_info *in) {
+    static const char *const fmt_names[4] = {"?", "jpeg", "png", "webp"};
+    printf("  %-13s encoded-image (JPEG/PNG/WebP files as stored), %d classes\n", "kind",
+           in->classes);
+    printf("  %-13s %" PRId64 " (%" PRId64 " bytes, mean %.0f)\n", "images", in->records, in->bytes,
+           in->records ? (double)in->bytes / (double)in->records : 0.0);
+    int64_t fmts[4] = {0}, counts[256] = {0}, bad = 0;
+    int32_t wmin = 0, wmax = 0, hmin = 0, hmax = 0;
+    for (int64_t i = 0; i < in->records; i++) {
+        const uint8_t *b;
+        size_t len;
+        int32_t lab, w, h;
+        if (dt_dataset_encoded(d, i, &b, &len, &lab, &w, &h) != DT_OK) {
+            if (!bad++) fprintf(stderr, "dtrain data inspect: %s\n", dt_last_error());
+            continue;
+        }
+        fmts[b[0] == 0xFF ? 1 : b[0] == 0x89 ? 2 : b[0] == 'R' ? 3 : 0]++;
+        if (lab >= 0 && lab < 256) counts[lab]++;
+        if (!i || w < wmin) wmin = w;
+        if (!i || w > wmax) wmax = w;
+        if (!i || h < hmin) hmin = h;
+        if (!i || h > hmax) hmax = h;
+    }
+    printf("  %-13s", "formats");
+    for (int f = 1; f < 4; f++) printf(" %s:%" PRId64, fmt_names[f], fmts[f]);
+    printf("\n  %-13s width %d-%d, height %d-%d\n", "sizes", wmin, wmax, hmin, hmax);
+    if (bad) printf("  %-13s %" PRId64 " images in corrupt blocks\n", "corrupt", bad);
+    printf("  %-13s", "labels");
+    for (int c = 0; c < (in->classes > 0 && in->classes <= 256 ? in->classes : 0); c++) {
+        const char *nm = dt_dataset_class_name(d, c);
+        printf(" %d%s%s:%" PRId64, c, nm ? "=" : "", nm ? nm : "", counts[c]);
+    }
+    printf("\n");
 }
 
 static int inspect_one(const char *dir) {
@@ -224,6 +262,8 @@ static int inspect_one(const char *dir) {
         for (int c = 0; c < (in->classes > 0 && in->classes <= 256 ? in->classes : 0); c++)
             printf(" %d:%" PRId64, c, counts[c]);
         printf("\n");
+    } else if (in->kind == DT_DATA_ENCODED) {
+        inspect_encoded(d, in);
     } else {
         printf("  %-13s tokens, uint32%s, vocabulary %" PRId64 ", eot %d, pad %d\n", "kind",
                in->has_mask ? " + loss mask" : "", in->vocab_size, in->eot_id, in->pad_id);

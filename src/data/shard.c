@@ -235,6 +235,10 @@ static const char *sec_name(uint32_t id) {
         return "document offsets";
     case DT_SEC_MASK:
         return "loss mask";
+    case DT_SEC_BLOB:
+        return "encoded bytes";
+    case DT_SEC_IMGINFO:
+        return "image info";
     }
     return "unknown";
 }
@@ -243,10 +247,12 @@ static uint32_t sec_dtype(uint32_t id) {
     switch (id) {
     case DT_SEC_PIXELS:
     case DT_SEC_MASK:
+    case DT_SEC_BLOB:
         return DT_DATA_U8;
     case DT_SEC_LABELS:
         return DT_DATA_I32;
     case DT_SEC_TOKENS:
+    case DT_SEC_IMGINFO:
         return DT_DATA_U32;
     case DT_SEC_OFFSETS:
         return DT_DATA_U64;
@@ -314,6 +320,14 @@ static dt_status check_sections(dt_shard *s) {
             s->mask = p;
             want = h->elements;
             break;
+        case DT_SEC_BLOB:
+            s->blob = p;
+            want = h->elements;
+            break;
+        case DT_SEC_IMGINFO:
+            s->imginfo = p;
+            want = n * 4; /* n <= size / 4: no wrap */
+            break;
         }
         if (c->count != want)
             return dt_error_set(DT_ERR_FORMAT,
@@ -347,9 +361,48 @@ static dt_status check_sections(dt_shard *s) {
         if (!!(h->flags & DT_SHARD_FLAG_MASK) != !!s->mask)
             return dt_error_set(DT_ERR_FORMAT, "%s: flags (byte 60) and loss mask section disagree",
                                 path);
+    } else if (h->kind == DT_DATA_ENCODED) {
+        if (h->dtype != DT_DATA_U8)
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: encoded-image shard dtype %u at byte 20 (expected u8)", path,
+                                h->dtype);
+        if (!s->blob || !s->offsets || !s->labels || !s->imginfo)
+            return dt_error_set(DT_ERR_FORMAT, "%s: encoded-image shard without a %s section", path,
+                                !s->blob      ? "encoded bytes"
+                                : !s->offsets ? "offsets"
+                                : !s->labels  ? "labels"
+                                              : "image info");
     } else {
         return dt_error_set(DT_ERR_FORMAT, "%s: unknown kind %u at byte 16", path, h->kind);
     }
+    if (h->kind != DT_DATA_TOKENS && s->tokens)
+        return dt_error_set(DT_ERR_FORMAT, "%s: a tokens section in a shard of kind %u", path,
+                            h->kind);
+    return DT_OK;
+}
+
+/* Offsets u64 [N + 1] into the main section: from 0, non-decreasing, ending at its size. */
+static dt_status check_offsets(const dt_shard *s, const char *what) {
+    const dt_shard_header *h = &s->h;
+    const dt_shard_section *c = NULL;
+    for (uint32_t i = 0; i < h->n_sections; i++)
+        if (h->sec[i].id == DT_SEC_OFFSETS) c = &h->sec[i];
+    if (s->offsets[0] != 0)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: first %s offset (byte %" PRIu64 ") is %" PRIu64 ", not 0", s->path,
+                            what, c->offset, s->offsets[0]);
+    for (uint64_t i = 0; i < h->records; i++)
+        if (s->offsets[i + 1] < s->offsets[i] || s->offsets[i + 1] > h->elements)
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: %s offset %" PRIu64 " (byte %" PRIu64 ") is %" PRIu64
+                                ": offsets must rise to %" PRIu64,
+                                s->path, what, i + 1, c->offset + 8 * (i + 1), s->offsets[i + 1],
+                                h->elements);
+    if (s->offsets[h->records] != h->elements)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: last %s offset is %" PRIu64 ", the shard has %" PRIu64 " %s",
+                            s->path, what, s->offsets[h->records], h->elements,
+                            h->kind == DT_DATA_TOKENS ? "tokens" : "bytes");
     return DT_OK;
 }
 
@@ -357,25 +410,8 @@ static dt_status check_sections(dt_shard *s) {
 static dt_status check_records(const dt_shard *s, int verify) {
     const dt_shard_header *h = &s->h;
     if (h->kind == DT_DATA_TOKENS) {
-        const dt_shard_section *c = NULL;
-        for (uint32_t i = 0; i < h->n_sections; i++)
-            if (h->sec[i].id == DT_SEC_OFFSETS) c = &h->sec[i];
-        if (s->offsets[0] != 0)
-            return dt_error_set(
-                DT_ERR_FORMAT, "%s: first document offset (byte %" PRIu64 ") is %" PRIu64 ", not 0",
-                s->path, c->offset, s->offsets[0]);
-        for (uint64_t i = 0; i < h->records; i++)
-            if (s->offsets[i + 1] < s->offsets[i] || s->offsets[i + 1] > h->elements)
-                return dt_error_set(DT_ERR_FORMAT,
-                                    "%s: document offset %" PRIu64 " (byte %" PRIu64 ") is %" PRIu64
-                                    ": offsets must rise to %" PRIu64,
-                                    s->path, i + 1, c->offset + 8 * (i + 1), s->offsets[i + 1],
-                                    h->elements);
-        if (s->offsets[h->records] != h->elements)
-            return dt_error_set(DT_ERR_FORMAT,
-                                "%s: last document offset is %" PRIu64 ", the shard has %" PRIu64
-                                " tokens",
-                                s->path, s->offsets[h->records], h->elements);
+        dt_status st = check_offsets(s, "document");
+        if (st) return st;
         if (verify && s->mask)
             for (uint64_t i = 0; i < h->elements; i++)
                 if (s->mask[i] > 1)
@@ -393,6 +429,20 @@ static dt_status check_records(const dt_shard *s, int verify) {
                                     "%s: label of record %" PRIu64 " (byte %" PRIu64
                                     ") is %d, outside [0, %u)",
                                     s->path, i, c->offset + 4 * i, s->labels[i], classes);
+        if (h->kind == DT_DATA_ENCODED) {
+            dt_status st = check_offsets(s, "image");
+            if (st) return st;
+            for (uint32_t i = 0; i < h->n_sections; i++)
+                if (h->sec[i].id == DT_SEC_IMGINFO) c = &h->sec[i];
+            for (uint64_t i = 0; i < h->records; i++) {
+                const uint32_t *r = s->imginfo + 4 * i;
+                if (!r[0] || !r[1] || r[0] > 65535 || r[1] > 65535 || r[2] < 1 || r[2] > 3)
+                    return dt_error_set(DT_ERR_FORMAT,
+                                        "%s: image info of record %" PRIu64 " (byte %" PRIu64
+                                        ") is %ux%u, format %u: sides must be 1-65535, format 1-3",
+                                        s->path, i, c->offset + 16 * i, r[0], r[1], r[2]);
+            }
+        }
     }
     return DT_OK;
 }
@@ -528,7 +578,8 @@ dt_status dt_shard_open(const char *path, int verify, dt_shard *s) {
      * check_records reads them */
     for (uint32_t i = 0; st == DT_OK && i < s->h.n_sections; i++)
         if (s->h.version >= 2 &&
-            (s->h.sec[i].id == DT_SEC_LABELS || s->h.sec[i].id == DT_SEC_OFFSETS))
+            (s->h.sec[i].id == DT_SEC_LABELS || s->h.sec[i].id == DT_SEC_OFFSETS ||
+             s->h.sec[i].id == DT_SEC_IMGINFO))
             st = dt_shard_check(s, s->h.sec[i].offset, s->h.sec[i].bytes);
     if (st == DT_OK && verify && s->h.version >= 2)
         st = dt_shard_check(s, DT_SHARD_HEADER_BYTES, s->h.blocks_offset - DT_SHARD_HEADER_BYTES);

@@ -40,3 +40,4 @@ dt_test(NAME test_image_codec SOURCES data/test_image_codec.c LABELS parity data
         ARGS ${DT_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/tests/ref/ref_image_codec.py
              ${CMAKE_CURRENT_BINARY_DIR} TIMEOUT 120)
 set_tests_properties(test_image_codec PROPERTIES SKIP_RETURN_CODE 77)
+dt_test(NAME test_data_encoded SOURCES data/test_data_encoded.c LABELS unit data TIMEOUT 60)
