@@ -145,6 +145,10 @@ typedef struct dt_import_options {
     const char *doc_separator; /* text: a line equal to this ends a document (NULL: one
                                   document per file) */
     int quiet;                 /* no progress lines on stderr */
+    /* images */
+    int strict;   /* a corrupt or unreadable image fails the import (default: skipped, listed) */
+    int max_side; /* > 0: images whose longer side is over this are re-encoded as JPEG */
+    int threads;  /* threads reading and checking images (0: one per core) */
 } dt_import_options;
 
 void dt_import_options_default(dt_import_options *o);

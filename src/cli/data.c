@@ -33,6 +33,10 @@ static void usage(FILE *f) {
         "  jsonl                 SRC are JSONL files of {\"prompt\", \"response\"[, \"system\"]}\n"
         "                        or {\"messages\": [{\"role\", \"content\"}]}; Llama 3 chat\n"
         "                        template, loss mask on assistant turns only\n"
+        "  images                SRC is an ImageFolder (SRC/<class>/<image>), a folder with\n"
+        "                        train/ and val/ (or test/) ImageFolders, or a list file\n"
+        "                        (.csv: path,label lines; .jsonl: {\"path\", \"label\"});\n"
+        "                        JPEG, PNG, WebP stored as they are\n"
         "import options:\n"
         "  -o, --output DIR      output directory (must not exist)\n"
         "  --val FRACTION        move this fraction of train into DIR/val (default 0)\n"
@@ -42,6 +46,12 @@ static void usage(FILE *f) {
         "  --doc-sep LINE        text: a line equal to LINE ends a document (fortune files: %%)\n"
         "  --shard-mb N          payload megabytes per shard (default 64)\n"
         "  --max-records N       keep at most N records per source split\n"
+        "  --list FILE           images: the list file (instead of SRC)\n"
+        "  --strict              images: a corrupt or unreadable image fails the import\n"
+        "                        (default: listed on stderr and skipped)\n"
+        "  --max-side N          images: re-encode larger images as JPEG (quality 90) with\n"
+        "                        their longer side N\n"
+        "  --threads N           images: threads checking images (default: one per core)\n"
         "  -q, --quiet           no progress lines\n");
 }
 
@@ -118,6 +128,18 @@ static int cmd_import(int argc, char **argv) {
             if (o.shard_bytes <= 0) end = argv[i];
         } else if (!strcmp(a, "--max-records") && has) {
             o.max_records = strtoll(argv[++i], &end, 10);
+        } else if (!strcmp(a, "--list") && has) {
+            srcs[ns++] = argv[++i];
+        } else if (!strcmp(a, "--strict")) {
+            o.strict = 1;
+        } else if (!strcmp(a, "--max-side") && has) {
+            long v = strtol(argv[++i], &end, 10);
+            if (v < 1 || v > 65535) end = argv[i];
+            o.max_side = (int)v;
+        } else if (!strcmp(a, "--threads") && has) {
+            long v = strtol(argv[++i], &end, 10);
+            if (v < 1 || v > 64) end = argv[i];
+            o.threads = (int)v;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             o.quiet = 1;
         } else if (a[0] == '-' && a[1]) {
