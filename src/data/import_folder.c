@@ -41,7 +41,7 @@ static dt_status list_dir(const char *dir, int dirs, dt_strv *out, dt_strv *name
         free(p);
     }
     closedir(d);
-    if (!st) qsort(nm.s, (size_t)nm.n, sizeof *nm.s, dt_strv_cmp);
+    if (!st && nm.n > 1) qsort(nm.s, (size_t)nm.n, sizeof *nm.s, dt_strv_cmp);
     for (int64_t i = 0; !st && i < nm.n; i++)
         if (dt_strv_push(out, dt_path_join(dir, nm.s[i])) ||
             (names && dt_strv_push(names, strdup(nm.s[i]))))
@@ -99,7 +99,7 @@ static dt_status folder_files(const char *root, char *const *names, int32_t clas
         if (!cdir) st = dt_error_set(DT_ERR_NOMEM, "out of memory");
         if (!st && stat(cdir, &sb) == 0 && S_ISDIR(sb.st_mode)) st = walk_dirs(cdir, 0, &dirs);
         free(cdir);
-        if (!st) qsort(dirs.s, (size_t)dirs.n, sizeof *dirs.s, dt_strv_cmp);
+        if (!st && dirs.n > 1) qsort(dirs.s, (size_t)dirs.n, sizeof *dirs.s, dt_strv_cmp);
         for (int64_t i = 0; !st && i < dirs.n; i++) {
             dt_strv files = {0};
             st = list_dir(dirs.s[i], 0, &files, NULL);
@@ -264,7 +264,7 @@ dt_status dt_image_list_file(const char *file, dt_image_list *l) {
         for (int64_t i = 0; !st && i < labels.n; i++)
             if (dt_strv_push(&cls, strdup(labels.s[i])))
                 st = dt_error_set(DT_ERR_NOMEM, "out of memory");
-        if (!st) qsort(cls.s, (size_t)cls.n, sizeof *cls.s, dt_strv_cmp);
+        if (!st && cls.n > 1) qsort(cls.s, (size_t)cls.n, sizeof *cls.s, dt_strv_cmp);
         int64_t u = 0;
         for (int64_t i = 0; i < cls.n; i++) {
             if (u && !strcmp(cls.s[u - 1], cls.s[i])) {
