@@ -1,5 +1,5 @@
-/* Fuzz target: a dataset shard file (src/data/shard.c: the 256-byte header, its section table,
- * document offsets, labels, loss mask).
+/* Fuzz target: a dataset shard file (src/data/shard.c, shard_read.c: the 256-byte header, its
+ * section table, document offsets, labels, loss mask).
  *
  * Input: one control byte, then the shard file. Both the header and the payload carry xxh3
  * checksums that random bytes never match, so the control byte lets the fuzzer past them:
