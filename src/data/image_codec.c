@@ -131,8 +131,6 @@ static dt_status jpeg_header(tjhandle tj, const uint8_t *buf, size_t len, int *w
     int sub;
     if (tjDecompressHeader3(tj, buf, (unsigned long)len, w, h, &sub, cs) != 0)
         return dt_error_set(DT_ERR_FORMAT, "jpeg: %s", tjGetErrorStr2(tj));
-    if (*cs == TJCS_CMYK || *cs == TJCS_YCCK)
-        return dt_error_set(DT_ERR_FORMAT, "jpeg: CMYK/YCCK colour is not supported");
     if ((int64_t)*w * *h > DT_IMAGE_MAX_PIXELS)
         return dt_error_set(DT_ERR_RANGE, "jpeg: %dx%d is over the 64 Mi pixel limit", *w, *h);
     return DT_OK;
@@ -154,7 +152,7 @@ dt_status dt_image_probe(const uint8_t *buf, size_t len, dt_image_info *out) {
         out->orientation = jpeg_orientation(buf, len);
         out->width = out->orientation >= 5 ? h : w;
         out->height = out->orientation >= 5 ? w : h;
-        out->channels = cs == TJCS_GRAY ? 1 : 3;
+        out->channels = cs == TJCS_GRAY ? 1 : cs == TJCS_CMYK || cs == TJCS_YCCK ? 4 : 3;
     } else if (f == DT_IMAGE_PNG) {
         st = dt_png_probe(buf, len, out);
     } else if (f == DT_IMAGE_WEBP) {
@@ -186,6 +184,19 @@ void dt_image_decoded_size(const dt_image_info *info, int d, int32_t *w, int32_t
 
 /* ---- decode ---- */
 
+/* CMYK [n, 4] as libjpeg gives it (YCCK already converted) to RGB [n, 3] as Pillow does: it
+ * reads every CMYK JPEG inverted (rawmode "CMYK;I", Adobe's convention), then converts with
+ * r = 255 - k' - c' (255 - k') / 255 (rounded as its MULDIV255), c' = 255 - c, k' = 255 - k. */
+static void cmyk_to_rgb(const uint8_t *cmyk, size_t n, uint8_t *rgb) {
+    for (size_t i = 0; i < n; i++) {
+        int nk = cmyk[4 * i + 3]; /* 255 - k' */
+        for (int c = 0; c < 3; c++) {
+            int t = (255 - cmyk[4 * i + c]) * nk + 128, v = nk - (((t >> 8) + t) >> 8);
+            rgb[3 * i + c] = (uint8_t)(v < 0 ? 0 : v);
+        }
+    }
+}
+
 static dt_status decode_jpeg(const uint8_t *buf, size_t len, int d, uint8_t *rgb, size_t cap,
                              int32_t *ow, int32_t *oh) {
     tjhandle tj = tjInitDecompress();
@@ -194,20 +205,24 @@ static dt_status decode_jpeg(const uint8_t *buf, size_t len, int d, uint8_t *rgb
     dt_status st = jpeg_header(tj, buf, len, &w, &h, &cs);
     tjscalingfactor sf = {1, d};
     int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
-    int o = st ? 1 : jpeg_orientation(buf, len);
-    uint8_t *tmp = NULL;
-    if (!st && (size_t)sw * sh * 3 > cap)
+    int o = st ? 1 : jpeg_orientation(buf, len), cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
+    size_t n = (size_t)sw * sh;
+    uint8_t *tmp = NULL, *raw = NULL;
+    if (!st && n * 3 > cap)
         st = dt_error_set(DT_ERR_RANGE, "jpeg: %dx%d needs %zu bytes, the buffer has %zu", sw, sh,
-                          (size_t)sw * sh * 3, cap);
-    if (!st && o != 1 && !(tmp = malloc((size_t)sw * sh * 3)))
+                          n * 3, cap);
+    if (!st && ((o != 1 && !(tmp = malloc(n * 3))) || (cmyk && !(raw = malloc(n * 4)))))
         st = dt_error_set(DT_ERR_NOMEM, "jpeg: out of memory for %dx%d", sw, sh);
     /* flags 0: libjpeg's defaults, islow DCT and fancy upsampling, as Pillow decodes. A warning
      * (truncated data, corrupt entropy codes) also fails: libjpeg would fill the rest grey. */
-    if (!st &&
-        tjDecompress2(tj, buf, (unsigned long)len, tmp ? tmp : rgb, sw, 0, sh, TJPF_RGB, 0) != 0)
+    uint8_t *dst = tmp ? tmp : rgb;
+    if (!st && tjDecompress2(tj, buf, (unsigned long)len, cmyk ? raw : dst, sw, 0, sh,
+                             cmyk ? TJPF_CMYK : TJPF_RGB, 0) != 0)
         st = dt_error_set(DT_ERR_FORMAT, "jpeg: %s", tjGetErrorStr2(tj));
     tjDestroy(tj);
+    if (!st && cmyk) cmyk_to_rgb(raw, n, dst);
     if (!st && tmp) orient(tmp, sw, sh, o, rgb);
+    free(raw);
     free(tmp);
     if (st) return st;
     *ow = o >= 5 ? sh : sw, *oh = o >= 5 ? sw : sh;

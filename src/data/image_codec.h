@@ -5,7 +5,8 @@
  * Image.open(f) then ImageOps.exif_transpose and convert("RGB"), so that pixels are equal:
  *   - JPEG: libjpeg-turbo with its defaults (islow DCT, fancy upsampling), as Pillow; grayscale
  *     expanded to RGB; the EXIF orientation (IFD0 tag 0x0112 of the first APP1 "Exif" segment)
- *     applied as exif_transpose does. CMYK / YCCK JPEGs are refused (unsupported).
+ *     applied as exif_transpose does. CMYK / YCCK JPEGs converted as Pillow does (read inverted,
+ *     r = (255 - c)(255 - k) / 255 with its rounding; see image_codec.c).
  *   - PNG: palette expanded, grayscale replicated, alpha dropped (not composited); 16-bit
  *     samples reduced as Pillow does: RGB, RGBA and gray+alpha keep the high byte (v >> 8),
  *     16-bit gray without alpha (Pillow's mode I;16) is clipped, min(v, 255). No gamma applied.

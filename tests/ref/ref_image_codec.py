@@ -2,7 +2,7 @@
 
 usage: ref_image_codec.py OUT_DIR
 Writes photo-like images (gradients, noise, shapes; odd sizes) as JPEG (baseline, progressive,
-4:2:0 / 4:2:2 / 4:4:4, grayscale, every EXIF orientation 1-8), PNG (8-bit RGB, RGBA, gray,
+4:2:0 / 4:2:2 / 4:4:4, grayscale, CMYK, every EXIF orientation 1-8), PNG (8-bit RGB, RGBA, gray,
 gray+alpha, palette with and without transparency, 1-bit, 16-bit RGB / RGBA / gray) and WebP
 (lossless and lossy, with and without alpha), and for each the RGB array torchvision's default
 loader would see: Image.open, ImageOps.exif_transpose, convert("RGB"); for some JPEGs also the
@@ -77,6 +77,8 @@ for i, (w, h) in enumerate([(64, 48), (37, 23), (101, 77), (1, 1), (17, 250)]):
     ref(f"j422_{i}.jpg", save(im, "JPEG", quality=75, subsampling=1), 0)
     ref(f"jprog_{i}.jpg", save(im, "JPEG", quality=80, progressive=True), 0, scaled)
     ref(f"jgray_{i}.jpg", save(im.convert("L"), "JPEG", quality=88), 0, scaled)
+for i, (w, h) in enumerate([(45, 31), (64, 64)]):  # CMYK (Pillow writes Adobe-inverted CMYK)
+    ref(f"jcmyk_{i}.jpg", save(photo(w, h).convert("CMYK"), "JPEG", quality=85), 0, (1, 2, 4))
 ref("jrestart.jpg", save(photo(90, 70), "JPEG", quality=70, restart_marker_blocks=2), 0)
 for o in range(1, 9):
     ex = Image.Exif()
