@@ -160,18 +160,19 @@ static dt_status write_split(dt_import *im, const dt_image_list *l, const uint8_
         run_window(&j, nt);
         for (int64_t i = 0; i < j.hi - lo; i++) {
             result *r = &res[i];
-            const char *path = l->e[lo + i].path;
+            const char *path = l->e[lo + i].path, *why = r->why;
+            size_t pl = strlen(path); /* a read error names the file already */
+            if (!strncmp(why, path, pl) && !strncmp(why + pl, ": ", 2)) why += pl + 2;
             if (!st && r->kind == RES_OK) {
                 int v = val && val[lo + i];
                 st = dt_dataset_writer_add_encoded(v ? so->wv : so->w, r->bytes, r->len,
                                                    l->e[lo + i].label, r->w, r->h, r->fmt);
                 so->n += !v, so->nv += v;
             } else if (!st && r->kind == RES_BAD && o->strict) {
-                st = dt_error_set(DT_ERR_FORMAT, "%s: %s (--strict: nothing imported)", path,
-                                  r->why);
+                st = dt_error_set(DT_ERR_FORMAT, "%s: %s (--strict: nothing imported)", path, why);
             } else if (!st) {
                 /* listed even when quiet: a skipped image changes what is trained on */
-                fprintf(stderr, "import images: skipped %s: %s\n", path, r->why);
+                fprintf(stderr, "import images: skipped %s: %s\n", path, why);
                 so->bad += r->kind == RES_BAD, so->not_image += r->kind == RES_NOT_IMAGE;
             }
             free(r->bytes);
