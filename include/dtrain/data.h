@@ -5,7 +5,9 @@
  * payload of 64-byte-aligned sections (src/data/shard.h gives the byte layout):
  *   image shards: pixels uint8 [N, H, W, C] and labels int32 [N];
  *   token shards: tokens uint32 [T], document offsets uint64 [N + 1] into the tokens, and for
- *                 instruction data a loss mask uint8 [T] (1 where the token is trained on).
+ *                 instruction data a loss mask uint8 [T] (1 where the token is trained on);
+ *   encoded-image shards: the image files' bytes uint8 [E], offsets uint64 [N + 1] into them,
+ *                 labels int32 [N] and per image uint32 [N, 4] (width, height, format, flags).
  * The header carries magic, version, kind, dtype, record count, record shape, section table,
  * and the xxh3-64 checksums of the payload and of the header itself. The manifest lists every
  * shard with its size and payload checksum; the dataset fingerprint is the xxh3-64 of the
@@ -35,7 +37,13 @@ extern "C" {
 #define DT_SHARD_HEADER_BYTES 256u
 #define DT_MANIFEST_NAME "manifest.json"
 
-typedef enum dt_data_kind { DT_DATA_IMAGE = 1, DT_DATA_TOKENS = 2 } dt_data_kind;
+/* DT_DATA_ENCODED: image files (JPEG, PNG, WebP) of any size stored as they are, with a label
+ * and their width and height: decoded when read (src/data/image_codec.h). */
+typedef enum dt_data_kind {
+    DT_DATA_IMAGE = 1,
+    DT_DATA_TOKENS = 2,
+    DT_DATA_ENCODED = 3
+} dt_data_kind;
 
 /* Element types stored in shards. */
 typedef enum dt_data_dtype {
@@ -50,7 +58,8 @@ typedef struct dt_dataset_info {
     dt_data_kind kind;
     int64_t records;                 /* images, or documents */
     int32_t height, width, channels; /* image datasets */
-    int32_t classes;                 /* image datasets: labels are in [0, classes) */
+    int32_t classes;                 /* image and encoded: labels are in [0, classes) */
+    int64_t bytes;                   /* encoded datasets: total bytes of the image files */
     int64_t tokens;                  /* token datasets: total tokens */
     int64_t vocab_size;              /* token datasets: every token id is < vocab_size */
     int32_t has_mask;                /* token datasets: a loss mask is stored */
@@ -78,6 +87,13 @@ dt_status dt_dataset_verify(const char *dir);
 /* Image i: pointer to its H*W*C uint8 pixels (HWC) inside the mapping; *label gets its label.
  * NULL if i is out of range or the dataset is not an image dataset. */
 const uint8_t *dt_dataset_image(const dt_dataset *d, int64_t i, int32_t *label);
+/* Encoded image i: its file bytes inside the mapping, label, width and height (after the EXIF
+ * orientation). The payload blocks it lies in are checked against their checksums the first
+ * time they are touched: a corrupt one is DT_ERR_FORMAT naming the shard and byte range. */
+dt_status dt_dataset_encoded(const dt_dataset *d, int64_t i, const uint8_t **bytes, size_t *len,
+                             int32_t *label, int32_t *w, int32_t *h);
+/* Class k's name (encoded datasets, from the manifest; ImageFolder order), NULL if none. */
+const char *dt_dataset_class_name(const dt_dataset *d, int32_t k);
 /* Document i: its tokens, its loss mask (NULL when the dataset has none) and its length. */
 dt_status dt_dataset_doc(const dt_dataset *d, int64_t i, const uint32_t **tokens,
                          const uint8_t **mask, int64_t *len);
@@ -90,12 +106,13 @@ typedef struct dt_dataset_writer dt_dataset_writer;
 
 typedef struct dt_dataset_spec {
     dt_data_kind kind;
-    int32_t height, width, channels, classes; /* image datasets */
+    int32_t height, width, channels, classes; /* image datasets (encoded: classes only) */
     int64_t vocab_size;                       /* token datasets */
     int32_t has_mask, eot_id, pad_id;         /* token datasets */
     int64_t shard_bytes;                      /* payload bytes per shard (0: 64 MiB) */
     const char *name, *split;                 /* recorded in the manifest */
     const char *extra_json;                   /* optional JSON object merged as "meta" */
+    const char *const *class_names;           /* encoded: `classes` names (or NULL) */
 } dt_dataset_spec;
 
 /* Starts a dataset in `dir`, which must not exist: everything is written to a temporary
@@ -105,6 +122,10 @@ dt_status dt_dataset_writer_open(const char *dir, const dt_dataset_spec *spec,
                                  dt_dataset_writer **out);
 /* One image: H*W*C uint8 pixels in HWC order and its label. */
 dt_status dt_dataset_writer_add_image(dt_dataset_writer *w, const uint8_t *hwc, int32_t label);
+/* One encoded image: the file's bytes (JPEG, PNG or WebP), its label, displayed width and
+ * height and format (1 JPEG, 2 PNG, 3 WebP, as src/data/image_codec.h). */
+dt_status dt_dataset_writer_add_encoded(dt_dataset_writer *w, const uint8_t *bytes, size_t len,
+                                        int32_t label, int32_t width, int32_t height, int32_t fmt);
 /* One document of n tokens; mask (n bytes, 0/1) is required iff the spec has has_mask. */
 dt_status dt_dataset_writer_add_doc(dt_dataset_writer *w, const uint32_t *tokens,
                                     const uint8_t *mask, int64_t n);
@@ -124,6 +145,10 @@ typedef struct dt_import_options {
     const char *doc_separator; /* text: a line equal to this ends a document (NULL: one
                                   document per file) */
     int quiet;                 /* no progress lines on stderr */
+    /* images */
+    int strict;   /* a corrupt or unreadable image fails the import (default: skipped, listed) */
+    int max_side; /* > 0: images whose longer side is over this are re-encoded as JPEG */
+    int threads;  /* threads reading and checking images (0: one per core) */
 } dt_import_options;
 
 void dt_import_options_default(dt_import_options *o);

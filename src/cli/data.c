@@ -33,6 +33,10 @@ static void usage(FILE *f) {
         "  jsonl                 SRC are JSONL files of {\"prompt\", \"response\"[, \"system\"]}\n"
         "                        or {\"messages\": [{\"role\", \"content\"}]}; Llama 3 chat\n"
         "                        template, loss mask on assistant turns only\n"
+        "  images                SRC is an ImageFolder (SRC/<class>/<image>), a folder with\n"
+        "                        train/ and val/ (or test/) ImageFolders, or a list file\n"
+        "                        (.csv: path,label lines; .jsonl: {\"path\", \"label\"});\n"
+        "                        JPEG, PNG, WebP stored as they are\n"
         "import options:\n"
         "  -o, --output DIR      output directory (must not exist)\n"
         "  --val FRACTION        move this fraction of train into DIR/val (default 0)\n"
@@ -42,6 +46,12 @@ static void usage(FILE *f) {
         "  --doc-sep LINE        text: a line equal to LINE ends a document (fortune files: %%)\n"
         "  --shard-mb N          payload megabytes per shard (default 64)\n"
         "  --max-records N       keep at most N records per source split\n"
+        "  --list FILE           images: the list file (instead of SRC)\n"
+        "  --strict              images: a corrupt or unreadable image fails the import\n"
+        "                        (default: listed on stderr and skipped)\n"
+        "  --max-side N          images: re-encode larger images as JPEG (quality 90) with\n"
+        "                        their longer side N\n"
+        "  --threads N           images: threads checking images (default: one per core)\n"
         "  -q, --quiet           no progress lines\n");
 }
 
@@ -118,6 +128,18 @@ static int cmd_import(int argc, char **argv) {
             if (o.shard_bytes <= 0) end = argv[i];
         } else if (!strcmp(a, "--max-records") && has) {
             o.max_records = strtoll(argv[++i], &end, 10);
+        } else if (!strcmp(a, "--list") && has) {
+            srcs[ns++] = argv[++i];
+        } else if (!strcmp(a, "--strict")) {
+            o.strict = 1;
+        } else if (!strcmp(a, "--max-side") && has) {
+            long v = strtol(argv[++i], &end, 10);
+            if (v < 1 || v > 65535) end = argv[i];
+            o.max_side = (int)v;
+        } else if (!strcmp(a, "--threads") && has) {
+            long v = strtol(argv[++i], &end, 10);
+            if (v < 1 || v > 64) end = argv[i];
+            o.threads = (int)v;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             o.quiet = 1;
         } else if (a[0] == '-' && a[1]) {
@@ -157,7 +179,9 @@ static int cmd_import(int argc, char **argv) {
         if (dt_dataset_open(splits[i], 0, &d)) continue;
         const dt_dataset_info *in = dt_dataset_get_info(d);
         printf("%s: %" PRId64 " %s", splits[i], in->records,
-               in->kind == DT_DATA_IMAGE ? "images" : "documents");
+               in->kind == DT_DATA_TOKENS ? "documents" : "images");
+        if (in->kind == DT_DATA_ENCODED)
+            printf(" (%d classes, %" PRId64 " bytes)", in->classes, in->bytes);
         if (in->kind == DT_DATA_TOKENS) printf(", %" PRId64 " tokens", in->tokens);
         printf(", fingerprint %s\n", in->fingerprint);
         dt_dataset_close(d);
@@ -189,6 +213,42 @@ static void print_meta(const char *dir) {
     }
     free(b);
     fclose(f);
+}
+
+/* Encoded images: formats, sizes and the labels per class (with the class names). */
+static void inspect_encoded(dt_dataset *d, const dt_dataset_info *in) {
+    static const char *const fmt_names[4] = {"?", "jpeg", "png", "webp"};
+    printf("  %-13s encoded-image (JPEG/PNG/WebP files as stored), %d classes\n", "kind",
+           in->classes);
+    printf("  %-13s %" PRId64 " (%" PRId64 " bytes, mean %.0f)\n", "images", in->records, in->bytes,
+           in->records ? (double)in->bytes / (double)in->records : 0.0);
+    int64_t fmts[4] = {0}, counts[256] = {0}, bad = 0;
+    int32_t wmin = 0, wmax = 0, hmin = 0, hmax = 0;
+    for (int64_t i = 0; i < in->records; i++) {
+        const uint8_t *b;
+        size_t len;
+        int32_t lab, w, h;
+        if (dt_dataset_encoded(d, i, &b, &len, &lab, &w, &h) != DT_OK) {
+            if (!bad++) fprintf(stderr, "dtrain data inspect: %s\n", dt_last_error());
+            continue;
+        }
+        fmts[b[0] == 0xFF ? 1 : b[0] == 0x89 ? 2 : b[0] == 'R' ? 3 : 0]++;
+        if (lab >= 0 && lab < 256) counts[lab]++;
+        if (!i || w < wmin) wmin = w;
+        if (!i || w > wmax) wmax = w;
+        if (!i || h < hmin) hmin = h;
+        if (!i || h > hmax) hmax = h;
+    }
+    printf("  %-13s", "formats");
+    for (int f = 1; f < 4; f++) printf(" %s:%" PRId64, fmt_names[f], fmts[f]);
+    printf("\n  %-13s width %d-%d, height %d-%d\n", "sizes", wmin, wmax, hmin, hmax);
+    if (bad) printf("  %-13s %" PRId64 " images in corrupt blocks\n", "corrupt", bad);
+    printf("  %-13s", "labels");
+    for (int c = 0; c < (in->classes > 0 && in->classes <= 256 ? in->classes : 0); c++) {
+        const char *nm = dt_dataset_class_name(d, c);
+        printf(" %d%s%s:%" PRId64, c, nm ? "=" : "", nm ? nm : "", counts[c]);
+    }
+    printf("\n");
 }
 
 static int inspect_one(const char *dir) {
@@ -224,6 +284,8 @@ static int inspect_one(const char *dir) {
         for (int c = 0; c < (in->classes > 0 && in->classes <= 256 ? in->classes : 0); c++)
             printf(" %d:%" PRId64, c, counts[c]);
         printf("\n");
+    } else if (in->kind == DT_DATA_ENCODED) {
+        inspect_encoded(d, in);
     } else {
         printf("  %-13s tokens, uint32%s, vocabulary %" PRId64 ", eot %d, pad %d\n", "kind",
                in->has_mask ? " + loss mask" : "", in->vocab_size, in->eot_id, in->pad_id);

@@ -12,7 +12,18 @@
 #include "core/file.h"
 #include "core/json.h"
 
-uint64_t dt_dataset_fingerprint(const dt_dataset_info *info, const char *shard_lines) {
+char *dt_dataset_names_line(const char *const *names, int32_t n) {
+    size_t len = 1;
+    for (int32_t k = 0; names && k < n; k++) len += strlen(names[k]) + 1;
+    char *s = malloc(len), *p = s;
+    if (!s) return NULL;
+    for (int32_t k = 0; names && k < n; k++) p += sprintf(p, "%s\n", names[k]);
+    *p = 0;
+    return s;
+}
+
+uint64_t dt_dataset_fingerprint(const dt_dataset_info *info, const char *names,
+                                const char *shard_lines) {
     char head[256];
     int n = snprintf(head, sizeof head,
                      "dtrain-dataset/1 kind=%d hwc=%dx%dx%d classes=%d vocab=%" PRId64 " mask=%d\n",
@@ -22,34 +33,14 @@ uint64_t dt_dataset_fingerprint(const dt_dataset_info *info, const char *shard_l
     if (!st) return 0;
     XXH3_64bits_reset(st);
     XXH3_64bits_update(st, head, (size_t)n);
+    if (*names) {
+        XXH3_64bits_update(st, "classes\n", 8);
+        XXH3_64bits_update(st, names, strlen(names));
+    }
     XXH3_64bits_update(st, shard_lines, strlen(shard_lines));
     uint64_t h = XXH3_64bits_digest(st);
     XXH3_freeState(st);
     return h;
-}
-
-static int find_le(const int64_t *start, int n, int64_t x) {
-    /* Largest s with start[s] <= x, over s in [0, n). */
-    int lo = 0, hi = n - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (start[mid] <= x)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
-}
-
-int dt_dataset_shard_of_record(const dt_dataset *d, int64_t i) {
-    return find_le(d->rec_start, d->n_shards, i);
-}
-int dt_dataset_shard_of_token(const dt_dataset *d, int64_t t) {
-    /* Empty token shards share a start; take the last one that starts at or before t and is
-     * non-empty by scanning forward from the binary-search result. */
-    int s = find_le(d->tok_start, d->n_shards, t);
-    while (s + 1 < d->n_shards && d->tok_start[s + 1] <= t) s++;
-    return s;
 }
 
 /* ---- manifest parsing ---- */
@@ -117,6 +108,10 @@ static dt_status parse_info(const mctx *m, const cJSON *root, dt_dataset_info *i
     static const char *const top_tokens[] = {"format", "version", "kind",   "name",
                                              "split",  "records", "tokens", "fingerprint",
                                              "shards", "meta",    NULL};
+    static const char *const top_encoded[] = {"format", "version", "kind",    "name",
+                                              "split",  "records", "encoded", "fingerprint",
+                                              "shards", "meta",    NULL};
+    static const char *const encoded_keys[] = {"classes", "bytes", "class_names", NULL};
     static const char *const image_keys[] = {"height",  "width",  "channels",
                                              "classes", "layout", NULL};
     static const char *const token_keys[] = {"count",  "vocab_size", "has_mask",
@@ -136,10 +131,16 @@ static dt_status parse_info(const mctx *m, const cJSON *root, dt_dataset_info *i
         info->kind = DT_DATA_IMAGE;
     else if (!strcmp(s, "tokens"))
         info->kind = DT_DATA_TOKENS;
+    else if (!strcmp(s, "encoded-image"))
+        info->kind = DT_DATA_ENCODED;
     else
-        return dt_error_set(DT_ERR_FORMAT, "%s: \"kind\" is \"%s\" (expected image or tokens)",
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: \"kind\" is \"%s\" (expected image, tokens or encoded-image)",
                             m->file, s);
-    if ((st = known_keys(m, root, "", info->kind == DT_DATA_IMAGE ? top_image : top_tokens)))
+    if ((st = known_keys(m, root, "",
+                         info->kind == DT_DATA_IMAGE    ? top_image
+                         : info->kind == DT_DATA_TOKENS ? top_tokens
+                                                        : top_encoded)))
         return st;
     if ((st = get_int(m, root, "records", "records", 0, &info->records))) return st;
     s = "";
@@ -150,7 +151,19 @@ static dt_status parse_info(const mctx *m, const cJSON *root, dt_dataset_info *i
     snprintf(info->split, sizeof info->split, "%s", s);
     const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "meta");
     if (meta && !cJSON_IsObject(meta)) return bad_key(m, "meta", "an object");
-    if (info->kind == DT_DATA_IMAGE) {
+    if (info->kind == DT_DATA_ENCODED) {
+        const cJSON *en = cJSON_GetObjectItemCaseSensitive(root, "encoded");
+        if (!cJSON_IsObject(en)) return bad_key(m, "encoded", "an object");
+        if ((st = known_keys(m, en, "encoded", encoded_keys))) return st;
+        int64_t k;
+        if ((st = get_int(m, en, "classes", "encoded.classes", 0, &k)) ||
+            (st = get_int(m, en, "bytes", "encoded.bytes", 0, &info->bytes)))
+            return st;
+        if (k > INT32_MAX)
+            return dt_error_set(DT_ERR_FORMAT, "%s: encoded.classes %" PRId64 " is over %d",
+                                m->file, k, INT32_MAX);
+        info->classes = (int32_t)k;
+    } else if (info->kind == DT_DATA_IMAGE) {
         const cJSON *im = cJSON_GetObjectItemCaseSensitive(root, "image");
         if (!cJSON_IsObject(im)) return bad_key(m, "image", "an object");
         if ((st = known_keys(m, im, "image", image_keys))) return st;
@@ -203,6 +216,30 @@ static dt_status parse_info(const mctx *m, const cJSON *root, dt_dataset_info *i
                                 m->file, eot >= lim ? "eot_id" : "pad_id", eot >= lim ? eot : pad,
                                 lim);
         info->eot_id = (int32_t)eot, info->pad_id = (int32_t)pad;
+    }
+    return DT_OK;
+}
+
+/* encoded.class_names: absent, or an array of `classes` strings. */
+static dt_status parse_names(const mctx *m, const cJSON *root, dt_dataset *d) {
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(root, "encoded");
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(en, "class_names");
+    if (!a) return DT_OK;
+    int32_t k = d->info.classes;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != k)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "%s: encoded.class_names is not an array of %d names (one per class)",
+                            m->file, k);
+    d->class_names = calloc((size_t)k + 1, sizeof *d->class_names);
+    if (!d->class_names) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", m->file);
+    int32_t i = 0;
+    for (const cJSON *e = a->child; e; e = e->next, i++) {
+        if (!cJSON_IsString(e) || strchr(e->valuestring, '\n'))
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: encoded.class_names[%d] is not a string without newlines",
+                                m->file, i);
+        if (!(d->class_names[i] = strdup(e->valuestring)))
+            return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", m->file);
     }
     return DT_OK;
 }
@@ -321,6 +358,7 @@ static dt_status open_shards(dt_dataset *d, const mctx *m, const cJSON *shards, 
                                 " records (byte 24)",
                                 m->file, i, recs, s->path, h->records);
         if ((int)h->kind != (int)in->kind ||
+            (in->kind == DT_DATA_ENCODED && h->shape[3] != (uint32_t)in->classes) ||
             (in->kind == DT_DATA_IMAGE &&
              (h->shape[0] != (uint32_t)in->height || h->shape[1] != (uint32_t)in->width ||
               h->shape[2] != (uint32_t)in->channels || h->shape[3] != (uint32_t)in->classes)) ||
@@ -338,8 +376,9 @@ static dt_status open_shards(dt_dataset *d, const mctx *m, const cJSON *shards, 
                                         s->path, t, s->tokens[t], in->vocab_size);
         }
         d->rec_start[i + 1] = d->rec_start[i] + recs;
+        /* tok_start counts tokens, or (encoded) bytes of image files */
         d->tok_start[i + 1] =
-            d->tok_start[i] + (in->kind == DT_DATA_TOKENS ? (int64_t)h->elements : 0);
+            d->tok_start[i] + (in->kind != DT_DATA_IMAGE ? (int64_t)h->elements : 0);
         lpos +=
             (size_t)snprintf(lines + lpos, 64, "%" PRId64 " %" PRId64 " %s\n", recs, bytes, hex);
     }
@@ -355,7 +394,7 @@ dt_status dt_dataset_open(const char *dir, int flags, dt_dataset **out) {
     uint8_t *text = NULL;
     size_t len = 0;
     cJSON *root = NULL;
-    char *lines = NULL;
+    char *lines = NULL, *names = NULL;
     dt_status st = DT_OK;
     if (!d->dir || !mpath) {
         st = dt_error_set(DT_ERR_NOMEM, "out of memory");
@@ -375,6 +414,7 @@ dt_status dt_dataset_open(const char *dir, int flags, dt_dataset **out) {
     }
     mctx m = {mpath};
     if ((st = parse_info(&m, root, &d->info))) goto done;
+    if (d->info.kind == DT_DATA_ENCODED && (st = parse_names(&m, root, d))) goto done;
     const cJSON *shards = cJSON_GetObjectItemCaseSensitive(root, "shards");
     if (!cJSON_IsArray(shards)) {
         st = bad_key(&m, "shards", "an array");
@@ -394,9 +434,21 @@ dt_status dt_dataset_open(const char *dir, int flags, dt_dataset **out) {
                           in->tokens, d->tok_start[d->n_shards]);
         goto done;
     }
+    if (in->kind == DT_DATA_ENCODED && d->tok_start[d->n_shards] != in->bytes) {
+        st = dt_error_set(DT_ERR_FORMAT,
+                          "%s: \"encoded.bytes\" is %" PRId64 ", the shards hold %" PRId64, mpath,
+                          in->bytes, d->tok_start[d->n_shards]);
+        goto done;
+    }
     const char *fp = "";
     if ((st = get_str(&m, root, "fingerprint", "fingerprint", &fp))) goto done;
-    dt_hex64(dt_dataset_fingerprint(in, lines), in->fingerprint);
+    names = dt_dataset_names_line((const char *const *)d->class_names,
+                                  d->class_names ? in->classes : 0);
+    if (!names) {
+        st = dt_error_set(DT_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    dt_hex64(dt_dataset_fingerprint(in, names, lines), in->fingerprint);
     if (strcmp(fp, in->fingerprint)) {
         st = dt_error_set(DT_ERR_FORMAT, "%s: fingerprint \"%s\" does not match the content (%s)",
                           mpath, fp, in->fingerprint);
@@ -405,6 +457,7 @@ dt_status dt_dataset_open(const char *dir, int flags, dt_dataset **out) {
     d->hwc = (int64_t)in->height * in->width * in->channels;
 done:
     free(lines);
+    free(names);
     cJSON_Delete(root);
     free(text);
     free(mpath);
@@ -422,6 +475,8 @@ void dt_dataset_close(dt_dataset *d) {
     free(d->shards);
     free(d->rec_start);
     free(d->tok_start);
+    for (int32_t k = 0; d->class_names && d->class_names[k]; k++) free(d->class_names[k]);
+    free(d->class_names);
     free(d->dir);
     free(d);
 }
@@ -435,60 +490,4 @@ dt_status dt_dataset_verify(const char *dir) {
     dt_status st = dt_dataset_open(dir, DT_DATA_VERIFY, &d);
     if (st == DT_OK) dt_dataset_close(d);
     return st;
-}
-
-const uint8_t *dt_dataset_image(const dt_dataset *d, int64_t i, int32_t *label) {
-    if (d->info.kind != DT_DATA_IMAGE || i < 0 || i >= d->info.records) return NULL;
-    int s = dt_dataset_shard_of_record(d, i);
-    int64_t j = i - d->rec_start[s];
-    if (label) *label = d->shards[s].labels[j];
-    return d->shards[s].pixels + j * d->hwc;
-}
-
-dt_status dt_dataset_doc(const dt_dataset *d, int64_t i, const uint32_t **tokens,
-                         const uint8_t **mask, int64_t *len) {
-    if (d->info.kind != DT_DATA_TOKENS)
-        return dt_error_set(DT_ERR_INVALID, "%s: dt_dataset_doc on an image dataset", d->dir);
-    if (i < 0 || i >= d->info.records)
-        return dt_error_set(DT_ERR_RANGE, "%s: document %" PRId64 " out of range [0, %" PRId64 ")",
-                            d->dir, i, d->info.records);
-    int s = dt_dataset_shard_of_record(d, i);
-    const dt_shard *sh = &d->shards[s];
-    int64_t j = i - d->rec_start[s];
-    uint64_t a = sh->offsets[j], b = sh->offsets[j + 1];
-    *tokens = sh->tokens + a;
-    if (mask) *mask = sh->mask ? sh->mask + a : NULL;
-    *len = (int64_t)(b - a);
-    return DT_OK;
-}
-
-int dt_dataset_shard_count(const dt_dataset *d) {
-    return d->n_shards;
-}
-const char *dt_dataset_shard_path(const dt_dataset *d, int s) {
-    return s >= 0 && s < d->n_shards ? d->shards[s].path : NULL;
-}
-
-dt_status dt_dataset_check_image(const dt_dataset *d, int64_t i) {
-    int s = dt_dataset_shard_of_record(d, i);
-    dt_shard *sh = &d->shards[s];
-    int64_t j = i - d->rec_start[s];
-    uint64_t px = (uint64_t)(sh->pixels - sh->map) + (uint64_t)(j * d->hwc);
-    uint64_t lab = (uint64_t)((const uint8_t *)(sh->labels + j) - sh->map);
-    dt_status st = dt_shard_check(sh, px, (uint64_t)d->hwc);
-    return st ? st : dt_shard_check(sh, lab, 4);
-}
-
-dt_status dt_dataset_check_tokens(const dt_dataset *d, int s, int64_t t0, int64_t n) {
-    dt_shard *sh = &d->shards[s];
-    dt_status st = dt_shard_check(sh, (uint64_t)((const uint8_t *)(sh->tokens + t0) - sh->map),
-                                  (uint64_t)n * 4);
-    if (!st && sh->mask) st = dt_shard_check(sh, (uint64_t)(sh->mask + t0 - sh->map), (uint64_t)n);
-    return st;
-}
-
-int64_t dt_dataset_bad_blocks(const dt_dataset *d) {
-    int64_t n = 0;
-    for (int i = 0; i < d->n_shards; i++) n += atomic_load(&d->shards[i].bad_blocks);
-    return n;
 }

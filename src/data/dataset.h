@@ -13,6 +13,7 @@ struct dt_dataset {
     int64_t *rec_start; /* [n_shards + 1] first global record of each shard */
     int64_t *tok_start; /* [n_shards + 1] first global token of each shard (token datasets) */
     int64_t hwc;        /* bytes per image */
+    char **class_names; /* encoded: [classes] from the manifest, or NULL */
 };
 
 /* Shard holding global record i (binary search over rec_start). */
@@ -26,7 +27,11 @@ dt_status dt_dataset_check_image(const dt_dataset *d, int64_t i);
 dt_status dt_dataset_check_tokens(const dt_dataset *d, int s, int64_t t0, int64_t n);
 
 /* The fingerprint over a manifest's content (see data.h). `shard_lines` holds one line
- * "records bytes xxh3hex\n" per shard. */
-uint64_t dt_dataset_fingerprint(const dt_dataset_info *info, const char *shard_lines);
+ * "records bytes xxh3hex\n" per shard; `names` the class names of an encoded dataset, each
+ * ended by '\n' ("" when none: then the fingerprint is what it was before names existed). */
+uint64_t dt_dataset_fingerprint(const dt_dataset_info *info, const char *names,
+                                const char *shard_lines);
+/* Class names joined for the fingerprint ("" for NULL), malloc'd. */
+char *dt_dataset_names_line(const char *const *names, int32_t n);
 
 #endif

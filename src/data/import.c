@@ -25,6 +25,31 @@ void dt_import_note(const dt_import *im, const char *fmt, ...) {
     va_end(ap);
 }
 
+int dt_strv_push(dt_strv *v, char *s) {
+    if (!s) return -1;
+    if (v->n == v->cap) {
+        int64_t c = v->cap ? v->cap * 2 : 64;
+        char **q = realloc(v->s, (size_t)c * sizeof *q);
+        if (!q) {
+            free(s);
+            return -1;
+        }
+        v->s = q, v->cap = c;
+    }
+    v->s[v->n++] = s;
+    return 0;
+}
+
+void dt_strv_free(dt_strv *v) {
+    for (int64_t i = 0; i < v->n; i++) free(v->s[i]);
+    free(v->s);
+    memset(v, 0, sizeof *v);
+}
+
+int dt_strv_cmp(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 uint8_t *dt_import_val_mask(int64_t n, double fraction, uint64_t seed) {
     uint8_t *m = calloc((size_t)(n > 0 ? n : 1), 1);
     if (!m) {
@@ -87,16 +112,16 @@ dt_status dt_data_import(const char *kind, const char *const *srcs, int n_srcs, 
         dt_import_options_default(&defaults);
         opts = &defaults;
     }
-    static const char *kinds[] = {"fashion-mnist", "mnist", "cifar10", "text", "jsonl"};
+    static const char *kinds[] = {"fashion-mnist", "mnist", "cifar10", "text", "jsonl", "images"};
     int k = -1;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         if (!strcmp(kind, kinds[i])) k = i;
     if (k < 0)
         return dt_error_set(DT_ERR_INVALID,
                             "import: unknown kind \"%s\" (fashion-mnist, mnist, "
-                            "cifar10, text, jsonl)",
+                            "cifar10, text, jsonl, images)",
                             kind);
-    if (n_srcs < 1 || (k < 3 && n_srcs != 1))
+    if (n_srcs < 1 || ((k < 3 || k == 5) && n_srcs != 1))
         return dt_error_set(DT_ERR_INVALID, "import %s: %s", kind,
                             n_srcs < 1 ? "no source given" : "takes one source directory");
     if (opts->val_fraction < 0 || opts->val_fraction >= 1)
@@ -129,6 +154,9 @@ dt_status dt_data_import(const char *kind, const char *const *srcs, int n_srcs, 
         break;
     case 3:
         st = dt_import_text(&im, srcs, n_srcs);
+        break;
+    case 5:
+        st = dt_import_images(&im, srcs[0]);
         break;
     default:
         st = dt_import_jsonl(&im, srcs, n_srcs);

@@ -31,6 +31,41 @@ char *dt_import_record(const char *kind, const char *const *srcs, int n_srcs,
                        const dt_import_options *o);
 dt_status dt_import_finish_record(const dt_import *im, const char *const *srcs, int n_srcs);
 
+/* A growing array of malloc'd strings (file paths, names). */
+typedef struct dt_strv {
+    char **s;
+    int64_t n, cap;
+} dt_strv;
+/* Appends s (taking it; freed on failure); -1 when s is NULL or memory runs out. */
+int dt_strv_push(dt_strv *v, char *s);
+void dt_strv_free(dt_strv *v);
+/* qsort comparator of char * elements by strcmp (byte order). */
+int dt_strv_cmp(const void *a, const void *b);
+
+/* import_folder.c: the files of an image import, in order, with labels. */
+typedef struct dt_image_entry {
+    char *path;
+    int32_t label;
+} dt_image_entry;
+typedef struct dt_image_list {
+    dt_image_entry *e;
+    int64_t n, cap;
+    char **names; /* [classes] class names, label k is names[k] */
+    int32_t classes;
+} dt_image_list;
+/* ImageFolder root/<class>/... (torchvision's order; hidden names left out). With classes_of,
+ * the classes are those (a val or test split) and a class folder not among them is an error. */
+dt_status dt_image_folder(const char *root, const dt_image_list *classes_of, dt_image_list *l);
+/* A list file: CSV lines "path,label" (an optional "path,label" header; the label after the
+ * last comma) or, for *.jsonl, {"path": ..., "label": ...}; relative paths are relative to
+ * the list's folder. Labels that are all integers are used as they are; otherwise they are
+ * class names, indexed in sorted order. */
+dt_status dt_image_list_file(const char *file, dt_image_list *l);
+void dt_image_list_free(dt_image_list *l);
+/* import_images.c: `dtrain data import images SRC` (an ImageFolder, a train/val[/test] folder
+ * of them, or a list file). */
+dt_status dt_import_images(dt_import *im, const char *src);
+
 dt_status dt_import_idx(dt_import *im, const char *src, const char *name);
 dt_status dt_import_cifar10(dt_import *im, const char *src);
 dt_status dt_import_text(dt_import *im, const char *const *srcs, int n);

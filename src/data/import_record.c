@@ -71,6 +71,18 @@ char *dt_import_record(const char *kind, const char *const *srcs, int n_srcs,
     cJSON_AddNumberToObject(op, "seed", (double)o->seed);
     cJSON_AddNumberToObject(op, "shard_bytes", (double)o->shard_bytes);
     cJSON_AddNumberToObject(op, "max_records", (double)o->max_records);
+    if (!strcmp(kind, "images")) {
+        cJSON_AddBoolToObject(op, "strict", o->strict);
+        cJSON_AddNumberToObject(op, "max_side", o->max_side);
+        /* a list file names images in and below its folder: their files count too */
+        struct stat sb;
+        if (n_srcs == 1 && stat(srcs[0], &sb) == 0 && S_ISREG(sb.st_mode)) {
+            char *dir = strdup(srcs[0]), *slash = dir ? strrchr(dir, '/') : NULL;
+            if (slash) *slash = 0;
+            if (dir) add_source(arr, slash ? (*dir ? dir : "/") : ".");
+            free(dir);
+        }
+    }
     if (o->doc_separator) cJSON_AddStringToObject(op, "doc_separator", o->doc_separator);
     if (o->tokenizer && *o->tokenizer) {
         uint8_t *data;

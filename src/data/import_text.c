@@ -16,35 +16,6 @@
 
 /* ---- sources ---- */
 
-typedef struct file_list {
-    char **paths;
-    int n, cap;
-} file_list;
-
-static int add_path(file_list *l, char *p) {
-    if (!p) return -1;
-    if (l->n == l->cap) {
-        int c = l->cap ? l->cap * 2 : 16;
-        char **q = realloc(l->paths, (size_t)c * sizeof *q);
-        if (!q) {
-            free(p);
-            return -1;
-        }
-        l->paths = q, l->cap = c;
-    }
-    l->paths[l->n++] = p;
-    return 0;
-}
-
-static void free_list(file_list *l) {
-    for (int i = 0; i < l->n; i++) free(l->paths[i]);
-    free(l->paths);
-}
-
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* A file is binary (skipped in directories, as grep -I does) if its first 8 KiB hold a NUL. */
 static int is_binary(const char *path) {
     FILE *f;
@@ -57,18 +28,20 @@ static int is_binary(const char *path) {
 
 /* Named files as given; directories contribute their regular, non-hidden, non-binary files
  * (no symlinks, no recursion), sorted by name so imports are reproducible. */
-static dt_status collect(const dt_import *im, const char *const *srcs, int n, file_list *out) {
+static dt_status collect(const dt_import *im, const char *const *srcs, int n, dt_strv *out) {
     for (int i = 0; i < n; i++) {
         struct stat st;
         if (stat(srcs[i], &st) != 0)
             return dt_error_set(DT_ERR_IO, "%s: no such file or directory", srcs[i]);
         if (!S_ISDIR(st.st_mode)) {
-            if (add_path(out, strdup(srcs[i]))) return dt_error_set(DT_ERR_NOMEM, "out of memory");
+            if (dt_strv_push(out, strdup(srcs[i])))
+                return dt_error_set(DT_ERR_NOMEM, "out of memory");
             continue;
         }
         DIR *d = opendir(srcs[i]);
         if (!d) return dt_error_set(DT_ERR_IO, "%s: cannot read directory", srcs[i]);
-        int first = out->n, skipped = 0;
+        int64_t first = out->n;
+        int skipped = 0;
         struct dirent *e;
         while ((e = readdir(d))) {
             if (e->d_name[0] == '.') continue;
@@ -79,14 +52,14 @@ static dt_status collect(const dt_import *im, const char *const *srcs, int n, fi
                 free(p);
                 continue;
             }
-            if (add_path(out, p)) {
+            if (dt_strv_push(out, p)) {
                 closedir(d);
                 return dt_error_set(DT_ERR_NOMEM, "out of memory");
             }
         }
         closedir(d);
         if (out->n > first) /* (an empty directory leaves paths NULL) */
-            qsort(out->paths + first, (size_t)(out->n - first), sizeof *out->paths, cmp_str);
+            qsort(out->s + first, (size_t)(out->n - first), sizeof *out->s, dt_strv_cmp);
         if (skipped) dt_import_note(im, "%s: skipped %d binary files", srcs[i], skipped);
     }
     if (!out->n) return dt_error_set(DT_ERR_IO, "import: no input files");
@@ -276,22 +249,22 @@ typedef dt_status (*file_fn)(dt_import *im, doc_sink *s, const char *path, const
 
 static dt_status import_files(dt_import *im, const char *const *srcs, int n, int chat,
                               file_fn file) {
-    file_list files = {0};
+    dt_strv files = {0};
     doc_sink s = {.has_mask = chat};
     char *meta = NULL;
     dt_status st = collect(im, srcs, n, &files);
     if (!st) st = load_tokenizer(im, &s, chat, &meta);
-    for (int f = 0; !st && f < files.n; f++) {
+    for (int64_t f = 0; !st && f < files.n; f++) {
         uint8_t *data;
         size_t len;
-        if ((st = dt_read_file(files.paths[f], 0, &data, &len))) break;
-        st = file(im, &s, files.paths[f], (const char *)data, len);
+        if ((st = dt_read_file(files.s[f], 0, &data, &len))) break;
+        st = file(im, &s, files.s[f], (const char *)data, len);
         free(data);
     }
     if (!st) st = sink_write(im, &s, meta);
     free(meta);
     sink_free(&s);
-    free_list(&files);
+    dt_strv_free(&files);
     return st;
 }
 

@@ -463,6 +463,11 @@ dt_status dt_loader_open(const dt_dataset *d, const dt_loader_config *cfg, dt_lo
     if (c.prefetch_threads < 0 || c.prefetch_threads > MAX_THREADS)
         return dt_error_set(DT_ERR_INVALID, "loader: prefetch threads %d outside [0, %d]",
                             c.prefetch_threads, MAX_THREADS);
+    if (in->kind == DT_DATA_ENCODED)
+        return dt_error_set(DT_ERR_INVALID,
+                            "loader: %s holds encoded images (kind encoded-image), which the "
+                            "loader does not decode yet",
+                            d->dir);
     if (c.queue_depth <= 0) c.queue_depth = 4;
     if (c.queue_depth < c.prefetch_threads + 1) c.queue_depth = c.prefetch_threads + 1;
     if (in->kind == DT_DATA_IMAGE && c.augment && (c.crop_padding < 0 || c.crop_padding > 1024))

@@ -5,11 +5,13 @@
  *     0     8  magic "DTSHARD\x1a"
  *     8     4  version (2; version 1 files are still read)
  *    12     4  header bytes (256)
- *    16     4  kind (1 image, 2 tokens)
- *    20     4  dtype of the main section (image: u8 pixels; tokens: u32 tokens)
+ *    16     4  kind (1 image, 2 tokens, 3 encoded images)
+ *    20     4  dtype of the main section (image: u8 pixels; tokens: u32 tokens; encoded: u8)
  *    24     8  records (images, or documents)
- *    32    16  record shape u32[4] (image: H, W, C, classes; tokens: 0)
- *    48     8  elements of the main section (image: records*H*W*C; tokens: total tokens)
+ *    32    16  record shape u32[4] (image: H, W, C, classes; encoded: 0, 0, 0, classes;
+ *              tokens: 0)
+ *    48     8  elements of the main section (image: records*H*W*C; tokens: total tokens;
+ *              encoded: bytes of all the files)
  *    56     4  number of sections (<= 4)
  *    60     4  flags (bit 0: the token shard has a loss mask)
  *    64   128  section table, 4 x 32 bytes: u32 id, u32 dtype, u64 offset, u64 bytes, u64 count
@@ -27,7 +29,10 @@
  * the whole payload. The payload checksum (byte 200) covers the table too.
  * Sections start at 64-byte-aligned offsets; gaps are zero. Section ids: 1 pixels (u8
  * [N,H,W,C]), 2 labels (i32 [N]), 3 tokens (u32 [T]), 4 document offsets (u64 [N+1], from 0 to
- * T, non-decreasing), 5 loss mask (u8 [T], 0 or 1). */
+ * T, non-decreasing), 5 loss mask (u8 [T], 0 or 1), 6 encoded bytes (u8 [E]: the image files,
+ * one after the other), 7 image info (u32 [N, 4]: width, height, format, flags; format 1 JPEG,
+ * 2 PNG, 3 WebP; flags 0). An encoded shard has sections 6, 4 (offsets into the bytes, from 0
+ * to E), 2 and 7. */
 #ifndef DT_DATA_SHARD_H
 #define DT_DATA_SHARD_H
 
@@ -42,6 +47,8 @@ enum {
     DT_SEC_TOKENS = 3,
     DT_SEC_OFFSETS = 4,
     DT_SEC_MASK = 5,
+    DT_SEC_BLOB = 6,
+    DT_SEC_IMGINFO = 7,
     DT_SHARD_MAX_SECTIONS = 4,
     DT_SHARD_FLAG_MASK = 1,
 };
@@ -74,6 +81,8 @@ typedef struct dt_shard {
     const uint32_t *tokens;
     const uint64_t *offsets;
     const uint8_t *mask;
+    const uint8_t *blob;     /* encoded: the files' bytes */
+    const uint32_t *imginfo; /* encoded: [N, 4] width, height, format, flags */
     /* version 2: the block table and each block's state (0 unchecked, 1 good, 2 corrupt), set
      * once by whichever thread checks the block first (atomics: the prefetch threads share it) */
     const uint8_t *block_sums;

@@ -25,6 +25,9 @@ struct dt_dataset_writer {
     uint32_t *tok;
     uint8_t *mask;
     uint64_t *offs;
+    uint8_t *blob;     /* encoded: the files' bytes ([n_tok]: n_tok counts bytes) */
+    uint32_t *imginfo; /* encoded: [n_rec, 4] */
+    char **names;      /* encoded: class names, [classes] or NULL */
     int64_t n_rec, n_tok, cap_rec, cap_tok;
     /* totals */
     int n_shards;
@@ -46,18 +49,39 @@ static void *grow(void *p, int64_t *cap, int64_t need, size_t es) {
 dt_status dt_dataset_writer_open(const char *dir, const dt_dataset_spec *spec,
                                  dt_dataset_writer **out) {
     *out = NULL;
-    if (spec->kind != DT_DATA_IMAGE && spec->kind != DT_DATA_TOKENS)
+    if (spec->kind != DT_DATA_IMAGE && spec->kind != DT_DATA_TOKENS &&
+        spec->kind != DT_DATA_ENCODED)
         return dt_error_set(DT_ERR_INVALID, "%s: dataset kind %d unknown", dir, (int)spec->kind);
     if (spec->kind == DT_DATA_IMAGE &&
         (spec->height <= 0 || spec->width <= 0 || spec->channels <= 0 || spec->channels > 4 ||
          spec->height > 65535 || spec->width > 65535 || spec->classes < 0))
         return dt_error_set(DT_ERR_INVALID, "%s: image shape %dx%dx%d (classes %d) invalid", dir,
                             spec->height, spec->width, spec->channels, spec->classes);
+    if (spec->kind == DT_DATA_ENCODED && spec->classes < 0)
+        return dt_error_set(DT_ERR_INVALID, "%s: %d classes", dir, spec->classes);
+    for (int32_t k = 0; spec->kind == DT_DATA_ENCODED && spec->class_names && k < spec->classes;
+         k++)
+        if (!spec->class_names[k] || strchr(spec->class_names[k], '\n'))
+            return dt_error_set(DT_ERR_INVALID, "%s: class name %d is missing or has a newline",
+                                dir, k);
     if (dt_path_exists(dir))
         return dt_error_set(DT_ERR_IO, "%s: already exists (a dataset is never overwritten)", dir);
     dt_dataset_writer *w = calloc(1, sizeof *w);
     if (!w) return dt_error_set(DT_ERR_NOMEM, "out of memory");
+    if (spec->kind == DT_DATA_ENCODED && spec->class_names) {
+        w->names = calloc((size_t)spec->classes + 1, sizeof *w->names);
+        for (int32_t k = 0; w->names && k < spec->classes; k++)
+            if (!(w->names[k] = strdup(spec->class_names[k]))) {
+                dt_dataset_writer_abort(w);
+                return dt_error_set(DT_ERR_NOMEM, "out of memory");
+            }
+        if (!w->names) {
+            free(w);
+            return dt_error_set(DT_ERR_NOMEM, "out of memory");
+        }
+    }
     w->spec = *spec;
+    w->spec.class_names = NULL; /* w->names holds copies: the caller's may go away */
     snprintf(w->name, sizeof w->name, "%s", spec->name ? spec->name : "");
     snprintf(w->split, sizeof w->split, "%s", spec->split ? spec->split : "");
     w->extra_json = spec->extra_json ? strdup(spec->extra_json) : NULL;
@@ -110,6 +134,17 @@ static dt_status flush_shard(dt_dataset_writer *w) {
         h.sec[0] = (dt_shard_section){DT_SEC_PIXELS, DT_DATA_U8, 0, h.elements, h.elements};
         h.sec[1] = (dt_shard_section){DT_SEC_LABELS, DT_DATA_I32, 0, h.records * 4, h.records};
         data[0] = w->pix, data[1] = w->labels;
+    } else if (w->spec.kind == DT_DATA_ENCODED) {
+        uint64_t e = (uint64_t)w->n_tok, n = h.records;
+        h.dtype = DT_DATA_U8;
+        h.shape[3] = (uint32_t)w->spec.classes;
+        h.elements = e;
+        h.n_sections = 4;
+        h.sec[0] = (dt_shard_section){DT_SEC_BLOB, DT_DATA_U8, 0, e, e};
+        h.sec[1] = (dt_shard_section){DT_SEC_OFFSETS, DT_DATA_U64, 0, (n + 1) * 8, n + 1};
+        h.sec[2] = (dt_shard_section){DT_SEC_LABELS, DT_DATA_I32, 0, n * 4, n};
+        h.sec[3] = (dt_shard_section){DT_SEC_IMGINFO, DT_DATA_U32, 0, n * 16, n * 4};
+        data[0] = w->blob, data[1] = w->offs, data[2] = w->labels, data[3] = w->imginfo;
     } else {
         uint64_t t = (uint64_t)w->n_tok;
         h.dtype = DT_DATA_U32;
@@ -182,6 +217,51 @@ dt_status dt_dataset_writer_add_image(dt_dataset_writer *w, const uint8_t *hwc, 
     return DT_OK;
 }
 
+dt_status dt_dataset_writer_add_encoded(dt_dataset_writer *w, const uint8_t *bytes, size_t len,
+                                        int32_t label, int32_t width, int32_t height, int32_t fmt) {
+    if (w->failed) return w->failed;
+    int64_t rec = w->records + w->n_rec;
+    if (w->spec.kind != DT_DATA_ENCODED)
+        return fail(w, dt_error_set(DT_ERR_INVALID, "%s: add_encoded on a dataset of kind %d",
+                                    w->final_dir, (int)w->spec.kind));
+    if (label < 0 || (w->spec.classes && label >= w->spec.classes))
+        return fail(w,
+                    dt_error_set(DT_ERR_RANGE, "%s: record %" PRId64 ": label %d outside [0, %d)",
+                                 w->final_dir, rec, label, w->spec.classes));
+    if (!len || len > ((size_t)1 << 40) || width <= 0 || height <= 0 || width > 65535 ||
+        height > 65535 || fmt < 1 || fmt > 3)
+        return fail(w, dt_error_set(DT_ERR_INVALID,
+                                    "%s: record %" PRId64 ": %zu bytes, %dx%d, format %d (need "
+                                    "bytes, sides 1-65535, format 1-3)",
+                                    w->final_dir, rec, len, width, height, fmt));
+    /* a shard holds at least one image; the next starts when this one would pass shard_bytes */
+    if (w->n_rec > 0 &&
+        w->n_tok + (int64_t)len + (w->n_rec + 2) * (8 + 4 + 16) > w->spec.shard_bytes) {
+        dt_status st = flush_shard(w);
+        if (st) return st;
+    }
+    int64_t cb = w->cap_tok, co = w->cap_rec, cl = w->cap_rec, ci = w->cap_rec;
+    uint8_t *b = grow(w->blob, &cb, w->n_tok + (int64_t)len, 1);
+    if (b) w->blob = b;
+    uint64_t *o = grow(w->offs, &co, w->n_rec + 2, 8);
+    if (o) w->offs = o;
+    int32_t *l = grow(w->labels, &cl, w->n_rec + 2, 4);
+    if (l) w->labels = l;
+    uint32_t *in = grow(w->imginfo, &ci, w->n_rec + 2, 16);
+    if (in) w->imginfo = in;
+    if (!b || !o || !l || !in)
+        return fail(w, dt_error_set(DT_ERR_NOMEM, "%s: out of memory", w->final_dir));
+    w->cap_tok = cb, w->cap_rec = co;
+    memcpy(w->blob + w->n_tok, bytes, len);
+    w->offs[0] = 0;
+    w->labels[w->n_rec] = label;
+    uint32_t *r = w->imginfo + 4 * w->n_rec;
+    r[0] = (uint32_t)width, r[1] = (uint32_t)height, r[2] = (uint32_t)fmt, r[3] = 0;
+    w->n_tok += (int64_t)len;
+    w->offs[++w->n_rec] = (uint64_t)w->n_tok;
+    return DT_OK;
+}
+
 dt_status dt_dataset_writer_add_doc(dt_dataset_writer *w, const uint32_t *tokens,
                                     const uint8_t *mask, int64_t n) {
     if (w->failed) return w->failed;
@@ -239,6 +319,10 @@ static void free_writer(dt_dataset_writer *w) {
     free(w->tok);
     free(w->mask);
     free(w->offs);
+    free(w->blob);
+    free(w->imginfo);
+    for (int32_t k = 0; w->names && w->names[k]; k++) free(w->names[k]);
+    free(w->names);
     free(w->lines);
     cJSON_Delete(w->shard_list);
     free(w);
@@ -256,14 +340,23 @@ static dt_status write_manifest(dt_dataset_writer *w, char fp[17]) {
     if (w->spec.kind == DT_DATA_IMAGE) {
         in.height = w->spec.height, in.width = w->spec.width, in.channels = w->spec.channels;
         in.classes = w->spec.classes;
+    } else if (w->spec.kind == DT_DATA_ENCODED) {
+        in.classes = w->spec.classes;
     } else {
         in.vocab_size = w->spec.vocab_size, in.has_mask = w->spec.has_mask;
     }
-    dt_hex64(dt_dataset_fingerprint(&in, w->lines ? w->lines : ""), fp);
+    char *names =
+        dt_dataset_names_line((const char *const *)w->names, w->names ? w->spec.classes : 0);
+    if (!names) return dt_error_set(DT_ERR_NOMEM, "out of memory");
+    dt_hex64(dt_dataset_fingerprint(&in, names, w->lines ? w->lines : ""), fp);
+    free(names);
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "format", "dtrain-dataset");
     cJSON_AddNumberToObject(r, "version", 1);
-    cJSON_AddStringToObject(r, "kind", w->spec.kind == DT_DATA_IMAGE ? "image" : "tokens");
+    cJSON_AddStringToObject(r, "kind",
+                            w->spec.kind == DT_DATA_IMAGE    ? "image"
+                            : w->spec.kind == DT_DATA_TOKENS ? "tokens"
+                                                             : "encoded-image");
     cJSON_AddStringToObject(r, "name", w->name);
     cJSON_AddStringToObject(r, "split", w->split);
     cJSON_AddNumberToObject(r, "records", (double)w->records);
@@ -274,6 +367,15 @@ static dt_status write_manifest(dt_dataset_writer *w, char fp[17]) {
         cJSON_AddNumberToObject(im, "channels", w->spec.channels);
         cJSON_AddNumberToObject(im, "classes", w->spec.classes);
         cJSON_AddStringToObject(im, "layout", "HWC uint8");
+    } else if (w->spec.kind == DT_DATA_ENCODED) {
+        cJSON *en = cJSON_AddObjectToObject(r, "encoded");
+        cJSON_AddNumberToObject(en, "classes", w->spec.classes);
+        cJSON_AddNumberToObject(en, "bytes", (double)w->tokens);
+        if (w->names) {
+            cJSON *a = cJSON_AddArrayToObject(en, "class_names");
+            for (int32_t k = 0; k < w->spec.classes; k++)
+                cJSON_AddItemToArray(a, cJSON_CreateString(w->names[k]));
+        }
     } else {
         cJSON *tk = cJSON_AddObjectToObject(r, "tokens");
         cJSON_AddNumberToObject(tk, "count", (double)w->tokens);

@@ -45,3 +45,15 @@ dt_test(NAME test_image_transform SOURCES data/test_image_transform.c LABELS par
 add_test(NAME test_image_transform_unit COMMAND test_image_transform unit)
 set_tests_properties(test_image_transform_unit PROPERTIES LABELS "unit;data" TIMEOUT 60
                      ENVIRONMENT "GOMP_SPINCOUNT=1000;DT_GRAPH_POISON=1")
+# Image codec parity with Pillow (the venv's; skipped without it): the test runs
+# tests/ref/ref_image_codec.py itself, then decodes every file it wrote (test_image_codec.c).
+dt_test(NAME test_image_codec SOURCES data/test_image_codec.c LABELS parity data
+        ARGS ${DT_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/tests/ref/ref_image_codec.py
+             ${CMAKE_CURRENT_BINARY_DIR} TIMEOUT 120)
+set_tests_properties(test_image_codec PROPERTIES SKIP_RETURN_CODE 77)
+dt_test(NAME test_data_encoded SOURCES data/test_data_encoded.c LABELS unit data TIMEOUT 60)
+# `dtrain data import images` against torchvision's ImageFolder (the venv's; skipped without it).
+add_test(NAME data_import_images COMMAND ${PROJECT_SOURCE_DIR}/tests/data/import_images.sh
+         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR})
+set_tests_properties(data_import_images PROPERTIES LABELS "e2e;data;parity" TIMEOUT 120
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "DT_VENV_PYTHON=${DT_VENV_PYTHON}")

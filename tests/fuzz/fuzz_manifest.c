@@ -23,6 +23,12 @@ static void walk(const dt_dataset *d) {
             int32_t label = 0;
             const uint8_t *p = dt_dataset_image(d, i, &label);
             if (p) sink += p[0] + p[hwc - 1] + (uint64_t)label;
+        } else if (in->kind == DT_DATA_ENCODED) {
+            const uint8_t *b = NULL;
+            size_t len = 0;
+            int32_t label = 0, w = 0, h = 0;
+            if (dt_dataset_encoded(d, i, &b, &len, &label, &w, &h) == DT_OK && len > 0)
+                sink += b[0] + b[len - 1] + (uint64_t)(label + w + h);
         } else {
             const uint32_t *t = NULL;
             const uint8_t *m = NULL;

@@ -1,5 +1,5 @@
-/* Fuzz target: a dataset shard file (src/data/shard.c: the 256-byte header, its section table,
- * document offsets, labels, loss mask).
+/* Fuzz target: a dataset shard file (src/data/shard.c, shard_read.c: the 256-byte header, its
+ * section table, document offsets, labels, loss mask).
  *
  * Input: one control byte, then the shard file. Both the header and the payload carry xxh3
  * checksums that random bytes never match, so the control byte lets the fuzzer past them:
@@ -26,6 +26,12 @@ static void walk(const dt_shard *s) {
         uint64_t hwc = (uint64_t)h->shape[0] * h->shape[1] * h->shape[2];
         for (uint64_t i = 0; i < n; i++)
             sink += s->pixels[i * hwc] + s->pixels[i * hwc + hwc - 1] + (uint64_t)s->labels[i];
+    } else if (h->kind == DT_DATA_ENCODED) {
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t a = s->offsets[i], b = s->offsets[i + 1];
+            if (b > a) sink += s->blob[a] + s->blob[b - 1];
+            sink += (uint64_t)s->labels[i] + s->imginfo[4 * i] + s->imginfo[4 * i + 3];
+        }
     } else {
         for (uint64_t i = 0; i < n; i++) {
             uint64_t a = s->offsets[i], b = s->offsets[i + 1];

@@ -225,5 +225,35 @@ for ds in img/train img/val img/test txt/train chat/train; do
     for s in "$tmp/$ds"/shard-*.dts; do printf 'FUZZSPLIT'; cat "$s"; done
   } > "$corpus/manifest/gen-$name"
 done
+# fuzz_image: small JPEG / PNG / WebP files written by Pillow (the venv's; skipped without it),
+# each after a control byte (scale, short buffer; tests/fuzz/fuzz_image.c)
+py=${DT_VENV_PYTHON:-${DT_VENV:-$HOME/.cache/dtrain/venv}/bin/python}
+if "$py" -c 'import PIL, numpy' 2>/dev/null; then
+  "$py" - "$corpus/image" <<'EOF'
+import io, os, sys
+import numpy as np
+from PIL import Image
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+y, x = np.mgrid[0:12, 0:17]
+rgb = Image.fromarray(np.stack([x * 15, y * 20, (x * y) % 256], -1).astype(np.uint8), "RGB")
+def put(name, ctl, im, fmt, **kw):
+    b = io.BytesIO()
+    im.save(b, fmt, **kw)
+    open(os.path.join(out, "gen-" + name), "wb").write(bytes([ctl]) + b.getvalue())
+ex = Image.Exif()
+ex[0x0112] = 6
+put("baseline.jpg", 0, rgb, "JPEG", quality=80)
+put("progressive-half.jpg", 1, rgb, "JPEG", quality=80, progressive=True)
+put("gray-eighth.jpg", 3, rgb.convert("L"), "JPEG")
+put("exif6.jpg", 0, rgb, "JPEG", exif=ex.tobytes())
+put("444-short.jpg", 4, rgb, "JPEG", subsampling=0)
+put("rgba.png", 0, rgb.convert("RGBA"), "PNG")
+put("palette.png", 0, rgb.quantize(8), "PNG", transparency=2)
+put("gray16.png", 0, Image.fromarray((np.asarray(rgb.convert("L"), np.uint16) * 200)), "PNG")
+put("lossless.webp", 0, rgb, "WEBP", lossless=True)
+put("lossy-alpha.webp", 4, rgb.convert("RGBA"), "WEBP", quality=50)
+EOF
+fi
 echo "make_seeds: wrote $(find "$corpus" -name 'gen-*' | wc -l) seeds," \
   "$(find "$corpus" -type f -printf '%s\n' | awk '{s += $1} END {print s}') bytes in all of $corpus"
