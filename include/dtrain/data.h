@@ -120,10 +120,18 @@ typedef struct dt_import_options {
     uint64_t seed;             /* which records go to val */
     int64_t shard_bytes;       /* payload bytes per shard (0: 64 MiB) */
     int64_t max_records;       /* keep at most this many records per source split (0: all) */
-    const char *tokenizer;     /* text/jsonl: tokenizer file (.tiktoken or tokenizer.json) */
+    const char *tokenizer;     /* text/jsonl: tokenizer file (.tiktoken or tokenizer.json) or a
+                                  model folder (its tokenizer.json and tokenizer_config.json) */
     const char *doc_separator; /* text: a line equal to this ends a document (NULL: one
                                   document per file) */
     int quiet;                 /* no progress lines on stderr */
+    /* jsonl (docs/data.md): the record format (NULL: detected per record; alpaca, sharegpt,
+     * messages, completion, prompt-response), the chat template (NULL: the tokenizer's
+     * tokenizer_config.json; llama3, llama3.1, chatml, mistral, gemma), a system prompt for
+     * records without one, the loss on the last assistant turn only (else on every one), and
+     * strict: a malformed record refuses the import (else it is reported and skipped) */
+    const char *format, *chat_template, *system;
+    int train_last, strict;
 } dt_import_options;
 
 void dt_import_options_default(dt_import_options *o);

@@ -15,6 +15,24 @@ void dt_import_options_default(dt_import_options *o) {
     o->seed = 0;
 }
 
+char *dt_import_tokenizer_path(const dt_import_options *o) {
+    const char *p = o->tokenizer;
+    if (!p || !*p) p = getenv("DT_TOKENIZER");
+    if (!p || !*p) return NULL;
+    struct stat sb;
+    if (stat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) return dt_path_join(p, "tokenizer.json");
+    return strdup(p);
+}
+
+char *dt_import_tokenizer_config(const char *tok) {
+    const char *slash = strrchr(tok, '/');
+    if (!slash) return strdup("tokenizer_config.json");
+    char *dir = strndup(tok, (size_t)(slash - tok) + (slash == tok));
+    char *p = dir ? dt_path_join(dir, "tokenizer_config.json") : NULL;
+    free(dir);
+    return p;
+}
+
 void dt_import_note(const dt_import *im, const char *fmt, ...) {
     if (im->o->quiet) return;
     va_list ap;

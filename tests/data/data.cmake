@@ -34,3 +34,9 @@ dt_test(NAME test_tok_unit SOURCES data/test_tok_unit.c LABELS unit data
 # src/cli/main.c dispatches.
 dt_test(NAME test_data_cli SOURCES data/test_data_cli.c ${PROJECT_SOURCE_DIR}/src/cli/data.c
         LABELS unit data ARGS ${DT_TOKENIZERS}/cl100k_base.tiktoken TIMEOUT 60)
+# JSONL chat import against transformers' apply_chat_template (model folders of five template
+# families, generated with `tokenizers`) and the refusals of other templates.
+dt_ref_venv(NAME ref_chat_templates SCRIPT tests/ref/ref_chat_templates.py TIMEOUT 120)
+set_tests_properties(ref_chat_templates PROPERTIES LABELS "parity;data")
+dt_test(NAME test_chat_parity SOURCES data/test_chat_parity.c LABELS parity data
+        ARGS ${DT_REF_DIR} FIXTURES_REQUIRED ref_chat_templates TIMEOUT 60)
