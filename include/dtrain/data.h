@@ -217,6 +217,9 @@ dt_status dt_loader_next(dt_loader *l, dt_batch *b);
 int64_t dt_loader_batches_per_epoch(const dt_loader *l);
 /* Samples in one epoch of the whole dataset (images, or packed sequences), before ranks. */
 int64_t dt_loader_dataset_samples(const dt_loader *l);
+/* Tokens: the fraction of the epoch's token slots (sequences x (T + 1)) that hold a document's
+ * tokens rather than padding: 1 for DT_PACK_CONCAT, measured for DT_PACK_DOCS; 1 for images. */
+double dt_loader_pack_efficiency(const dt_loader *l);
 /* Samples this rank sees per epoch. */
 int64_t dt_loader_rank_samples(const dt_loader *l);
 void dt_loader_close(dt_loader *l);
