@@ -120,6 +120,8 @@ dt_status dt_data_import(const char *kind, const char *const *srcs, int n_srcs, 
     if (opts->val_fraction < 0 || opts->val_fraction >= 1)
         return dt_error_set(DT_ERR_INVALID, "import %s: val fraction %g outside [0, 1)", kind,
                             opts->val_fraction);
+    dt_status st = k == 4 ? dt_import_jsonl_check(opts) : DT_OK;
+    if (st) return st;
     if (dt_path_exists(out_dir))
         return dt_error_set(DT_ERR_IO,
                             "%s: already exists and is not this import, or not intact (other "
@@ -127,7 +129,7 @@ dt_status dt_data_import(const char *kind, const char *const *srcs, int n_srcs, 
                             "tells; an import never overwrites): give another -o, or remove %s "
                             "to import again",
                             out_dir, out_dir);
-    dt_status st = make_parent(out_dir);
+    st = make_parent(out_dir);
     if (st) return st;
     dt_import im = {.o = opts, .kind = kind};
     im.out = strdup(out_dir);

@@ -40,5 +40,7 @@ dt_status dt_import_idx(dt_import *im, const char *src, const char *name);
 dt_status dt_import_cifar10(dt_import *im, const char *src);
 dt_status dt_import_text(dt_import *im, const char *const *srcs, int n);
 dt_status dt_import_jsonl(dt_import *im, const char *const *srcs, int n);
+/* The jsonl options' names (--format, --template): DT_ERR_INVALID naming the one unknown. */
+dt_status dt_import_jsonl_check(const dt_import_options *o);
 
 #endif

@@ -130,6 +130,11 @@ static dt_status turns(jsonl_state *js, const cJSON *r, int fmt, const char *whe
                                     "gpt, assistant or system)",
                                     where, k, from);
         }
+        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))
+            return dt_error_set(DT_ERR_FORMAT,
+                                "%s: messages[%d]: role \"%.40s\" (dtrain renders system, user "
+                                "and assistant turns only)",
+                                where, k, role);
         dt_status st = add_msg(js, role, content);
         if (st) return st;
         k++;
@@ -264,23 +269,36 @@ static dt_status jsonl_file(dt_import *im, dt_doc_sink *s, const char *path, con
     return st;
 }
 
-/* After the tokenizer is loaded: the format, the template and its tokens. */
-static dt_status jsonl_setup(dt_import *im, dt_doc_sink *s, const char *tok_path, cJSON *meta) {
-    jsonl_state *js = s->user;
-    const dt_import_options *o = im->o;
-    js->fmt = -1;
+static int format_of(const dt_import_options *o) {
     for (int i = 0; i < 6; i++)
-        if (!strcmp(o->format ? o->format : "auto", FMT_NAMES[i])) js->fmt = i;
-    if (js->fmt < 0)
+        if (!strcmp(o->format ? o->format : "auto", FMT_NAMES[i])) return i;
+    return -1;
+}
+
+dt_status dt_import_jsonl_check(const dt_import_options *o) {
+    if (format_of(o) < 0)
         return dt_error_set(DT_ERR_INVALID,
                             "--format %s: unknown (auto, messages, sharegpt, alpaca, completion, "
                             "prompt-response)",
                             o->format);
+    dt_chat_template t;
+    dt_status st = o->chat_template ? dt_chat_template_load(NULL, o->chat_template, &t) : DT_OK;
+    if (o->chat_template) dt_chat_template_free(&t);
+    return st;
+}
+
+/* After the tokenizer is loaded: the format, the template and its tokens. */
+static dt_status jsonl_setup(dt_import *im, dt_doc_sink *s, const char *tok_path, cJSON *meta) {
+    jsonl_state *js = s->user;
+    const dt_import_options *o = im->o;
+    dt_status st = dt_import_jsonl_check(o);
+    if (st) return st;
+    js->fmt = format_of(o);
     char *cfg = dt_import_tokenizer_config(tok_path);
     if (!cfg) return dt_error_set(DT_ERR_NOMEM, "out of memory");
     /* completion records use only bos/eos: any template, known or not, is not read */
     int chat = js->fmt != FMT_COMPLETION;
-    dt_status st = dt_chat_template_load(cfg, chat ? o->chat_template : "llama3", &js->tpl);
+    st = dt_chat_template_load(cfg, chat ? o->chat_template : "llama3", &js->tpl);
     free(cfg);
     if (st) return st;
     js->have_tpl = chat;

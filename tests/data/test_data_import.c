@@ -342,6 +342,8 @@ static void test_jsonl(void) {
          "chat-bad.jsonl:1"},
         {"[1, 2]\n", "not a JSON object", "chat-bad.jsonl:1:"},
         {"{\"messages\": [{\"role\": \"user\"}]}\n", "messages[0]", "chat-bad.jsonl:1"},
+        {"{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}\n", "role \"tool\"",
+         "chat-bad.jsonl:1: "},
     };
     snprintf(src, sizeof src, "%s/chat-bad.jsonl", g_tmp);
     snprintf(out, sizeof out, "%s/chat-bad-out", g_tmp);

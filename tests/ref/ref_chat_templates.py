@@ -29,8 +29,8 @@ SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|en
             "<|eot_id|>", "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>", "</s>", "[INST]",
             "[/INST]", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"]
 
-# The published templates (tokenizer_config.json "chat_template"), tools branches left out where
-# they do not change a plain conversation.
+# The published templates (tokenizer_config.json "chat_template"), tools branches left out or cut
+# short where they do not change a plain conversation.
 LLAMA3 = ("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
           "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] "
           "| trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}"
@@ -84,6 +84,31 @@ QWEN2 = ("{% for message in messages %}{% if loop.first and messages[0]['role'] 
          "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
          "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+QWEN25 = """{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- messages[0]['content'] }}
+    {%- else %}
+        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}
+    {%- endif %}
+    {{- "\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query." }}
+    {{- "<|im_end|>\\n" }}
+{%- else %}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
+    {%- else %}
+        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+{%- endif %}
+"""
 MISTRAL = """{%- if messages[0]['role'] == 'system' %}
     {%- set system_message = messages[0]['content'] %}
     {%- set loop_messages = messages[1:] %}
@@ -128,6 +153,7 @@ FAMILIES = {
     "llama3": (LLAMA3, "<|begin_of_text|>", "<|eot_id|>", "<|eot_id|>", True, True),
     "llama31": (LLAMA31, "<|begin_of_text|>", "<|eot_id|>", "<|eot_id|>", True, True),
     "qwen2": (QWEN2, None, "<|im_end|>", "<|im_end|>", False, True),
+    "qwen25": (QWEN25, None, "<|im_end|>", "<|im_end|>", False, True),
     "mistral": (MISTRAL, "<s>", "</s>", "</s>", False, True),
     "gemma2": (GEMMA2, "<bos>", "<eos>", "<end_of_turn>", True, False),
 }
@@ -150,7 +176,7 @@ def msgs(*pairs):
 CHATS = [
     msgs(("user", "What is 2+2?"), ("assistant", "4")),
     msgs(("system", "Be brief, friend."), ("user", "Hi there"), ("assistant", "Hello! How can I help?"),
-         ("user", "Name a colour."), ("assistant", "  Teal.  ")),
+         ("user", "Name a colour."), ("assistant", "\u00a0 Teal.\u3000\n")),
     msgs(("user", " padded question\n"), ("assistant", "Line one.\nLine two: café, naïve.\n"),
          ("user", "Thanks"), ("assistant", "You're welcome 👋")),
 ]
