@@ -109,6 +109,7 @@ static dt_status refuse(const char *path, const char *tpl, const char *why) {
     char head[48];
     size_t k = 0;
     for (const char *p = tpl; *p && k < 40; p++) head[k++] = *p == '\n' ? ' ' : *p;
+    while (k > 0 && ((unsigned char)tpl[k] & 0xc0) == 0x80) k--; /* whole UTF-8 characters */
     head[k] = 0;
     return dt_error_set(DT_ERR_FORMAT, "%s: chat_template \"%s%s\" %s (" SUPPORTED ")", path, head,
                         strlen(tpl) > 40 ? "..." : "", why);

@@ -69,6 +69,20 @@ static void check_family(const char *fam) {
           (long long)rec, (long long)in->records);
     if (f) fclose(f);
     dt_dataset_close(d);
+    /* the tokenizer was used as is (the template's tokens are its own): a model trained on the
+     * data is exported with it and its tokenizer_config.json */
+    char exp[2100], a[2200], b[2200];
+    snprintf(exp, sizeof exp, "%s/export-%s", g_tmp, fam);
+    mkdir(exp, 0755);
+    snprintf(path, sizeof path, "%s/train", out);
+    int copied = 0;
+    CHECK(dt_dataset_tokenizer_export(path, exp, &copied) == DT_OK && copied,
+          "%s: the tokenizer is not exported with the data's model", fam);
+    snprintf(a, sizeof a, "%s/tokenizer_config.json", exp);
+    snprintf(b, sizeof b, "%s/tokenizer_config.json", folder);
+    long la = tu_file_size(a), lb = tu_file_size(b);
+    CHECK(la > 0 && la == lb, "%s: exported tokenizer_config.json %ld bytes, the folder's %ld", fam,
+          la, lb);
 }
 
 /* --train-on last: the mask is the default's on the last assistant turn only (record 1 of the
