@@ -112,6 +112,7 @@ static dt_status load_tokenizer(dt_import *im, dt_doc_sink *s, dt_sink_setup_fn 
     if (!st)
         st = dt_read_file_max(path, 0, DT_MAX_TOKENIZER_BYTES, "a tokenizer file", &data, &len);
     cJSON *m = st ? NULL : cJSON_CreateObject();
+    if (!st && !m) st = dt_error_set(DT_ERR_NOMEM, "out of memory");
     if (m) {
         char hex[17];
         dt_hex64(XXH3_64bits(data, len), hex);
