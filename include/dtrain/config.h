@@ -50,6 +50,7 @@ enum {
 enum { DT_CFG_PREC_FP32 = 0, DT_CFG_PREC_BF16 = 1 };
 enum { DT_CFG_BACKEND_AUTO = 0, DT_CFG_BACKEND_MPI = 1, DT_CFG_BACKEND_SINGLE = 2 };
 enum { DT_CFG_CORRUPT_STOP = 0, DT_CFG_CORRUPT_SKIP = 1 };
+enum { DT_CFG_PACK_CONCAT = 0, DT_CFG_PACK_DOCS = 1 }; /* dt_pack_mode's values */
 enum { DT_CFG_PROGRESS_AUTO = 0, DT_CFG_PROGRESS_ON = 1, DT_CFG_PROGRESS_OFF = 2 };
 /* train.memory_check: refuse (on), go on with a warning (warn) or skip (off) */
 enum { DT_CFG_MEMCHECK_ON = 0, DT_CFG_MEMCHECK_OFF = 1, DT_CFG_MEMCHECK_WARN = 2 };
@@ -79,6 +80,7 @@ typedef struct dt_config_values {
         int augment, shuffle;
         int64_t workers; /* prefetch threads */
         int on_corrupt;  /* DT_CFG_CORRUPT_*: a payload block failing its checksum */
+        int pack;        /* DT_CFG_PACK_*: token windows over the stream, or whole documents */
     } data;
     struct {
         int name; /* DT_CFG_OPTIM_* */

@@ -141,12 +141,21 @@ typedef struct dt_import_options {
     uint64_t seed;             /* which records go to val */
     int64_t shard_bytes;       /* payload bytes per shard (0: 64 MiB) */
     int64_t max_records;       /* keep at most this many records per source split (0: all) */
-    const char *tokenizer;     /* text/jsonl: tokenizer file (.tiktoken or tokenizer.json) */
+    const char *tokenizer;     /* text/jsonl: tokenizer file (.tiktoken or tokenizer.json) or a
+                                  model folder (its tokenizer.json and tokenizer_config.json) */
     const char *doc_separator; /* text: a line equal to this ends a document (NULL: one
                                   document per file) */
     int quiet;                 /* no progress lines on stderr */
+    /* jsonl (docs/data.md): the record format (NULL: detected per record; alpaca, sharegpt,
+     * messages, completion, prompt-response), the chat template (NULL: the tokenizer's
+     * tokenizer_config.json; llama3, llama3.1, chatml, mistral, gemma), a system prompt for
+     * records without one, the loss on the last assistant turn only (else on every one) */
+    const char *format, *chat_template, *system;
+    int train_last;
+    /* strict: a malformed record (jsonl) or a corrupt or unreadable image fails the import
+     * (default: reported and skipped) */
+    int strict;
     /* images */
-    int strict;   /* a corrupt or unreadable image fails the import (default: skipped, listed) */
     int max_side; /* > 0: images whose longer side is over this are re-encoded as JPEG */
     int threads;  /* threads reading and checking images (0: one per core) */
 } dt_import_options;
@@ -234,6 +243,9 @@ dt_status dt_loader_next(dt_loader *l, dt_batch *b);
 int64_t dt_loader_batches_per_epoch(const dt_loader *l);
 /* Samples in one epoch of the whole dataset (images, or packed sequences), before ranks. */
 int64_t dt_loader_dataset_samples(const dt_loader *l);
+/* Tokens: the fraction of the epoch's token slots (sequences x (T + 1)) that hold a document's
+ * tokens rather than padding: 1 for DT_PACK_CONCAT, measured for DT_PACK_DOCS; 1 for images. */
+double dt_loader_pack_efficiency(const dt_loader *l);
 /* Samples this rank sees per epoch. */
 int64_t dt_loader_rank_samples(const dt_loader *l);
 void dt_loader_close(dt_loader *l);

@@ -30,9 +30,10 @@ static void usage(FILE *f) {
         "                        /usr/share/datasets/fashion-mnist -> DIR/train, DIR/test\n"
         "  cifar10               SRC holds data_batch_{1..5}.bin and test_batch.bin\n"
         "  text                  SRC are text files or directories -> DIR/train\n"
-        "  jsonl                 SRC are JSONL files of {\"prompt\", \"response\"[, \"system\"]}\n"
-        "                        or {\"messages\": [{\"role\", \"content\"}]}; Llama 3 chat\n"
-        "                        template, loss mask on assistant turns only\n"
+        "  jsonl                 SRC are JSONL files of instruction records: OpenAI\n"
+        "                        messages, ShareGPT conversations, Alpaca, prompt/response,\n"
+        "                        prompt/completion; the tokenizer's chat template, loss mask\n"
+        "                        on assistant turns only\n"
         "  images                SRC is an ImageFolder (SRC/<class>/<image>), a folder with\n"
         "                        train/ and val/ (or test/) ImageFolders, or a list file\n"
         "                        (.csv: path,label lines; .jsonl: {\"path\", \"label\"});\n"
@@ -41,14 +42,22 @@ static void usage(FILE *f) {
         "  -o, --output DIR      output directory (must not exist)\n"
         "  --val FRACTION        move this fraction of train into DIR/val (default 0)\n"
         "  --seed N              seed of the val split (default 0)\n"
-        "  --tokenizer FILE      text/jsonl: .tiktoken rank file or tokenizer.json\n"
-        "                        (default $DT_TOKENIZER)\n"
+        "  --tokenizer FILE      text/jsonl: .tiktoken rank file, tokenizer.json or a model\n"
+        "                        folder (default $DT_TOKENIZER)\n"
+        "  --format F            jsonl: auto (per record), messages, sharegpt, alpaca,\n"
+        "                        completion, prompt-response\n"
+        "  --template T          jsonl: llama3, llama3.1, chatml, mistral, gemma (default: the\n"
+        "                        chat_template of tokenizer_config.json beside the tokenizer)\n"
+        "  --system TEXT         jsonl: system prompt of records that have none\n"
+        "  --train-on all|last   jsonl: loss on every assistant turn (default) or the last\n"
+        "  --strict              jsonl: a malformed record refuses the import (default: it is\n"
+        "                        reported with its file and line, and skipped); images: a\n"
+        "                        corrupt or unreadable image does (default: listed, skipped)\n"
         "  --doc-sep LINE        text: a line equal to LINE ends a document (fortune files: %%)\n"
         "  --shard-mb N          payload megabytes per shard (default 64)\n"
         "  --max-records N       keep at most N records per source split\n"
         "  --list FILE           images: the list file (instead of SRC)\n"
-        "  --strict              images: a corrupt or unreadable image fails the import\n"
-        "                        (default: listed on stderr and skipped)\n"
+
         "  --max-side N          images: re-encode larger images as JPEG (quality 90) with\n"
         "                        their longer side N\n"
         "  --threads N           images: threads checking images (default: one per core)\n"
@@ -121,6 +130,18 @@ static int cmd_import(int argc, char **argv) {
             o.seed = strtoull(argv[++i], &end, 10);
         } else if (!strcmp(a, "--tokenizer") && has) {
             o.tokenizer = argv[++i];
+        } else if (!strcmp(a, "--format") && has) {
+            o.format = argv[++i];
+        } else if (!strcmp(a, "--template") && has) {
+            o.chat_template = argv[++i];
+        } else if (!strcmp(a, "--system") && has) {
+            o.system = argv[++i];
+        } else if (!strcmp(a, "--train-on") && has) {
+            const char *v = argv[++i];
+            o.train_last = !strcmp(v, "last");
+            if (!o.train_last && strcmp(v, "all")) end = argv[i];
+        } else if (!strcmp(a, "--strict")) {
+            o.strict = 1;
         } else if (!strcmp(a, "--doc-sep") && has) {
             o.doc_separator = argv[++i];
         } else if (!strcmp(a, "--shard-mb") && has) {
@@ -130,8 +151,6 @@ static int cmd_import(int argc, char **argv) {
             o.max_records = strtoll(argv[++i], &end, 10);
         } else if (!strcmp(a, "--list") && has) {
             srcs[ns++] = argv[++i];
-        } else if (!strcmp(a, "--strict")) {
-            o.strict = 1;
         } else if (!strcmp(a, "--max-side") && has) {
             long v = strtol(argv[++i], &end, 10);
             if (v < 1 || v > 65535) end = argv[i];

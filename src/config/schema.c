@@ -56,6 +56,10 @@ static const dt_config_key keys[] = {
     {"data.on_corrupt", DT_CFG_ENUM, "stop", 0, 0, 0, "stop|skip",
      "a payload block failing its checksum: stop, or skip its records and count them",
      OFF(data.on_corrupt)},
+    {"data.pack", DT_CFG_ENUM, "concat", 0, 0, 0, "concat|docs",
+     "token sequences: windows over the stream of all documents (concat), or whole documents "
+     "packed greedily and the rest padded (docs)",
+     OFF(data.pack)},
     /* optim */
     {"optim.name", DT_CFG_ENUM, "adamw", 0, 0, 0, "sgd|adamw",
      "optimizer (torch.optim.SGD / AdamW update rules)", OFF(optim.name)},

@@ -15,6 +15,24 @@ void dt_import_options_default(dt_import_options *o) {
     o->seed = 0;
 }
 
+char *dt_import_tokenizer_path(const dt_import_options *o) {
+    const char *p = o->tokenizer;
+    if (!p || !*p) p = getenv("DT_TOKENIZER");
+    if (!p || !*p) return NULL;
+    struct stat sb;
+    if (stat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) return dt_path_join(p, "tokenizer.json");
+    return strdup(p);
+}
+
+char *dt_import_tokenizer_config(const char *tok) {
+    const char *slash = strrchr(tok, '/');
+    if (!slash) return strdup("tokenizer_config.json");
+    char *dir = strndup(tok, (size_t)(slash - tok) + (slash == tok));
+    char *p = dir ? dt_path_join(dir, "tokenizer_config.json") : NULL;
+    free(dir);
+    return p;
+}
+
 void dt_import_note(const dt_import *im, const char *fmt, ...) {
     if (im->o->quiet) return;
     va_list ap;
@@ -127,6 +145,8 @@ dt_status dt_data_import(const char *kind, const char *const *srcs, int n_srcs, 
     if (opts->val_fraction < 0 || opts->val_fraction >= 1)
         return dt_error_set(DT_ERR_INVALID, "import %s: val fraction %g outside [0, 1)", kind,
                             opts->val_fraction);
+    dt_status st = k == 4 ? dt_import_jsonl_check(opts) : DT_OK;
+    if (st) return st;
     if (dt_path_exists(out_dir))
         return dt_error_set(DT_ERR_IO,
                             "%s: already exists and is not this import, or not intact (other "
@@ -134,7 +154,7 @@ dt_status dt_data_import(const char *kind, const char *const *srcs, int n_srcs, 
                             "tells; an import never overwrites): give another -o, or remove %s "
                             "to import again",
                             out_dir, out_dir);
-    dt_status st = make_parent(out_dir);
+    st = make_parent(out_dir);
     if (st) return st;
     dt_import im = {.o = opts, .kind = kind};
     im.out = strdup(out_dir);

@@ -20,6 +20,11 @@ dt_status dt_import_writer(dt_import *im, const char *split, dt_dataset_spec *sp
 /* 1 where record i (of n) goes to the val split: round(n * val_fraction) records chosen by
  * the keyed permutation. malloc'd; NULL with an error set on failure. */
 uint8_t *dt_import_val_mask(int64_t n, double fraction, uint64_t seed);
+/* The tokenizer file an import uses (malloc'd): o->tokenizer or $DT_TOKENIZER, and for a
+ * directory (a model folder) its tokenizer.json; NULL when none is given. */
+char *dt_import_tokenizer_path(const dt_import_options *o);
+/* tokenizer_config.json beside tokenizer file `tok` (malloc'd; it may not exist). */
+char *dt_import_tokenizer_config(const char *tok);
 /* Progress line on stderr unless quiet. */
 void dt_import_note(const dt_import *im, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -70,5 +75,7 @@ dt_status dt_import_idx(dt_import *im, const char *src, const char *name);
 dt_status dt_import_cifar10(dt_import *im, const char *src);
 dt_status dt_import_text(dt_import *im, const char *const *srcs, int n);
 dt_status dt_import_jsonl(dt_import *im, const char *const *srcs, int n);
+/* The jsonl options' names (--format, --template): DT_ERR_INVALID naming the one unknown. */
+dt_status dt_import_jsonl_check(const dt_import_options *o);
 
 #endif

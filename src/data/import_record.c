@@ -84,17 +84,28 @@ char *dt_import_record(const char *kind, const char *const *srcs, int n_srcs,
         }
     }
     if (o->doc_separator) cJSON_AddStringToObject(op, "doc_separator", o->doc_separator);
-    if (o->tokenizer && *o->tokenizer) {
+    if (o->format) cJSON_AddStringToObject(op, "format", o->format);
+    if (o->chat_template) cJSON_AddStringToObject(op, "template", o->chat_template);
+    if (o->system) cJSON_AddStringToObject(op, "system", o->system);
+    if (o->train_last) cJSON_AddStringToObject(op, "train_on", "last");
+    if (o->strict) cJSON_AddBoolToObject(op, "strict", 1);
+    char *tok = o->tokenizer && *o->tokenizer ? dt_import_tokenizer_path(o) : NULL;
+    char *cfg = tok ? dt_import_tokenizer_config(tok) : NULL;
+    /* the tokenizer, and the config whose chat template and bos/eos a chat import renders */
+    for (int k = 0; k < 2; k++) {
+        const char *p = k ? cfg : tok;
         uint8_t *data;
         size_t len;
         char hex[17] = "?";
-        if (dt_read_file_max(o->tokenizer, 0, DT_MAX_TOKENIZER_BYTES, "a tokenizer file", &data,
-                             &len) == DT_OK) {
+        if (!p || (k && !dt_path_exists(p))) continue;
+        if (dt_read_file_max(p, 0, DT_MAX_TOKENIZER_BYTES, "a tokenizer file", &data, &len) ==
+            DT_OK) {
             dt_hex64(XXH3_64bits(data, len), hex);
             free(data);
         }
-        cJSON_AddStringToObject(op, "tokenizer_xxh3", hex);
+        cJSON_AddStringToObject(op, k ? "tokenizer_config_xxh3" : "tokenizer_xxh3", hex);
     }
+    free(tok), free(cfg);
     char *txt = cJSON_Print(r);
     cJSON_Delete(r);
     return txt;
@@ -139,21 +150,19 @@ int dt_data_import_current(const char *kind, const char *const *srcs, int n_srcs
 
 dt_status dt_import_finish_record(const dt_import *im, const char *const *srcs, int n_srcs) {
     /* the tokenizer (and its Hugging Face config) beside every split's manifest */
-    const char *tok = im->o->tokenizer;
-    if (!tok || !*tok) tok = getenv("DT_TOKENIZER");
-    if (tok && *tok && (!strcmp(im->kind, "text") || !strcmp(im->kind, "jsonl"))) {
+    char *tok = dt_import_tokenizer_path(im->o);
+    if (tok && (!strcmp(im->kind, "text") || !strcmp(im->kind, "jsonl"))) {
         uint8_t *data = NULL, *cfg = NULL;
         size_t len = 0, cfg_len = 0;
         dt_status st =
             dt_read_file_max(tok, 0, DT_MAX_TOKENIZER_BYTES, "a tokenizer file", &data, &len);
-        if (st != DT_OK) return st;
+        if (st != DT_OK) {
+            free(tok);
+            return st;
+        }
         const char *base = strrchr(tok, '/');
         base = base ? base + 1 : tok;
-        char *dir = strdup(tok);
-        char *slash = dir ? strrchr(dir, '/') : NULL;
-        char *cfg_path = NULL;
-        if (slash) *slash = 0;
-        if (dir) cfg_path = dt_path_join(slash ? dir : ".", "tokenizer_config.json");
+        char *cfg_path = dt_import_tokenizer_config(tok);
         if (cfg_path && dt_path_exists(cfg_path) &&
             dt_read_file_max(cfg_path, 0, 16 << 20, "a tokenizer config", &cfg, &cfg_len) != DT_OK)
             cfg = NULL;
@@ -168,8 +177,10 @@ dt_status dt_import_finish_record(const dt_import *im, const char *const *srcs, 
                 st = dt_write_file(cdst, cfg, cfg_len);
             free(sd), free(dst), free(cdst);
         }
-        free(data), free(cfg), free(dir), free(cfg_path);
+        free(data), free(cfg), free(cfg_path), free(tok);
         if (st != DT_OK) return st;
+    } else {
+        free(tok);
     }
     char *rec = dt_import_record(im->kind, srcs, n_srcs, im->o);
     char *path = dt_path_join(im->top, "import.json");
@@ -196,12 +207,13 @@ dt_status dt_dataset_tokenizer_export(const char *dataset_dir, const char *dst_d
     const cJSON *meta = cJSON_GetObjectItemCaseSensitive(m, "meta");
     const cJSON *file = cJSON_GetObjectItemCaseSensitive(meta, "tokenizer_file");
     const cJSON *sum = cJSON_GetObjectItemCaseSensitive(meta, "tokenizer_xxh3");
-    /* only a Hugging Face tokenizer.json as it was used: a chat import (template) adds Llama 3's
-     * chat tokens in memory, which the file on disk does not have */
+    /* only a Hugging Face tokenizer.json as it was used: a chat import that added Llama 3's chat
+     * tokens in memory (meta.template without chat_tokens_added 0) has tokens the file lacks */
     size_t fl = cJSON_IsString(file) ? strlen(file->valuestring) : 0;
     int usable = fl > 5 && !strcmp(file->valuestring + fl - 5, ".json") && cJSON_IsString(sum) &&
                  dt_plain_name(file->valuestring) &&
-                 !cJSON_GetObjectItemCaseSensitive(meta, "template");
+                 (!cJSON_GetObjectItemCaseSensitive(meta, "template") ||
+                  cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(meta, "tokenizer_as_is")));
     char *src = usable ? dt_path_join(dataset_dir, file->valuestring) : NULL;
     uint8_t *data = NULL;
     char hex[17] = "";

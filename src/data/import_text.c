@@ -1,5 +1,5 @@
-/* Text importers: plain text files -> documents, and JSONL instruction data -> Llama 3 chat
- * template with a loss mask over the assistant turns only. */
+/* The text importer (plain text files -> documents) and the frame it shares with the JSONL
+ * importer (import_jsonl.c): source files, tokenizer, documents, splits. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <inttypes.h>
@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <xxhash.h>
 #include "core/file.h"
-#include "data/import.h"
+#include "data/import_text.h"
 #include "core/bytes.h"
 #include "core/json.h"
 #include "dtrain/tokenizer.h"
@@ -68,60 +68,49 @@ static dt_status collect(const dt_import *im, const char *const *srcs, int n, dt
 
 /* ---- tokenizer and documents ---- */
 
-typedef struct doc_sink {
-    dt_tokenizer *tok;
-    int32_t bos, eot;
-    dt_tokens ids;
-    uint8_t *mask;
-    int64_t mask_cap;
-    int has_mask;
-    /* documents are buffered so the val split can be drawn over all of them */
-    uint32_t *all_tok;
-    uint8_t *all_mask;
-    int64_t *doc_end;
-    int64_t n_tok, cap_tok, n_doc, cap_doc;
-} doc_sink;
-
-static dt_status load_tokenizer(dt_import *im, doc_sink *s, int chat, char **meta) {
-    const char *path = im->o->tokenizer;
-    if (!path || !*path) path = getenv("DT_TOKENIZER");
-    if (!path || !*path)
+static dt_status load_tokenizer(dt_import *im, dt_doc_sink *s, dt_sink_setup_fn setup,
+                                char **meta) {
+    char *path = dt_import_tokenizer_path(im->o);
+    if (!path)
         return dt_error_set(DT_ERR_INVALID,
                             "import %s: no tokenizer (give --tokenizer FILE: a "
-                            ".tiktoken rank file or a tokenizer.json)",
+                            ".tiktoken rank file, a tokenizer.json or a model folder)",
                             im->kind);
     dt_status st = dt_tokenizer_load(path, &s->tok);
-    if (st) return st;
-    if (chat && (st = dt_tokenizer_add_llama3_chat(s->tok))) return st;
-    s->bos = dt_tokenizer_special_id(s->tok, "<|begin_of_text|>");
-    s->eot = chat ? dt_tokenizer_special_id(s->tok, "<|eot_id|>") : -1;
-    if (s->eot < 0) s->eot = dt_tokenizer_special_id(s->tok, "<|end_of_text|>");
-    if (s->eot < 0) s->eot = dt_tokenizer_special_id(s->tok, "<|endoftext|>");
-    uint8_t *data;
+    s->bos = s->tok ? dt_tokenizer_special_id(s->tok, "<|begin_of_text|>") : -1;
+    s->eot = s->tok ? dt_tokenizer_special_id(s->tok, "<|end_of_text|>") : -1;
+    if (s->eot < 0 && s->tok) s->eot = dt_tokenizer_special_id(s->tok, "<|endoftext|>");
+    uint8_t *data = NULL;
     size_t len;
-    if ((st = dt_read_file_max(path, 0, DT_MAX_TOKENIZER_BYTES, "a tokenizer file", &data, &len)))
-        return st;
-    char hex[17];
-    dt_hex64(XXH3_64bits(data, len), hex);
-    free(data);
-    cJSON *m = cJSON_CreateObject();
-    const char *base = strrchr(path, '/');
-    cJSON_AddStringToObject(m, "tokenizer", dt_tokenizer_describe(s->tok));
-    cJSON_AddStringToObject(m, "tokenizer_file", base ? base + 1 : path);
-    cJSON_AddStringToObject(m, "tokenizer_xxh3", hex);
-    cJSON_AddNumberToObject(m, "bos_id", s->bos);
-    cJSON_AddNumberToObject(m, "eot_id", s->eot);
-    if (chat) cJSON_AddStringToObject(m, "template", "llama3");
-    if (!chat && im->o->doc_separator)
-        cJSON_AddStringToObject(m, "doc_separator", im->o->doc_separator);
-    *meta = cJSON_PrintUnformatted(m);
+    if (!st)
+        st = dt_read_file_max(path, 0, DT_MAX_TOKENIZER_BYTES, "a tokenizer file", &data, &len);
+    cJSON *m = st ? NULL : cJSON_CreateObject();
+    if (!st && !m) st = dt_error_set(DT_ERR_NOMEM, "out of memory");
+    if (m) {
+        char hex[17];
+        dt_hex64(XXH3_64bits(data, len), hex);
+        const char *base = strrchr(path, '/');
+        cJSON_AddStringToObject(m, "tokenizer", dt_tokenizer_describe(s->tok));
+        cJSON_AddStringToObject(m, "tokenizer_file", base ? base + 1 : path);
+        cJSON_AddStringToObject(m, "tokenizer_xxh3", hex);
+        if (setup) st = setup(im, s, path, m);
+        cJSON_AddNumberToObject(m, "bos_id", s->bos);
+        cJSON_AddNumberToObject(m, "eot_id", s->eot);
+        if (!setup && im->o->doc_separator)
+            cJSON_AddStringToObject(m, "doc_separator", im->o->doc_separator);
+        *meta = st ? NULL : cJSON_PrintUnformatted(m);
+        if (!st && !*meta) st = dt_error_set(DT_ERR_NOMEM, "out of memory");
+    }
     cJSON_Delete(m);
-    dt_import_note(im, "tokenizer %s, vocabulary %" PRId64, dt_tokenizer_describe(s->tok),
-                   dt_tokenizer_vocab_size(s->tok));
-    return *meta ? DT_OK : dt_error_set(DT_ERR_NOMEM, "out of memory");
+    free(data);
+    free(path);
+    if (!st)
+        dt_import_note(im, "tokenizer %s, vocabulary %" PRId64, dt_tokenizer_describe(s->tok),
+                       dt_tokenizer_vocab_size(s->tok));
+    return st;
 }
 
-static dt_status sink_push(doc_sink *s, int32_t id, uint8_t m) {
+dt_status dt_sink_push(dt_doc_sink *s, int32_t id, uint8_t m) {
     if (s->ids.n == s->ids.cap) {
         int64_t c = s->ids.cap ? s->ids.cap * 2 : 1024;
         int32_t *p = realloc(s->ids.ids, (size_t)c * 4);
@@ -139,8 +128,7 @@ static dt_status sink_push(doc_sink *s, int32_t id, uint8_t m) {
     return DT_OK;
 }
 
-/* Encodes text (no special tokens recognised) and masks every new token with m. */
-static dt_status sink_text(doc_sink *s, const char *text, size_t len, uint8_t m) {
+dt_status dt_sink_text(dt_doc_sink *s, const char *text, size_t len, uint8_t m) {
     int64_t before = s->ids.n;
     dt_status st = dt_tokenizer_encode(s->tok, text, len, 0, &s->ids);
     if (st) return st;
@@ -155,8 +143,7 @@ static dt_status sink_text(doc_sink *s, const char *text, size_t len, uint8_t m)
     return DT_OK;
 }
 
-/* Moves the current document (s->ids / s->mask) into the buffer of all documents. */
-static dt_status sink_end_doc(doc_sink *s) {
+dt_status dt_sink_end_doc(dt_doc_sink *s) {
     int64_t n = s->ids.n;
     if (s->n_tok + n > s->cap_tok) {
         int64_t c = s->cap_tok ? s->cap_tok : 1 << 16;
@@ -183,7 +170,7 @@ static dt_status sink_end_doc(doc_sink *s) {
     return DT_OK;
 }
 
-static void sink_free(doc_sink *s) {
+static void sink_free(dt_doc_sink *s) {
     dt_tokenizer_free(s->tok);
     dt_tokens_free(&s->ids);
     free(s->mask);
@@ -193,9 +180,17 @@ static void sink_free(doc_sink *s) {
 }
 
 /* Writes the buffered documents into train (and val) splits. */
-static dt_status sink_write(dt_import *im, doc_sink *s, const char *meta) {
+static dt_status sink_write(dt_import *im, dt_doc_sink *s, const char *meta) {
     int64_t n = s->n_doc;
     if (im->o->max_records > 0 && n > im->o->max_records) n = im->o->max_records;
+    if (s->skipped)
+        dt_import_note(im, "%" PRId64 " malformed records skipped (--strict refuses them)",
+                       s->skipped);
+    if (n == 0 && s->skipped)
+        return dt_error_set(DT_ERR_FORMAT,
+                            "import %s: no documents in the input (%" PRId64
+                            " malformed records skipped, the first: %s)",
+                            im->kind, s->skipped, s->first_skip);
     if (n == 0)
         return dt_error_set(DT_ERR_FORMAT, "import %s: no documents in the input", im->kind);
     dt_dataset_spec spec = {.kind = DT_DATA_TOKENS,
@@ -241,19 +236,13 @@ static dt_status utf8_error(const char *path, const char *text, size_t len, size
                         path, line, col, base_off + bad, (uint8_t)text[bad]);
 }
 
-/* The frame of both importers: collects the files of srcs, loads the tokenizer (chat: with the
- * Llama 3 chat tokens, and a loss mask), hands each file's bytes to `file`, then writes the
- * dataset. */
-typedef dt_status (*file_fn)(dt_import *im, doc_sink *s, const char *path, const char *t,
-                             size_t len);
-
-static dt_status import_files(dt_import *im, const char *const *srcs, int n, int chat,
-                              file_fn file) {
+dt_status dt_import_files(dt_import *im, const char *const *srcs, int n, int mask, void *user,
+                          dt_sink_setup_fn setup, dt_sink_file_fn file) {
     dt_strv files = {0};
-    doc_sink s = {.has_mask = chat};
+    dt_doc_sink s = {.has_mask = mask, .user = user};
     char *meta = NULL;
     dt_status st = collect(im, srcs, n, &files);
-    if (!st) st = load_tokenizer(im, &s, chat, &meta);
+    if (!st) st = load_tokenizer(im, &s, setup, &meta);
     for (int64_t f = 0; !st && f < files.n; f++) {
         uint8_t *data;
         size_t len;
@@ -270,19 +259,19 @@ static dt_status import_files(dt_import *im, const char *const *srcs, int n, int
 
 /* ---- text ---- */
 
-static dt_status text_doc(doc_sink *s, const char *text, size_t len) {
+static dt_status text_doc(dt_doc_sink *s, const char *text, size_t len) {
     size_t i = 0;
     while (i < len && (text[i] == '\n' || text[i] == '\r')) i++; /* blank lines between docs */
     if (i == len) return DT_OK;
     dt_status st = DT_OK;
-    if (s->bos >= 0) st = sink_push(s, s->bos, 1);
-    if (!st) st = sink_text(s, text, len, 1);
-    if (!st && s->eot >= 0) st = sink_push(s, s->eot, 1);
-    if (!st) st = sink_end_doc(s);
+    if (s->bos >= 0) st = dt_sink_push(s, s->bos, 1);
+    if (!st) st = dt_sink_text(s, text, len, 1);
+    if (!st && s->eot >= 0) st = dt_sink_push(s, s->eot, 1);
+    if (!st) st = dt_sink_end_doc(s);
     return st;
 }
 
-static dt_status text_file(dt_import *im, doc_sink *s, const char *path, const char *t,
+static dt_status text_file(dt_import *im, dt_doc_sink *s, const char *path, const char *t,
                            size_t len) {
     const char *sep = im->o->doc_separator;
     size_t sl = sep ? strlen(sep) : 0;
@@ -306,138 +295,5 @@ static dt_status text_file(dt_import *im, doc_sink *s, const char *path, const c
 }
 
 dt_status dt_import_text(dt_import *im, const char *const *srcs, int n) {
-    return import_files(im, srcs, n, 0, text_file);
-}
-
-/* ---- jsonl: Llama 3 chat template ---- */
-
-static void trim(const char **s, size_t *n) {
-    const char *p = *s;
-    size_t l = *n;
-    while (l && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\v' || *p == '\f'))
-        p++, l--;
-    while (l && (p[l - 1] == ' ' || p[l - 1] == '\t' || p[l - 1] == '\n' || p[l - 1] == '\r' ||
-                 p[l - 1] == '\v' || p[l - 1] == '\f'))
-        l--;
-    *s = p, *n = l;
-}
-
-/* <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>: the mask covers CONTENT and
- * <|eot_id|> of assistant turns. "\n\n" + CONTENT is encoded as one text (as a tokenizer sees
- * the rendered template); a token counts as content if it ends past the "\n\n". */
-static dt_status chat_turn(doc_sink *s, const char *role, const char *content, int train) {
-    int32_t sh = dt_tokenizer_special_id(s->tok, "<|start_header_id|>");
-    int32_t eh = dt_tokenizer_special_id(s->tok, "<|end_header_id|>");
-    dt_status st = sink_push(s, sh, 0);
-    if (!st) st = sink_text(s, role, strlen(role), 0);
-    if (!st) st = sink_push(s, eh, 0);
-    if (st) return st;
-    size_t cl = strlen(content);
-    trim(&content, &cl);
-    char *body = malloc(cl + 3);
-    if (!body) return dt_error_set(DT_ERR_NOMEM, "out of memory");
-    body[0] = '\n', body[1] = '\n';
-    memcpy(body + 2, content, cl);
-    int64_t first = s->ids.n;
-    st = sink_text(s, body, cl + 2, 0);
-    free(body);
-    if (st) return st;
-    size_t pos = 0;
-    for (int64_t i = first; train && i < s->ids.n; i++) {
-        size_t l = 0;
-        dt_tokenizer_token_bytes(s->tok, s->ids.ids[i], &l);
-        pos += l;
-        if (pos > 2) s->mask[i] = 1;
-    }
-    return sink_push(s, s->eot, (uint8_t)train);
-}
-
-static const char *str_field(const cJSON *o, const char *k) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsString(x) ? x->valuestring : NULL;
-}
-
-static dt_status jsonl_record(doc_sink *s, const cJSON *r, const char *path, int64_t line) {
-    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(r, "messages");
-    const char *prompt = str_field(r, "prompt"), *resp = str_field(r, "response");
-    const char *sys = str_field(r, "system");
-    dt_status st = sink_push(s, s->bos, 0);
-    int trained = 0;
-    if (cJSON_IsArray(msgs)) {
-        const cJSON *m;
-        int k = 0;
-        cJSON_ArrayForEach(m, msgs) {
-            const char *role = str_field(m, "role"), *content = str_field(m, "content");
-            if (!role || !content || !*role)
-                return dt_error_set(DT_ERR_FORMAT,
-                                    "%s:%" PRId64 ": messages[%d] needs string "
-                                    "\"role\" and \"content\"",
-                                    path, line, k);
-            int a = !strcmp(role, "assistant");
-            trained += a;
-            if (!st) st = chat_turn(s, role, content, a);
-            k++;
-        }
-    } else if (prompt && resp) {
-        if (sys && !st) st = chat_turn(s, "system", sys, 0);
-        if (!st) st = chat_turn(s, "user", prompt, 0);
-        if (!st) st = chat_turn(s, "assistant", resp, 1);
-        trained = 1;
-    } else {
-        return dt_error_set(DT_ERR_FORMAT,
-                            "%s:%" PRId64 ": expected string \"prompt\" and "
-                            "\"response\", or a \"messages\" array",
-                            path, line);
-    }
-    if (!st && !trained)
-        return dt_error_set(DT_ERR_FORMAT, "%s:%" PRId64 ": no assistant message to train on", path,
-                            line);
-    return st ? st : sink_end_doc(s);
-}
-
-static dt_status jsonl_file(dt_import *im, doc_sink *s, const char *path, const char *t,
-                            size_t len) {
-    (void)im;
-    dt_status st = DT_OK;
-    int64_t line = 0;
-    for (size_t i = 0; !st && i < len;) {
-        line++;
-        size_t e = i;
-        while (e < len && t[e] != '\n') e++;
-        size_t bad = dt_utf8_validate(t + i, e - i);
-        if (bad < e - i) {
-            st = dt_error_set(DT_ERR_FORMAT,
-                              "%s:%" PRId64 ":%zu: invalid UTF-8 (byte offset "
-                              "%zu, byte 0x%02x)",
-                              path, line, bad + 1, i + bad, (uint8_t)t[i + bad]);
-            break;
-        }
-        size_t k = i;
-        while (k < e && (t[k] == ' ' || t[k] == '\t' || t[k] == '\r')) k++;
-        if (k < e) {
-            const char *end = NULL;
-            cJSON *r = cJSON_ParseWithLengthOpts(t + i, e - i, &end, 0);
-            while (r && end && end < t + e && (*end == ' ' || *end == '\t' || *end == '\r')) end++;
-            if (r && end && end < t + e) { /* text after the object */
-                st = dt_error_set(DT_ERR_FORMAT,
-                                  "%s:%" PRId64 ":%zu: unexpected text after the "
-                                  "JSON object",
-                                  path, line, (size_t)(end - (t + i)) + 1);
-            } else if (!cJSON_IsObject(r)) {
-                const char *ep = r ? t + i : cJSON_GetErrorPtr();
-                size_t col = ep && ep >= t + i && ep <= t + e ? (size_t)(ep - (t + i)) + 1 : 1;
-                st = dt_error_set(DT_ERR_FORMAT, "%s:%" PRId64 ":%zu: %s", path, line, col,
-                                  r ? "the line is not a JSON object" : "malformed JSON");
-            } else {
-                st = jsonl_record(s, r, path, line);
-            }
-            cJSON_Delete(r);
-        }
-        i = e + 1;
-    }
-    return st;
-}
-
-dt_status dt_import_jsonl(dt_import *im, const char *const *srcs, int n) {
-    return import_files(im, srcs, n, 1, jsonl_file);
+    return dt_import_files(im, srcs, n, 0, NULL, NULL, text_file);
 }

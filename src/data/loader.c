@@ -52,6 +52,7 @@ struct dt_loader {
     int64_t T;
     piece *pieces;
     int64_t *seq_start;
+    int64_t pack_real; /* DT_PACK_DOCS: tokens of all pieces (the rest of the slots is padding) */
     /* ring of batches */
     int Q;
     slot *slots;
@@ -446,6 +447,7 @@ static dt_status build_packing(dt_loader *l) {
     }
     if (fill) l->seq_start[++ns] = np;
     l->n = ns;
+    for (int64_t p = 0; p < np; p++) l->pack_real += l->pieces[p].len;
     return DT_OK;
 }
 
@@ -609,6 +611,11 @@ dt_status dt_loader_next(dt_loader *l, dt_batch *b) {
 int64_t dt_loader_batches_per_epoch(const dt_loader *l) {
     return l->bpe;
 }
+double dt_loader_pack_efficiency(const dt_loader *l) {
+    if (l->d->info.kind != DT_DATA_TOKENS || l->c.pack != DT_PACK_DOCS || l->n <= 0) return 1.0;
+    return (double)l->pack_real / ((double)l->n * (double)(l->T + 1));
+}
+
 int64_t dt_loader_dataset_samples(const dt_loader *l) {
     return l->n;
 }

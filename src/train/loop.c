@@ -350,6 +350,14 @@ dt_status dt_trainer_run(dt_trainer *t) {
             dt_comm_backend(t->comm), dt_ddp_zero_name(t->ddp)[0] ? ", " : "",
             dt_ddp_zero_name(t->ddp), (long long)t->B, (long long)v->train.grad_accum,
             (long long)(t->G * v->train.grad_accum), (long long)t->prog.total_steps, t->run_dir);
+        if (t->task != DT_TASK_IMAGE) /* the share of token slots that hold real tokens */
+            fprintf(t->log,
+                    "data.pack=%s: %lld sequences of %lld tokens, packing efficiency %.1f%%%s\n",
+                    v->data.pack == DT_CFG_PACK_DOCS ? "docs" : "concat",
+                    (long long)dt_loader_dataset_samples(t->train_ld), (long long)t->T,
+                    100 * dt_loader_pack_efficiency(t->train_ld),
+                    v->data.pack == DT_CFG_PACK_DOCS ? " (the rest padding)"
+                                                     : " (windows may span documents)");
         if (t->ddp) fprintf(t->log, "gradient all-reduce: %s\n", dt_ddp_exchange_note(t->ddp));
         if (t->uneven) { /* dist.batch_shares: who takes how much of the global batch */
             char parts[512];

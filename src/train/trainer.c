@@ -89,6 +89,7 @@ static dt_status make_loaders(dt_trainer *t) {
     lc.prefetch_threads = (int)t->v.data.workers;
     lc.skip_corrupt = t->v.data.on_corrupt == DT_CFG_CORRUPT_SKIP;
     lc.seq_len = t->T;
+    lc.pack = t->v.data.pack == DT_CFG_PACK_DOCS ? DT_PACK_DOCS : DT_PACK_CONCAT;
     lc.rank = t->rank, lc.world_size = t->world; /* interleaved: the ranks' batch k together
                                                     are the one-process batch k of world x b */
     if (t->uneven) lc.global_batch = t->G, lc.global_offset = t->share_off; /* contiguous parts */

@@ -57,3 +57,9 @@ add_test(NAME data_import_images COMMAND ${PROJECT_SOURCE_DIR}/tests/data/import
          $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR})
 set_tests_properties(data_import_images PROPERTIES LABELS "e2e;data;parity" TIMEOUT 120
                      SKIP_RETURN_CODE 77 ENVIRONMENT "DT_VENV_PYTHON=${DT_VENV_PYTHON}")
+# JSONL chat import against transformers' apply_chat_template (model folders of five template
+# families, generated with `tokenizers`) and the refusals of other templates.
+dt_ref_venv(NAME ref_chat_templates SCRIPT tests/ref/ref_chat_templates.py TIMEOUT 120)
+set_tests_properties(ref_chat_templates PROPERTIES LABELS "parity;data")
+dt_test(NAME test_chat_parity SOURCES data/test_chat_parity.c LABELS parity data
+        ARGS ${DT_REF_DIR} FIXTURES_REQUIRED ref_chat_templates TIMEOUT 60)

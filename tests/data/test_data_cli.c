@@ -88,6 +88,27 @@ int main(int argc, char **argv) {
               na == nb && !memcmp(a, b, na),
           "%s is a copy of the tokenizer", p);
     free(a), free(b);
+
+    /* jsonl: the chat options; another --system is another import; a bad --train-on is usage */
+    char js[4200], jout[4200];
+    snprintf(js, sizeof js, "%s/c.jsonl", tmp);
+    const char *jrec = "{\"instruction\": \"Hi\", \"output\": \"Hello\"}\n";
+    dt_write_file(js, jrec, strlen(jrec));
+    snprintf(jout, sizeof jout, "%s/chat", tmp);
+    CHECK(cli(14, "import", "jsonl", js, "-o", jout, "--tokenizer", tok, "--format", "alpaca",
+              "--system", "S", "--train-on", "last", "--strict") == 0,
+          "import jsonl with --format, --system, --train-on, --strict");
+    CHECK(cli(14, "import", "jsonl", js, "-o", jout, "--tokenizer", tok, "--format", "alpaca",
+              "--system", "S", "--train-on", "last", "--strict") == 0,
+          "the same jsonl import again: 0 (up to date)");
+    CHECK(cli(14, "import", "jsonl", js, "-o", jout, "--tokenizer", tok, "--format", "alpaca",
+              "--system", "T", "--train-on", "last", "--strict") == 1,
+          "another --system into an existing import: 1");
+    CHECK(cli(9, "import", "jsonl", js, "-o", tout, "--tokenizer", tok, "--train-on", "first") == 2,
+          "--train-on first: 2");
+    CHECK(cli(9, "import", "jsonl", js, "-o", tout, "--tokenizer", tok, "--template", "vicuna") ==
+              2,
+          "--template vicuna: 2");
     dt_remove_tree(tmp);
     return dt_test_finish("test_data_cli");
 }

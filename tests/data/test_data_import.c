@@ -1,7 +1,8 @@
 /* Importers on small generated inputs: CIFAR-10 binary batches (CHW -> HWC, val split), IDX
  * files (malformed: bad magic, truncated, count mismatch, bad label, broken gzip), text files
  * (documents, separators, invalid UTF-8), JSONL instruction data (Llama 3 chat template, loss
- * mask only on assistant turns; malformed lines). Every failed import leaves nothing behind.
+ * mask only on assistant turns; Alpaca, ShareGPT and prompt/completion records; malformed lines
+ * skipped, or refused with strict). Every failed import leaves nothing behind.
  *
  * usage: test_data_import TIKTOKEN_FILE */
 #include <zlib.h>
@@ -332,7 +333,7 @@ static void test_jsonl(void) {
     } bad[] = {
         {"{\"prompt\": \"a\", \"response\": \"b\"}\n{\"prompt\": \"x\", \"response\": }\n",
          "malformed JSON", "chat-bad.jsonl:2:"},
-        {"{\"foo\": 1}\n", "expected string \"prompt\"", "chat-bad.jsonl:1:"},
+        {"{\"foo\": 1}\n", "expected a record of one of messages", "chat-bad.jsonl:1:"},
         {"{\"prompt\": \"a\", \"response\": \"b\"} trailing\n", "unexpected text",
          "chat-bad.jsonl:1:"},
         {"\n\n{\"prompt\": \"caf\xe9\", \"response\": \"b\"}\n", "invalid UTF-8",
@@ -341,15 +342,116 @@ static void test_jsonl(void) {
          "chat-bad.jsonl:1"},
         {"[1, 2]\n", "not a JSON object", "chat-bad.jsonl:1:"},
         {"{\"messages\": [{\"role\": \"user\"}]}\n", "messages[0]", "chat-bad.jsonl:1"},
+        {"{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}\n", "role \"tool\"",
+         "chat-bad.jsonl:1: "},
     };
     snprintf(src, sizeof src, "%s/chat-bad.jsonl", g_tmp);
     snprintf(out, sizeof out, "%s/chat-bad-out", g_tmp);
+    dt_import_options strict = g_o;
+    strict.strict = 1;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         dt_write_file(src, bad[i].text, strlen(bad[i].text));
-        tu_check_error(bad[i].what, dt_data_import("jsonl", srcs, 1, out, &g_o), bad[i].frag,
+        tu_check_error(bad[i].what, dt_data_import("jsonl", srcs, 1, out, &strict), bad[i].frag,
                        bad[i].what);
         check_nothing_left(out);
     }
+    /* by default a malformed record is skipped (counted); only bad ones: no documents */
+    const char *mixed = "{\"prompt\": \"a\", \"response\": \"b\"}\n{\"prompt\": \"x\"}\n[1]\n"
+                        "{\"prompt\": \"c\", \"response\": \"d\"}\n";
+    dt_write_file(src, mixed, strlen(mixed));
+    CHECK_OK(dt_data_import("jsonl", srcs, 1, out, &g_o));
+    snprintf(dir, sizeof dir, "%s/train", out);
+    if (dt_dataset_open(dir, 0, &d) == DT_OK) {
+        CHECK(dt_dataset_get_info(d)->records == 2, "skip: %lld records, want 2",
+              (long long)dt_dataset_get_info(d)->records);
+        dt_dataset_close(d);
+    }
+    dt_remove_tree(out);
+    dt_write_file(src, bad[1].text, strlen(bad[1].text));
+    tu_check_error("only malformed records", dt_data_import("jsonl", srcs, 1, out, &g_o),
+                   "1 malformed records skipped", "chat-bad.jsonl:1:");
+    check_nothing_left(out);
+}
+
+/* Alpaca, ShareGPT and prompt/completion records against the token sequences written out by
+ * hand: the Llama 3 rendering as text (special tokens recognised) and what is trained on. */
+static void test_formats(void) {
+    char src[4200], out[4200], dir[4300];
+    snprintf(src, sizeof src, "%s/formats.jsonl", g_tmp);
+    const char *j =
+        "{\"instruction\": \"Add.\", \"input\": \"2 and 3\", \"output\": \"5\"}\n"
+        "{\"instruction\": \"Say hi.\", \"input\": \"\", \"output\": \"hi\"}\n"
+        "{\"conversations\": [{\"from\": \"system\", \"value\": \"S\"}, {\"from\": \"human\", "
+        "\"value\": \"Q1\"}, {\"from\": \"gpt\", \"value\": \"A1\"}, {\"from\": \"user\", "
+        "\"value\": \"Q2\"}, {\"from\": \"assistant\", \"value\": \"A2\"}]}\n"
+        "{\"prompt\": \"The sky is\", \"completion\": \" blue.\"}\n"
+        "{\"conversations\": [{\"from\": \"bing\", \"value\": \"x\"}]}\n";
+    dt_write_file(src, j, strlen(j));
+    snprintf(out, sizeof out, "%s/formats-out", g_tmp);
+    const char *srcs[] = {src};
+    dt_import_options o = g_o;
+    o.system = "Be kind.";
+    CHECK_OK(dt_data_import("jsonl", srcs, 1, out, &o));
+    const char *H = "<|start_header_id|>", *E = "<|end_header_id|>\n\n", *T = "<|eot_id|>";
+    char render[4][1024];
+    snprintf(render[0], 1024,
+             "<|begin_of_text|>%ssystem%sBe kind.%s%suser%sAdd.\n\n2 and 3%s%sassistant%s5%s", H, E,
+             T, H, E, T, H, E, T);
+    snprintf(render[1], 1024,
+             "<|begin_of_text|>%ssystem%sBe kind.%s%suser%sSay hi.%s%sassistant%shi%s", H, E, T, H,
+             E, T, H, E, T);
+    snprintf(render[2], 1024,
+             "<|begin_of_text|>%ssystem%sS%s%suser%sQ1%s%sassistant%sA1%s%suser%sQ2%s%s"
+             "assistant%sA2%s",
+             H, E, T, H, E, T, H, E, T, H, E, T, H, E, T);
+    snprintf(render[3], 1024, "The sky is blue.<|endoftext|>"); /* cl100k: no BOS */
+    const char *trained[4] = {"5<|eot_id|>", "hi<|eot_id|>", "A1<|eot_id|>A2<|eot_id|>",
+                              " blue.<|endoftext|>"};
+    dt_dataset *d;
+    dt_tokenizer *t;
+    snprintf(dir, sizeof dir, "%s/train", out);
+    CHECK_OK(dt_dataset_open(dir, 0, &d));
+    CHECK_OK(dt_tokenizer_load(g_tok, &t));
+    if (t) CHECK_OK(dt_tokenizer_add_llama3_chat(t));
+    CHECK(d && dt_dataset_get_info(d)->records == 4,
+          "formats: %lld records (the ShareGPT "
+          "record with from \"bing\" skipped)",
+          d ? (long long)dt_dataset_get_info(d)->records : -1);
+    for (int64_t i = 0; d && t && i < 4 && i < dt_dataset_get_info(d)->records; i++) {
+        const uint32_t *tk;
+        const uint8_t *m;
+        int64_t len, ns = 0;
+        dt_dataset_doc(d, i, &tk, &m, &len);
+        dt_tokens ref = {0};
+        dt_tokenizer_encode(t, render[i], strlen(render[i]), DT_TOK_ALLOW_SPECIAL, &ref);
+        int32_t *sel = malloc((size_t)len * 4);
+        int same = ref.n == len;
+        for (int64_t k = 0; k < len; k++) {
+            same = same && ref.ids[k] == (int32_t)tk[k];
+            if (m[k]) sel[ns++] = (int32_t)tk[k];
+        }
+        CHECK(same, "formats record %lld: ids differ from \"%s\"", (long long)i, render[i]);
+        char *txt = NULL;
+        size_t tl;
+        dt_tokenizer_decode(t, sel, ns, &txt, &tl);
+        CHECK(txt && !strcmp(txt, trained[i]), "formats record %lld trains on \"%s\"", (long long)i,
+              txt ? txt : "");
+        free(txt), free(sel);
+        dt_tokens_free(&ref);
+    }
+    dt_dataset_close(d);
+    dt_tokenizer_free(t);
+    o.format = "alpaca", o.strict = 1;
+    snprintf(out, sizeof out, "%s/formats-alpaca", g_tmp);
+    tu_check_error("--format alpaca on ShareGPT", dt_data_import("jsonl", srcs, 1, out, &o),
+                   "formats.jsonl:3: ", "Alpaca needs");
+    o.format = "sharegpt";
+    tu_check_error("--format sharegpt", dt_data_import("jsonl", srcs, 1, out, &o),
+                   "formats.jsonl:1: ", "\"conversations\" must be an array");
+    o.format = "xml";
+    tu_check_error("--format xml", dt_data_import("jsonl", srcs, 1, out, &o), "--format xml",
+                   "unknown");
+    check_nothing_left(out);
 }
 
 int main(int argc, char **argv) {
@@ -364,6 +466,7 @@ int main(int argc, char **argv) {
     test_idx();
     test_text();
     test_jsonl();
+    test_formats();
     const char *srcs[] = {g_tmp};
     char out[4200];
     snprintf(out, sizeof out, "%s/x", g_tmp);

@@ -256,6 +256,14 @@ static void test_packing(const dt_dataset *d, int64_t T) {
     CHECK(bad == 0 && trained == want && pads > 0 && ends > 0,
           "packing: %d wrong values; %lld trained pairs (want %lld), %lld padded, %lld piece ends",
           bad, (long long)trained, (long long)want, (long long)pads, (long long)ends);
+    /* the packing efficiency: the real tokens among the epoch's (T + 1)-token slots; the inputs
+     * show all but each sequence's last slot */
+    double n = (double)dt_loader_dataset_samples(l),
+           real = dt_loader_pack_efficiency(l) * n * (T + 1);
+    CHECK(real >= (double)(trained + ends) - 1e-6 && real <= (double)(trained + ends) + n + 1e-6 &&
+              dt_loader_pack_efficiency(l) < 1,
+          "packing efficiency %.4f: %.1f real slots, the inputs hold %lld",
+          dt_loader_pack_efficiency(l), real, (long long)(trained + ends));
     dt_loader_close(l);
 }
 

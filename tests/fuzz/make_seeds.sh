@@ -120,6 +120,22 @@ jl = [{"prompt": "What is 2+2?", "response": "4", "system": "Be brief."},
       {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": " Hello! "}]}]
 put("import_text", "jsonl", b"\x01" + "\n".join(json.dumps(r) for r in jl).encode() + b"\n")
 put("import_text", "jsonl-files", b"\x0d" + json.dumps(jl[0]).encode() + SEP + json.dumps(jl[1]).encode())
+# every record format, then a tokenizer_config.json of each template family (control bit 7)
+fm = [{"instruction": "Add.", "input": "2 and 3", "output": "5"},
+      {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]},
+      {"prompt": "The sky is", "completion": " blue."}, jl[1]]
+recs = "\n".join(json.dumps(r) for r in fm).encode() + b"\n"
+tpls = {"chatml": "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+                  "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}",
+        "gemma": "{{ bos_token }}{{ raise_exception('System role not supported') }}"
+                 "<start_of_turn><end_of_turn>",
+        "llama31": "<|start_header_id|><|eot_id|>Cutting Knowledge Date {%- set date_string = "
+                   "\"26 Jul 2024\" %}",
+        "unknown": "{% for message in messages %}<|user|>{% endfor %}"}
+for name, t in tpls.items():
+    cfg = {"bos_token": "<bos>" if name == "gemma" else None, "eos_token": "<eos>",
+           "chat_template": t}
+    put("import_text", "jsonl-" + name, b"\xc1" + recs + SEP + json.dumps(cfg).encode())
 
 # ---- trainer_state.json (fuzz_trainer_state.c: model.safetensors of 23 bytes, xxh3 below)
 state = {"format": "dtrain-checkpoint-1", "step": 1, "epoch": 0, "samples_seen": 64,

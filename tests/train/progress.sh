@@ -84,7 +84,8 @@ OTHER = [re.compile(p) for p in (
     r"checkpoint step \d+ \(\w+\): snapshot in .*, writing in the background",
     r"checkpoint step (\d+) committed: .*",
     r"memory per worker: .*",
-    r"model written to \S+")]
+    r"model written to \S+",
+    r"data\.pack=(concat|docs): \d+ sequences of \d+ tokens, packing efficiency \d+\.\d% \(.*\)")]
 
 def duration(s):  # "5s", "1m05s", "2h03m"
     m = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", s)
