@@ -2,6 +2,9 @@
 # including two processes writing one file at once (unit: also under ASan), and `dtrain runs`
 # on the store that real `dtrain train` runs of the tiny Llama write (e2e).
 dt_test(NAME test_track SOURCES track/test_track.c LABELS unit TIMEOUT 120)
+# The model registry's API (src/track/registry.c): schema migration, versions, immutability,
+# aliases, references, the integrity check, a reader process during registrations.
+dt_test(NAME test_registry SOURCES track/test_registry.c LABELS unit TIMEOUT 60)
 foreach(case compare attempts degraded)
   add_test(NAME track_runs_${case} COMMAND ${PROJECT_SOURCE_DIR}/tests/track/runs_cli.sh
            $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${case})
