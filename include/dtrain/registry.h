@@ -51,6 +51,9 @@ typedef struct dt_registry_source {
     /* {"loss": 2.3, ...}: the metrics at the artefact's step (a checkpoint's); NULL: the run's
      * final value of each metric */
     const char *metrics_json;
+    /* the artefact's own resolved config (a checkpoint's trainer_state.json "config"): its
+     * flattened keys are the version's params; NULL: the run's params */
+    const char *config_yaml;
 } dt_registry_source;
 
 /* A version as read back. Strings are owned (dt_registry_version_free); JSON texts are objects

@@ -95,6 +95,10 @@ static dt_status final_metrics(dt_track *s, int64_t run, cJSON *o) {
     return rc == SQLITE_DONE ? DT_OK : dt_trk_fail(s, "cannot read the run's metrics");
 }
 
+static int add_param(void *ud, const char *key, const char *value) {
+    return !cJSON_AddStringToObject(ud, key, value);
+}
+
 static int by_file_name(const void *a, const void *b) {
     return strcmp(((const dt_registry_file *)a)->name, ((const dt_registry_file *)b)->name);
 }
@@ -209,10 +213,13 @@ static dt_status register_tx(dt_track *s, void *ud) {
         }
         if ((st = kv_object(s, "SELECT key, value FROM lineage WHERE run_id = ?1 ORDER BY key",
                             src->run_id, lin)) != DT_OK ||
-            (st = kv_object(s, "SELECT key, value FROM params WHERE run_id = ?1 ORDER BY key",
-                            src->run_id, par)) != DT_OK)
+            (!src->config_yaml &&
+             (st = kv_object(s, "SELECT key, value FROM params WHERE run_id = ?1 ORDER BY key",
+                             src->run_id, par)) != DT_OK))
             goto out;
     }
+    if (src->config_yaml && (st = dt_track_flatten_yaml(src->config_yaml, add_param, par)) != DT_OK)
+        goto out;
     if (src->metrics_json && src->metrics_json[0]) {
         met = cJSON_Parse(src->metrics_json);
         if (!cJSON_IsObject(met)) {

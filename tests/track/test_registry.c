@@ -171,6 +171,7 @@ static void test_registry(void) {
     int v1 = 0, v2 = 0;
     CHECK_OK(dt_registry_register(s, &src, &v1));
     src.path = b.path, src.files = b.f, src.metrics_json = "{\"eval_loss\": 2.25}";
+    src.config_yaml = "optim:\n  lr: 0.001\n"; /* the checkpoint's own config: its params */
     CHECK_OK(dt_registry_register(s, &src, &v2));
     CHECK(v1 == 1 && v2 == 2, "versions %d %d", v1, v2);
 
