@@ -12,7 +12,8 @@
 #                exit 2, a missing model 1
 #   CASE export  hf export of a version is byte-identical to the run's own exported model; a
 #                LoRA run finetuned on it: peft export identical to the run's adapter, merged
-#                identical to `dtrain lora merge`; transformers loads the hf and merged folders
+#                identical to `dtrain lora merge`; `dtrain generate` gives the same text from the
+#                merged folder as from the hf export with the peft adapter; transformers loads the hf and merged folders
 #                and PEFT the adapter, the adapter's logits equal the merged model's (exit 77
 #                when the venv is missing, after the byte checks)
 #   models_cli.sh DTRAIN REPO DATA_DIR CASE
@@ -166,6 +167,10 @@ export)
         -o "$tmp/merged-ref" > /dev/null
     cmp "$tmp/merged/model.safetensors" "$tmp/merged-ref/model.safetensors" ||
         fail "merged export differs from dtrain lora merge"
+    # dtrain's own loaders: the merged folder generates what the base with the adapter does
+    gen() { "$dtrain" generate --prompt "Q: What is" --max-new 12 --ignore-eos --threads 1 "$@"; }
+    a=$(gen --model "$tmp/merged") b=$(gen --model "$tmp/hf" --adapter "$tmp/peft")
+    [ -n "$a" ] && [ "$a" = "$b" ] || fail "generate: merged '$a', base + adapter '$b'"
     rc=0
     "$dtrain" models export tuned -o "$tmp/z" --format hf "${M[@]}" 2> "$tmp/err" || rc=$?
     [ $rc = 1 ] && grep -q "peft .* or merged" "$tmp/err" || fail "hf of a LoRA checkpoint: rc $rc"
