@@ -86,13 +86,16 @@ dt_status dt_trainer_export(dt_trainer *t, const char *dir);
  *   format "peft"    the PEFT adapter (a LoRA checkpoint)
  *   format "merged"  the base with the adapter folded in (a LoRA checkpoint)
  * (NULL or "": hf for a whole model, peft for LoRA), as dt_trainer_export writes them. base:
- * the model.hf_path to use (NULL: the config's, which must exist from the working directory).
+ * the model.hf_path to use (NULL: the config's, when it exists from the working directory, else
+ * base_hint, e.g. the run's lineage "model.path"); data_hint: data.train (for its tokenizer)
+ * when the config's is not found from here.
  * note (may be NULL): a remark for the user, e.g. that no tokenizer could be added. The caller
  * verifies the checkpoint first (dt_ckpt_verify); a ResNet checkpoint is refused (its
  * model.safetensors already is the torchvision state dict). */
 typedef struct dt_export_opts {
     const char *format;
     const char *base;
+    const char *base_hint, *data_hint;
     char written[8]; /* out: the format written */
 } dt_export_opts;
 dt_status dt_trainer_export_checkpoint(const char *ckpt_dir, dt_export_opts *o, const char *out_dir,

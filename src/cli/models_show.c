@@ -225,7 +225,15 @@ int dt_models_export(dt_track *s, const char *ref, const dt_models_args *a) {
                 "dtrain models export: %s exists and is not an empty folder: give a new one\n",
                 a->out);
     } else {
-        dt_export_opts o = {.format = a->format, .base = a->base};
+        /* where the run found its model and data (absolute), for a config that names them
+         * relative to its own folder */
+        cJSON *lin = cJSON_Parse(v.lineage_json);
+        dt_export_opts o = {
+            .format = a->format,
+            .base = a->base,
+            .base_hint = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(lin, "model.path")),
+            .data_hint =
+                cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(lin, "dataset.train.path"))};
         char note[1200];
         if (dt_trainer_export_checkpoint(v.path, &o, a->out, note, sizeof note) != DT_OK) {
             fprintf(stderr, "dtrain models export: %s@%d: %s\n", v.name, v.version,
@@ -246,6 +254,7 @@ int dt_models_export(dt_track *s, const char *ref, const dt_models_args *a) {
                        v.path, (long long)v.step, o.written, a->out, note[0] ? "; " : "", note);
             }
         }
+        cJSON_Delete(lin);
     }
     dt_registry_version_free(&v);
     return rc;

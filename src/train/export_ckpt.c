@@ -19,10 +19,13 @@
 static const char *const ignore[] = {"num_batches_tracked", "rotary_emb.inv_freq", NULL};
 
 /* A path of the checkpoint's config as it is, when it exists from here (absolute, or relative to
- * the working directory); "" when not. */
-static void existing(const char *p, char *out, size_t n) {
+ * the working directory), else the hint (where the run found it); "" when neither exists. */
+static void existing(const char *p, const char *hint, char *out, size_t n) {
     struct stat sb;
-    snprintf(out, n, "%s", p && p[0] && stat(p, &sb) == 0 ? p : "");
+    const char *use = p && p[0] && stat(p, &sb) == 0            ? p
+                      : hint && hint[0] && stat(hint, &sb) == 0 ? hint
+                                                                : "";
+    snprintf(out, n, "%s", use);
 }
 
 /* The trainable parameters of a LoRA graph (adapters, modules to save) from the checkpoint's
@@ -113,8 +116,11 @@ dt_status dt_trainer_export_checkpoint(const char *ckpt_dir, dt_export_opts *o, 
                           ckpt_dir, DT_CKPT_MODEL);
     char hf[PATH_MAX] = "", data[PATH_MAX] = "";
     if (st == DT_OK) {
-        existing(o && o->base && o->base[0] ? o->base : v->model.hf_path, hf, sizeof hf);
-        existing(v->data.train, data, sizeof data);
+        if (o && o->base && o->base[0])
+            existing(o->base, NULL, hf, sizeof hf);
+        else
+            existing(v->model.hf_path, o ? o->base_hint : NULL, hf, sizeof hf);
+        existing(v->data.train, o ? o->data_hint : NULL, data, sizeof data);
         if (!hf[0])
             st = dt_error_set(DT_ERR_NOTFOUND,
                               "%s: model.hf_path '%s' of the checkpoint's config is not found "

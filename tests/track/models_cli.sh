@@ -10,7 +10,9 @@
 #                loop while versions are registered, never failing; a modified checkpoint file
 #                fails verify (named) and export refuses it, writing nothing; usage errors
 #                exit 2, a missing model 1
-#   CASE export  hf export of a version is byte-identical to the run's own exported model; a
+#   CASE export  hf export of a version is byte-identical to the run's own exported model (the
+#                run's config naming its model and data by relative paths, exported from another
+#                working directory: found through the lineage); a
 #                LoRA run finetuned on it: peft export identical to the run's adapter, merged
 #                identical to `dtrain lora merge`; `dtrain generate` gives the same text from the
 #                merged folder as from the hf export with the peft adapter; transformers loads the hf and merged folders
@@ -37,8 +39,7 @@ M=("--db" "$db")
 train() { # NAME [overrides...]
     local name=$1
     shift
-    "$dtrain" train "$repo/examples/llama-tiny-fortunes.yaml" model.hf_path="$repo/examples/llama-tiny" \
-        data.train="$data/fortunes/train" data.val= data.seq_len=32 data.batch=4 train.threads=1 \
+    "$dtrain" train "$repo/examples/llama-tiny-fortunes.yaml" data.train="$data/fortunes/train" data.val= data.seq_len=32 data.batch=4 train.threads=1 \
         schedule.warmup_steps=2 train.log_every=5 output.dir="$tmp/runs" output.run_name="$name" \
         "$@" > "$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; fail "run $name failed"; }
 }
@@ -148,7 +149,9 @@ sys.exit(1)' "$db" "$sql" || fail "$sql was not refused"
     [ $rc = 1 ] || fail "a missing model: exit $rc"
     ;;
 export)
-    train base train.steps=10 ckpt.every_steps=10
+    # model.hf_path (llama-tiny) is relative to the config's folder and data.train to the run's
+    # working directory: export, from elsewhere, finds both through the run's lineage
+    (cd "$data" && train base train.steps=10 ckpt.every_steps=10 data.train=fortunes/train)
     "$dtrain" models register base --name tiny "${M[@]}" > /dev/null
     "$dtrain" models export tiny -o "$tmp/hf" "${M[@]}" --json > "$tmp/e.json"
     [ "$(jget 'o["format"], o["path"]' < "$tmp/e.json")" = "('hf', '$tmp/hf')" ] || fail "export json"
