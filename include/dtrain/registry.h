@@ -7,6 +7,7 @@
  *                             .step = 600, .files = f, .n_files = 3};
  *   int v;
  *   dt_registry_register(store, &src, &v);                 // version 1, 2, ... of "fortunes"
+ *   dt_registry_register_ref(store, "fortunes", NULL, "exp/run", stderr, &v);  // or a ckpt dir
  *   dt_registry_alias_set(store, "fortunes", v, "champion");
  *   dt_registry_version r;
  *   dt_registry_resolve(store, "fortunes@champion", &r);   // or NAME, NAME@3, NAME@latest
@@ -27,6 +28,7 @@
 #define DTRAIN_REGISTRY_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include "dtrain/status.h"
 #include "dtrain/track.h"
 
@@ -89,6 +91,14 @@ typedef int (*dt_registry_version_cb)(void *ud, const dt_registry_version *v);
  * number. Checks the name, the files' names and that each file exists with its recorded size
  * (the caller has verified their contents); errors name the model and the file. */
 dt_status dt_registry_register(dt_track *s, const dt_registry_source *src, int *version);
+/* Registers what `ref` names (src/registry/register.c): a checkpoint folder (step-*, local),
+ * with the run that recorded it in the store if one did; or a run (dt_track_run_find's
+ * reference): its newest recorded checkpoint that is committed and passes dt_ckpt_verify, each
+ * newer one that fails being one line on `log` (may be NULL). The checkpoint is verified (every
+ * file's xxh3) first; the version records trainer_state.json's file list plus trainer_state.json
+ * itself, the checkpoint's metrics and its config as params. */
+dt_status dt_registry_register_ref(dt_track *s, const char *name, const char *description,
+                                   const char *ref, FILE *log, int *version);
 /* Points `alias` of model `name` at `version` (moving it from another version). An alias is
  * 1-64 letters, digits, '.', '_', '-', not all digits and not "latest" (those are references). */
 dt_status dt_registry_alias_set(dt_track *s, const char *name, int version, const char *alias);

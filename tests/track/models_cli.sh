@@ -84,7 +84,7 @@ cli)
     printf 'X' | dd of="$(ckpt r2 10)/model.safetensors" bs=1 seek=4000 conv=notrunc 2> /dev/null
     "$dtrain" models register r2 --name other "${M[@]}" --json > "$tmp/o.json" 2> "$tmp/err"
     [ "$(jget 'o["version"], o["step"]' < "$tmp/o.json")" = "(1, 5)" ] || fail "fallback"
-    grep -q "skipped checkpoint step 10: .*model.safetensors" "$tmp/err" || fail "skip not named"
+    grep -q "skipped checkpoint step 10 of run $exp/r2: .*model.safetensors" "$tmp/err" || fail "skip not named"
     # ls
     "$dtrain" models ls "${M[@]}" --json > "$tmp/ls.json"
     [ "$(jget '[(m["name"], m["versions"], m["latest"]) for m in o["models"]]' < "$tmp/ls.json")" = \
