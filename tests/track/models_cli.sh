@@ -6,6 +6,7 @@
 #                run (3), a copied one has none (4), a run whose newest checkpoint is corrupt
 #                falls back to the older one; ls/show/diff/alias/verify with --json parsed;
 #                resolve NAME, @latest, @N, @alias; aliases move and go; diff names optim.lr;
+#                `runs show` lists the versions registered from the run;
 #                UPDATE/DELETE of model_versions through sqlite3 fail; readers (`models ls`)
 #                loop while versions are registered, never failing; a modified checkpoint file
 #                fails verify (named) and export refuses it, writing nothing; usage errors
@@ -93,6 +94,10 @@ cli)
     [ "$(grep -c "$exp/r" "$tmp/out")" = 3 ] || fail "ls fortunes: 3 versions with runs"
     # aliases and references
     "$dtrain" models alias fortunes 1 champion "${M[@]}" > /dev/null
+    "$dtrain" runs show r1 "${M[@]}" | tee "$tmp/out" | sed -n '/^model versions:/,/^params:/p'
+    grep -q "^  fortunes@1  step 10 .*step-000000010  aliases champion" "$tmp/out" &&
+        grep -q "^  fortunes@3  step 5 " "$tmp/out" && ! grep -q "fortunes@2" "$tmp/out" ||
+        fail "runs show r1: its model versions"
     show() { "$dtrain" models show "$1" "${M[@]}" --json | jget "$2"; }
     [ "$(show fortunes@champion 'o["version"], o["aliases"]')" = "(1, ['champion'])" ] ||
         fail "alias on 1"
