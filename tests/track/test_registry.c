@@ -8,7 +8,8 @@
  *   - aliases set, move, remove; bad alias names; resolve NAME, NAME@latest, NAME@N,
  *     NAME@alias and its errors
  *   - verify: a good folder passes; a changed, a truncated and a missing file are each reported
- *     by name; the content hash changes with any file's hash
+ *     by name, a FIFO in a file's place too (not read); the content hash changes with any file's
+ *     hash; a file name leaving the folder is refused when registering
  *   - two processes registering versions of one model at once (15 each: versions 1..30, none
  *     lost or doubled) while a third resolves the latest in a loop: no error, never a partial
  *     version
@@ -310,6 +311,23 @@ static void test_registry(void) {
               !strcmp(pl.what[0], "model.safetensors:missing") &&
               !strcmp(pl.what[1], "trainer_state.json:size") && strstr(dt_last_error(), "2 files"),
           "missing and truncated: %d: %s %s; %s", pl.n, pl.what[0], pl.what[1], dt_last_error());
+    dt_registry_version_free(&r);
+
+    /* hostile names and files: a name leaving the folder is refused; a FIFO in a file's place
+     * is reported, not read (which would block) */
+    dt_registry_file evil[1] = {{.name = "../reg.db", .bytes = 1}};
+    dt_registry_source es = {.name = "evil", .path = b.path, .files = evil, .n_files = 1};
+    CHECK(dt_registry_register(s, &es, NULL) == DT_ERR_INVALID &&
+              strstr(dt_last_error(), "not a file name"),
+          "a name outside the folder: %s", dt_last_error());
+    snprintf(p, sizeof p, "%s/model.safetensors", b.path);
+    unlink(p);
+    CHECK(mkfifo(p, 0600) == 0, "mkfifo %s", p);
+    CHECK_OK(dt_registry_resolve(s, "fortunes@2", &r));
+    pl.n = 0;
+    CHECK(dt_registry_verify(&r, on_problem, &pl) == DT_ERR_FORMAT && pl.n == 1 &&
+              !strcmp(pl.what[0], "model.safetensors:unreadable"),
+          "a FIFO in a file's place: %d %s", pl.n, pl.what[0]);
     dt_registry_version_free(&r);
 
     /* the snapshot outlives the run */
