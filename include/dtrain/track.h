@@ -41,8 +41,9 @@ extern "C" {
 #endif
 
 /* 2: the attempts table (per-attempt status and reason). Stores of version 1 are migrated when
- * opened: each run's latest attempt is copied from the run; earlier ones were never recorded. */
-#define DT_TRACK_SCHEMA_VERSION 2
+ * opened: each run's latest attempt is copied from the run; earlier ones were never recorded.
+ * 3: the model registry's tables (include/dtrain/registry.h), added empty to older stores. */
+#define DT_TRACK_SCHEMA_VERSION 3
 
 typedef struct dt_track dt_track;
 

@@ -80,6 +80,26 @@ dt_status dt_trainer_evaluate(dt_trainer *t, dt_eval_result *r);
 /* Writes the model: ResNet/custom -> DIR/model.safetensors (torchvision names), Llama -> a
  * Hugging Face folder DIR. */
 dt_status dt_trainer_export(dt_trainer *t, const char *dir);
+/* Exporting a checkpoint without training: its trainer_state.json's config rebuilds the Llama
+ * (forward only, no data read), its model.safetensors fills it, and out_dir gets
+ *   format "hf"      a Hugging Face folder (a whole model), with the dataset's tokenizer
+ *   format "peft"    the PEFT adapter (a LoRA checkpoint)
+ *   format "merged"  the base with the adapter folded in (a LoRA checkpoint)
+ * (NULL or "": hf for a whole model, peft for LoRA), as dt_trainer_export writes them. base:
+ * the model.hf_path to use (NULL: the config's, when it exists from the working directory, else
+ * base_hint, e.g. the run's lineage "model.path"); data_hint: data.train (for its tokenizer)
+ * when the config's is not found from here.
+ * note (may be NULL): a remark for the user, e.g. that no tokenizer could be added. The caller
+ * verifies the checkpoint first (dt_ckpt_verify); a ResNet checkpoint is refused (its
+ * model.safetensors already is the torchvision state dict). */
+typedef struct dt_export_opts {
+    const char *format;
+    const char *base;
+    const char *base_hint, *data_hint;
+    char written[8]; /* out: the format written */
+} dt_export_opts;
+dt_status dt_trainer_export_checkpoint(const char *ckpt_dir, dt_export_opts *o, const char *out_dir,
+                                       char *note, size_t note_n);
 const dt_train_progress *dt_trainer_progress(const dt_trainer *t);
 const dt_eval_result *dt_trainer_last_eval(const dt_trainer *t);
 /* The run directory (output.dir/experiment/run_name). */

@@ -9,6 +9,8 @@ int dt_cli_lora(int argc, char **argv); /* src/cli/lora.c: dtrain lora merge */
 int dt_cli_train(int argc, char **argv);
 int dt_cli_launch(int argc, char **argv);
 int dt_cli_runs(int argc, char **argv); /* src/cli/runs.c: dtrain runs ls|show|compare|export|rm */
+/* src/cli/models.c: dtrain models register|ls|show|diff|alias|export|verify */
+int dt_cli_models(int argc, char **argv);
 
 int dt_cli_serve(int argc, char **argv); /* src/cli/serve.c: dtrain serve (dashboard, /metrics) */
 

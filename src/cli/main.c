@@ -19,18 +19,20 @@
 #endif
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dtrain <command> [args]\n"
-               "commands:\n"
-               "  data        import | inspect | verify datasets (shards + manifest)\n"
-               "  ckpt        ls | verify | show checkpoints (path, file://, s3://)\n"
-               "  plan        per-worker memory of a training config, without weights\n"
-               "  runs        ls | show | compare | export | rm runs in the experiment store\n"
-               "  serve       dashboard and Prometheus /metrics for the experiment store\n"
-               "  launch      run N workers through mpirun, restart from checkpoints on failure\n"
-               "  lora        merge a LoRA adapter into its base model (Hugging Face folders)\n"
-               "  generate    text generation with a Llama model (Hugging Face folder)\n"
-               "  train       train a model from a YAML config (--help-config: every key)\n"
-               "  version     print the version\n");
+    fprintf(f,
+            "usage: dtrain <command> [args]\n"
+            "commands:\n"
+            "  data        import | inspect | verify datasets (shards + manifest)\n"
+            "  ckpt        ls | verify | show checkpoints (path, file://, s3://)\n"
+            "  plan        per-worker memory of a training config, without weights\n"
+            "  runs        ls | show | compare | export | rm runs in the experiment store\n"
+            "  models      register | ls | show | diff | alias | export | verify model versions\n"
+            "  serve       dashboard and Prometheus /metrics for the experiment store\n"
+            "  launch      run N workers through mpirun, restart from checkpoints on failure\n"
+            "  lora        merge a LoRA adapter into its base model (Hugging Face folders)\n"
+            "  generate    text generation with a Llama model (Hugging Face folder)\n"
+            "  train       train a model from a YAML config (--help-config: every key)\n"
+            "  version     print the version\n");
 }
 
 /* OpenMP threads that spin while waiting for work (libgomp's default) collapse when anything
@@ -101,6 +103,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "lora")) return dt_cli_lora(argc - 1, argv + 1);
     if (!strcmp(cmd, "train")) return dt_cli_train(argc - 1, argv + 1);
     if (!strcmp(cmd, "runs")) return dt_cli_runs(argc - 1, argv + 1);
+    if (!strcmp(cmd, "models")) return dt_cli_models(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return dt_cli_serve(argc - 1, argv + 1);
     fprintf(stderr, "dtrain: unknown command '%s'\n", cmd);
     usage(stderr);

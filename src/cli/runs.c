@@ -6,7 +6,8 @@
  *            ("lost" when a running run's process on this host is gone), attempts, workers,
  *            start, duration, last step, final loss
  *   show     one run: status and exit reason, attempts, hosts, lineage, tags, metric summary
- *            (final, min, max), artifacts (checkpoints and the exported model), params
+ *            (final, min, max), artifacts (checkpoints and the exported model), the model
+ *            versions registered from it, params
  *   compare  params that differ and final/best metrics side by side (src/cli/runs_report.c)
  *   export   one run as CSV (its metrics) or JSON (everything) (src/cli/runs_report.c), or
  *            as an MLflow file store (src/cli/runs_mlflow.c)
@@ -21,6 +22,7 @@
 #include "cli/cli.h"
 #include "cli/cli_runs.h"
 #include "dtrain/dtrain.h"
+#include "dtrain/registry.h"
 
 enum { EXIT_GOOD = 0, EXIT_BAD = 1, EXIT_USAGE = 2, MAX_REFS = 64 };
 
@@ -37,7 +39,8 @@ static void usage(FILE *f) {
             "where output.dir's default puts it; tracking.uri in the config moves it).\n"
             "RUN: a run id, EXPERIMENT/NAME, or a NAME unique in the store.\n"
             "  ls       runs, newest first; 'lost': running, but its process here is gone\n"
-            "  show     status, attempts, hosts, lineage, tags, metrics, artifacts, params\n"
+            "  show     status, attempts, hosts, lineage, tags, metrics, artifacts, model\n"
+            "           versions registered from it (dtrain models), params\n"
             "  compare  the params that differ (output.run_name aside) and every metric's final\n"
             "           value and best (min loss/perplexity, max accuracy), side by side\n"
             "  export   csv: key,step,wall,value,attempt per metric value; json: the whole run;\n"
@@ -219,6 +222,20 @@ static int print_attempt(void *ud, const dt_track_attempt *a) {
     return 0;
 }
 
+typedef struct run_versions {
+    int64_t run;
+    int n;
+} run_versions;
+
+static int print_run_version(void *ud, const dt_registry_version *v) {
+    run_versions *rv = ud;
+    if (v->run_id != rv->run) return 0;
+    rv->n++;
+    printf("  %s@%d  step %-8lld %s%s%s\n", v->name, v->version, (long long)v->step, v->path,
+           v->aliases[0] ? "  aliases " : "", v->aliases);
+    return 0;
+}
+
 static int cmd_show(dt_track *s, const char *ref) {
     dt_track_run r;
     if (dt_track_run_find(s, ref, &r) != DT_OK) {
@@ -263,6 +280,12 @@ static int cmd_show(dt_track *s, const char *ref) {
         dt_runs_summ_free(&sm);
         printf("artifacts:\n");
         st = dt_track_artifacts(s, r.id, print_artifact, NULL);
+    }
+    if (st == DT_OK) {
+        printf("model versions:\n"); /* registered from this run (dtrain models) */
+        run_versions rv = {.run = r.id};
+        st = dt_registry_versions(s, NULL, print_run_version, &rv);
+        if (st == DT_OK && !rv.n) printf("  (none)\n");
     }
     if (st == DT_OK) printf("params:\n");
     if (st == DT_OK) st = dt_track_params(s, r.id, print_kv, NULL);

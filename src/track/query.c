@@ -49,8 +49,8 @@ static void read_run(sqlite3_stmt *q, dt_track_run *r) {
               kill((pid_t)r->writer_pid, 0) != 0 && errno == ESRCH;
 }
 
-/* Steps `q` (already bound), calling `row` per result; finalizes. */
-static dt_status each_row(dt_track *s, sqlite3_stmt *q, int (*row)(sqlite3_stmt *q, void *ud),
+/* Steps `q` (already bound), calling `row` per result; finalizes and unlocks. */
+dt_status dt_trk_each_row(dt_track *s, sqlite3_stmt *q, int (*row)(sqlite3_stmt *q, void *ud),
                           void *ud) {
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW)
@@ -98,7 +98,7 @@ dt_status dt_track_runs(dt_track *s, const char *experiment, const char *status,
     dt_trk_bind_text(q, 1, experiment && experiment[0] ? experiment : NULL);
     dt_trk_bind_text(q, 2, status && status[0] ? status : NULL);
     cb_pair p = {(void *)cb, ud};
-    return each_row(s, q, run_row, &p);
+    return dt_trk_each_row(s, q, run_row, &p);
 }
 
 typedef struct find_state {
@@ -140,7 +140,7 @@ dt_status dt_track_run_find(dt_track *s, const char *ref, dt_track_run *out) {
         dt_trk_bind_text(q, 2, exp[0] ? exp : NULL);
     }
     find_state f = {.out = out};
-    if ((st = each_row(s, q, find_row, &f)) != DT_OK) return st;
+    if ((st = dt_trk_each_row(s, q, find_row, &f)) != DT_OK) return st;
     if (f.n == 0) return dt_error_set(DT_ERR_NOTFOUND, "run '%s': not in %s", ref, s->path);
     if (f.n > 1)
         return dt_error_set(DT_ERR_INVALID,
@@ -161,7 +161,7 @@ static dt_status run_query(dt_track *s, const char *sql, int64_t run,
     dt_status st = dt_trk_prep_run(s, sql, run, &q);
     if (st != DT_OK) return st;
     cb_pair p = {cb, ud};
-    return each_row(s, q, row, &p);
+    return dt_trk_each_row(s, q, row, &p);
 }
 
 static dt_status kv_query(dt_track *s, const char *sql, int64_t run, dt_track_kv_cb cb, void *ud) {
@@ -194,7 +194,7 @@ dt_status dt_track_config_yaml(dt_track *s, int64_t run_id, char **yaml) {
     sqlite3_stmt *q;
     dt_status st = dt_trk_prep_run(s, "SELECT config_yaml FROM runs WHERE id = ?1", run_id, &q);
     if (st != DT_OK) return st;
-    if ((st = each_row(s, q, yaml_row, yaml)) != DT_OK) return st;
+    if ((st = dt_trk_each_row(s, q, yaml_row, yaml)) != DT_OK) return st;
     if (!*yaml && !(*yaml = strdup("")))
         return dt_error_set(DT_ERR_NOMEM, "%s: out of memory", s->path);
     return DT_OK;
@@ -209,7 +209,7 @@ static int metric_row(sqlite3_stmt *q, void *ud) {
 
 dt_status dt_trk_metric_rows(dt_track *s, sqlite3_stmt *q, dt_track_metric_cb cb, void *ud) {
     cb_pair p = {(void *)cb, ud};
-    return each_row(s, q, metric_row, &p);
+    return dt_trk_each_row(s, q, metric_row, &p);
 }
 
 dt_status dt_track_metrics(dt_track *s, int64_t run_id, const char *key, dt_track_metric_cb cb,

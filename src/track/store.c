@@ -1,12 +1,14 @@
 /* The experiment store's file: open, schema (with a version table), WAL, busy timeout, close.
  *
- * Schema (version 2): experiments(name) <- runs(experiment, name, status, attempts, start/end,
+ * Schema (version 3): experiments(name) <- runs(experiment, name, status, attempts, start/end,
  * hosts, world size, exit reason, writer host/pid, config YAML; status to writer: those of the
  * newest attempt) <- params (flattened config), metrics (key, step, wall, value, attempt), tags,
  * artifacts (kind, uri, step, metrics JSON, attempt), lineage (key, value), attempts (attempt,
  * status, start/end, world size, hosts, exit reason, writer host/pid). Version 1 lacked the
  * attempts table: opening such a store adds it, filled with each run's latest attempt (the
- * earlier ones' status was overwritten and is not known). Runs are deleted with explicit
+ * earlier ones' status was overwritten and is not known). Version 3 adds the model registry
+ * (registered_models, model_versions, model_aliases: src/track/registry.c); older stores gain
+ * its empty tables when opened. Runs are deleted with explicit
  * DELETEs (no reliance on the per-connection foreign_keys pragma). */
 #include <errno.h>
 #include <fcntl.h>
@@ -53,6 +55,23 @@ static const char *const attempts_sql =
     " status TEXT NOT NULL, start_time REAL, end_time REAL, world_size INTEGER, hosts TEXT,"
     " exit_reason TEXT, writer_host TEXT, writer_pid INTEGER, PRIMARY KEY(run_id, attempt))"
     " WITHOUT ROWID;";
+
+/* Version 3: the model registry (include/dtrain/registry.h). Versions are immutable: the
+ * triggers refuse UPDATE and DELETE from any client, not only from this API. */
+static const char *const registry_sql =
+    "CREATE TABLE IF NOT EXISTS registered_models(name TEXT PRIMARY KEY, created REAL NOT NULL,"
+    " description TEXT) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS model_versions(name TEXT NOT NULL"
+    " REFERENCES registered_models(name), version INTEGER NOT NULL, run_id INTEGER, run TEXT,"
+    " uri TEXT NOT NULL, step INTEGER, created REAL NOT NULL, content_hash TEXT NOT NULL,"
+    " files TEXT NOT NULL, lineage TEXT NOT NULL, params TEXT NOT NULL, metrics TEXT NOT NULL,"
+    " PRIMARY KEY(name, version)) WITHOUT ROWID;"
+    "CREATE TRIGGER IF NOT EXISTS model_versions_no_update BEFORE UPDATE ON model_versions"
+    " BEGIN SELECT RAISE(ABORT, 'model versions are immutable'); END;"
+    "CREATE TRIGGER IF NOT EXISTS model_versions_no_delete BEFORE DELETE ON model_versions"
+    " BEGIN SELECT RAISE(ABORT, 'model versions are immutable'); END;"
+    "CREATE TABLE IF NOT EXISTS model_aliases(name TEXT NOT NULL, alias TEXT NOT NULL,"
+    " version INTEGER NOT NULL, updated REAL NOT NULL, PRIMARY KEY(name, alias)) WITHOUT ROWID;";
 
 /* 1 -> 2: the attempts table, with the one attempt per run a version-1 store remembers. */
 static const char *const migrate_2_sql =
@@ -153,8 +172,10 @@ static dt_status schema_tx(dt_track *s, void *ud) {
                             "%s: experiment store schema version %d is newer than this dtrain's "
                             "(%d); use a newer dtrain",
                             s->path, version, DT_TRACK_SCHEMA_VERSION);
+    if (create && sqlite3_exec(s->db, registry_sql, NULL, NULL, NULL) != SQLITE_OK)
+        return dt_trk_fail(s, "cannot create the schema");
     if (!have && create &&
-        sqlite3_exec(s->db, "INSERT INTO schema_version(version) VALUES(2)", NULL, NULL, NULL) !=
+        sqlite3_exec(s->db, "INSERT INTO schema_version(version) VALUES(3)", NULL, NULL, NULL) !=
             SQLITE_OK)
         return dt_trk_fail(s, "cannot write the schema version");
     /* Migrations, inside this transaction: two processes opening an old store take turns, and
@@ -163,6 +184,11 @@ static dt_status schema_tx(dt_track *s, void *ud) {
         (sqlite3_exec(s->db, attempts_sql, NULL, NULL, NULL) != SQLITE_OK ||
          sqlite3_exec(s->db, migrate_2_sql, NULL, NULL, NULL) != SQLITE_OK))
         return dt_trk_fail(s, "cannot migrate the experiment store to schema version 2");
+    if (have && version < 3 &&
+        (sqlite3_exec(s->db, registry_sql, NULL, NULL, NULL) != SQLITE_OK ||
+         sqlite3_exec(s->db, "INSERT INTO schema_version(version) VALUES(3)", NULL, NULL, NULL) !=
+             SQLITE_OK))
+        return dt_trk_fail(s, "cannot migrate the experiment store to schema version 3");
     return DT_OK;
 }
 

@@ -1,6 +1,7 @@
 /* Internal state of the experiment store (include/dtrain/track.h). store.c opens it and owns
  * the schema, metrics.c buffers metrics and artifacts and runs the writer thread, write.c writes
- * runs and tags, attempt.c a supervisor's record of an attempt, query.c reads. */
+ * runs and tags, attempt.c a supervisor's record of an attempt, query.c reads, registry.c the model
+ * registry (include/dtrain/registry.h). */
 #ifndef DTRAIN_TRACK_IMPL_H
 #define DTRAIN_TRACK_IMPL_H
 
@@ -55,6 +56,10 @@ dt_status dt_trk_prepare(dt_track *s, const char *sql, sqlite3_stmt **st);
 dt_status dt_trk_prep(dt_track *s, const char *sql, sqlite3_stmt **q);
 /* dt_trk_prep, then binds ?1 to run id `run` (the queries of one run). */
 dt_status dt_trk_prep_run(dt_track *s, const char *sql, int64_t run, sqlite3_stmt **q);
+/* Steps `q` (bound), calling `row` per result (non-zero stops), finalizes it and unlocks db_mu
+ * (taken by dt_trk_prep). */
+dt_status dt_trk_each_row(dt_track *s, sqlite3_stmt *q, int (*row)(sqlite3_stmt *q, void *ud),
+                          void *ud);
 dt_status dt_trk_metric_rows(dt_track *s, sqlite3_stmt *q, dt_track_metric_cb cb, void *ud);
 /* Binds text, NULL pointers as SQL NULL. */
 void dt_trk_bind_text(sqlite3_stmt *st, int i, const char *v);

@@ -121,13 +121,15 @@ static int hash_model(const char *path, char *hex) {
     return ok;
 }
 
+static void absolute(const char *p, char *out, size_t n);
+
 static void begin(dt_trainer *t, const dt_config *cfg, const char *hosts) {
     dt_train_track *k = t->tk;
     char chash[17], mhash[17], model[4096];
     snprintf(chash, sizeof chash, "%016" PRIx64,
              (uint64_t)XXH3_64bits(t->config_yaml ? t->config_yaml : "",
                                    t->config_yaml ? strlen(t->config_yaml) : 0));
-    dt_track_kv lin[8] = {
+    dt_track_kv lin[10] = {
         {"code_version", DT_GIT_REV}, {"dtrain_version", dt_version()}, {"config_hash", chash}};
     int n = 3;
     lin[n++] = (dt_track_kv){"dataset.train", dt_dataset_get_info(t->train_ds)->fingerprint};
@@ -138,6 +140,18 @@ static void begin(dt_trainer *t, const dt_config *cfg, const char *hosts) {
         lin[n++] = (dt_track_kv){"base_model", model};
         if (hash_model(model, mhash)) lin[n++] = (dt_track_kv){"base_model_hash", mhash};
     }
+    /* where the model's config.json and the data were, absolute: the config may name them
+     * relative to its own folder, which a reader of the store (`dtrain models export`) does not
+     * know */
+    char mpath[PATH_MAX], dpath[PATH_MAX], buf[PATH_MAX];
+    if (t->v.model.hf_path[0]) {
+        dt_config_resolve_path(cfg, t->v.model.hf_path, buf, sizeof buf);
+        absolute(buf, mpath, sizeof mpath);
+        lin[n++] = (dt_track_kv){"model.path", mpath};
+    }
+    dt_config_resolve_path(cfg, t->v.data.train, buf, sizeof buf);
+    absolute(buf, dpath, sizeof dpath);
+    lin[n++] = (dt_track_kv){"dataset.train.path", dpath};
     const char *name = strrchr(t->run_dir, '/');
     if (dt_track_run_begin(k->store, t->v.output.experiment, name ? name + 1 : t->run_dir, t->world,
                            hosts, t->config_yaml, lin, n, &k->run) != DT_OK) {

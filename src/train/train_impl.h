@@ -63,6 +63,8 @@ struct dt_trainer {
 double dt_train_now(void);
 /* This process's resident memory and its peak, MiB (from /proc/self/status; 0 if unknown). */
 void dt_train_rss(double *rss_mib, double *peak_mib);
+/* lora.* of the config -> the builder's LoRA settings (trainer.c; the checkpoint export too). */
+dt_status dt_train_lora_config(const dt_config_values *v, dt_lora_config *l);
 /* Copies a loader batch into the graph's inputs; pads a short (eval) batch with ignored
  * targets. Returns the number of real samples. */
 int64_t dt_train_feed(dt_trainer *t, const dt_batch *b);

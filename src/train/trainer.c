@@ -154,6 +154,35 @@ static dt_status split_batch(dt_trainer *t) {
     return st;
 }
 
+/* lora.* of the config -> the builder's LoRA settings; errors name the key. */
+dt_status dt_train_lora_config(const dt_config_values *v, dt_lora_config *l) {
+    *l = (dt_lora_config){.rank = (int)v->lora.rank,
+                          .alpha = (float)v->lora.alpha,
+                          .dropout = (float)v->lora.dropout};
+    for (int i = 0; i < v->lora.targets.n; i++) {
+        unsigned b = dt_lora_target_bit(v->lora.targets.item[i]);
+        if (!b)
+            return dt_error_set(DT_ERR_INVALID,
+                                "lora.targets: '%s' is not a Llama projection (q_proj, "
+                                "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)",
+                                v->lora.targets.item[i]);
+        l->targets |= b;
+    }
+    if (!l->targets)
+        return dt_error_set(DT_ERR_INVALID, "lora.targets: empty (name the projections)");
+    for (int i = 0; i < v->lora.modules_to_save.n; i++) {
+        unsigned b = dt_lora_module_bits(v->lora.modules_to_save.item[i]);
+        if (!b)
+            return dt_error_set(DT_ERR_INVALID,
+                                "lora.modules_to_save: '%s' is not a Llama module "
+                                "(embed_tokens, input_layernorm, post_attention_layernorm, "
+                                "norm, model.norm, lm_head)",
+                                v->lora.modules_to_save.item[i]);
+        l->modules_to_save |= b;
+    }
+    return DT_OK;
+}
+
 /* Model/data fit and the model's graph. */
 static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
     const dt_dataset_info *in = dt_dataset_get_info(t->train_ds);
@@ -224,32 +253,8 @@ static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
                                 "to %lld (tokenizer and model do not match)",
                                 t->lc.vocab_size, (long long)t->classes - 1);
         t->lc.recompute = v->model.recompute;
-        if (v->lora.enabled) {
-            t->lc.lora = (dt_lora_config){.rank = (int)v->lora.rank,
-                                          .alpha = (float)v->lora.alpha,
-                                          .dropout = (float)v->lora.dropout};
-            for (int i = 0; i < v->lora.targets.n; i++) {
-                unsigned b = dt_lora_target_bit(v->lora.targets.item[i]);
-                if (!b)
-                    return dt_error_set(DT_ERR_INVALID,
-                                        "lora.targets: '%s' is not a Llama projection (q_proj, "
-                                        "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)",
-                                        v->lora.targets.item[i]);
-                t->lc.lora.targets |= b;
-            }
-            if (!t->lc.lora.targets)
-                return dt_error_set(DT_ERR_INVALID, "lora.targets: empty (name the projections)");
-            for (int i = 0; i < v->lora.modules_to_save.n; i++) {
-                unsigned b = dt_lora_module_bits(v->lora.modules_to_save.item[i]);
-                if (!b)
-                    return dt_error_set(DT_ERR_INVALID,
-                                        "lora.modules_to_save: '%s' is not a Llama module "
-                                        "(embed_tokens, input_layernorm, post_attention_layernorm, "
-                                        "norm, model.norm, lm_head)",
-                                        v->lora.modules_to_save.item[i]);
-                t->lc.lora.modules_to_save |= b;
-            }
-        }
+        dt_status st;
+        if (v->lora.enabled && (st = dt_train_lora_config(v, &t->lc.lora)) != DT_OK) return st;
         t->classes = t->lc.vocab_size;
         t->logits = dt_llama_build(g, &t->lc, t->x);
     } else {

@@ -2,6 +2,9 @@
 # including two processes writing one file at once (unit: also under ASan), and `dtrain runs`
 # on the store that real `dtrain train` runs of the tiny Llama write (e2e).
 dt_test(NAME test_track SOURCES track/test_track.c LABELS unit TIMEOUT 120)
+# The model registry's API (src/track/registry.c): schema migration, versions, immutability,
+# aliases, references, the integrity check, a reader process during registrations.
+dt_test(NAME test_registry SOURCES track/test_registry.c LABELS unit TIMEOUT 60)
 foreach(case compare attempts degraded)
   add_test(NAME track_runs_${case} COMMAND ${PROJECT_SOURCE_DIR}/tests/track/runs_cli.sh
            $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${case})
@@ -39,3 +42,14 @@ if(MPI_FOUND)
                          ENVIRONMENT "OMP_NUM_THREADS=1")
   endforeach()
 endif()
+# `dtrain models` (src/cli/models*.c, src/train/export_ckpt.c) on real runs of the tiny Llama:
+# register/ls/show/diff/alias/verify with --json, immutability, readers during registration, a
+# changed checkpoint refused (cli); exports byte-identical to the trainer's own and to `dtrain
+# lora merge`, loaded by transformers and PEFT (export; exit 77 without the venv).
+foreach(case cli export)
+  add_test(NAME track_models_${case} COMMAND ${PROJECT_SOURCE_DIR}/tests/track/models_cli.sh
+           $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${case})
+  set_tests_properties(track_models_${case} PROPERTIES LABELS e2e TIMEOUT 300 RUN_SERIAL TRUE
+                       SKIP_RETURN_CODE 77 FIXTURES_REQUIRED fortunes_data
+                       ENVIRONMENT "OMP_NUM_THREADS=1;DT_VENV_PYTHON=${DT_VENV_PYTHON}")
+endforeach()
