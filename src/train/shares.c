@@ -4,11 +4,11 @@
  * (rebalance_step/4, rebalance_step], and after rebalance_step the ranks exchange the rates;
  * rank 0 splits G in proportion to them (dt_config_share_from_rates) and broadcasts the parts,
  * so every rank takes the same decision. Each rank then rebuilds what depends on its batch: the
- * graph (inputs [B, ...], arena), DDP over its gradient buffer and the training loader at its new
- * offset. Parameters, batchnorm statistics, frozen weights and the optimizer's state do not
- * depend on the batch: the flat buffers are copied into the new graph (the same layout) and the
- * optimizer is kept. The loss weighting is the uneven shares' (b_r / G), so the run stays one
- * process with batch G within fp32 rounding. */
+ * graph (inputs [B, ...], arena), DDP over its gradient buffer, the training loader at its new
+ * offset and the validation loader (its batches are B too). Parameters, batchnorm statistics,
+ * frozen weights and the optimizer's state do not depend on the batch: the flat buffers are copied
+ * into the new graph (the same layout) and the optimizer is kept. The loss weighting is the uneven
+ * shares' (b_r / G), so the run stays one process with batch G within fp32 rounding. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,6 +100,7 @@ static dt_status switch_parts(dt_trainer *t, const int64_t *parts) {
     dt_ddp_close(t->ddp), t->ddp = NULL;
     dt_graph_free(t->g), t->g = NULL;
     dt_loader_close(t->train_ld), t->train_ld = NULL;
+    dt_loader_close(t->val_ld), t->val_ld = NULL; /* its batches are t->B too */
     int64_t off = 0;
     for (int r = 0; r < t->world; r++) {
         if (r < t->rank) off += parts[r];
@@ -127,7 +128,7 @@ static dt_status switch_parts(dt_trainer *t, const int64_t *parts) {
     if (st == DT_OK) {
         t->p = dt_graph_flat_param(t->g, NULL);
         t->gr = dt_graph_flat_grad(t->g, NULL);
-        st = dt_train_open_loader(t, NULL, &t->train_ld);
+        st = dt_train_open_loaders(t);
     }
     if (st == DT_OK) {
         cur.batch_size = t->B;

@@ -67,9 +67,9 @@ struct dt_trainer {
 double dt_train_now(void);
 /* Start-up pieces src/train/shares.c repeats for a new batch part (src/train/trainer.c): */
 dt_status dt_train_build_graph(dt_trainer *t); /* the model's graph for batch t->B, compiled */
-/* The training loader for t->B at t->share_off of each global batch; *lc (if not NULL): its
- * settings, for the validation loader. */
-dt_status dt_train_open_loader(dt_trainer *t, dt_loader_config *lc, dt_loader **out);
+/* The training loader (t->B at t->share_off of each global batch) and the validation loader
+ * (batches of t->B, each rank its interleaved 1/world of data.val). */
+dt_status dt_train_open_loaders(dt_trainer *t);
 dt_status dt_train_make_ddp(dt_trainer *t); /* DDP over t->g; every rank gets rank 0's weights */
 /* train.memory_check of cfg on every rank, agreed: one refusal refuses all. */
 dt_status dt_train_admit_memory(dt_trainer *t, const dt_config *cfg);

@@ -78,10 +78,9 @@ static void image_stats(const dt_dataset *d, const dt_dataset_info *in, float *m
     }
 }
 
-/* The training loader for this rank's part (t->B at t->share_off of each global batch); also
- * when dist.batch_shares=auto changes the part (src/train/shares.c). The validation loader's
- * settings are the training one's, in *lc_out. */
-dt_status dt_train_open_loader(dt_trainer *t, dt_loader_config *lc_out, dt_loader **out) {
+/* The training loader for this rank's part (t->B at t->share_off of each global batch). The
+ * validation loader's settings are the training one's, in *lc_out. */
+static dt_status open_train_loader(dt_trainer *t, dt_loader_config *lc_out, dt_loader **out) {
     const dt_dataset_info *in = dt_dataset_get_info(t->train_ds);
     dt_loader_config lc;
     dt_loader_config_default(&lc);
@@ -103,9 +102,9 @@ dt_status dt_train_open_loader(dt_trainer *t, dt_loader_config *lc_out, dt_loade
     return dt_loader_open(t->train_ds, &lc, out) != DT_OK ? DT_ERR_INVALID : DT_OK;
 }
 
-static dt_status make_loaders(dt_trainer *t) {
+dt_status dt_train_open_loaders(dt_trainer *t) {
     dt_loader_config lc;
-    if (dt_train_open_loader(t, &lc, &t->train_ld) != DT_OK) return DT_ERR_INVALID;
+    if (open_train_loader(t, &lc, &t->train_ld) != DT_OK) return DT_ERR_INVALID;
     if (dt_loader_batches_per_epoch(t->train_ld) < 1)
         return dt_error_set(DT_ERR_INVALID, "data.batch: %lld is larger than the training set",
                             (long long)t->B);
@@ -461,7 +460,7 @@ dt_status dt_trainer_open(const dt_config *cfg, const dt_model_def *custom, dt_t
     if ((st = make_dist(t)) != DT_OK || (st = split_batch(t, cfg)) != DT_OK ||
         (st = open_data(t, cfg)) != DT_OK || (st = dt_train_admit_memory(t, cfg)) != DT_OK ||
         (dt_train_rss(&t->rss_base_mib, &peak_unused), (st = build_model(t, cfg)) != DT_OK) ||
-        (st = make_loaders(t)) != DT_OK || (st = init_weights(t, cfg)) != DT_OK ||
+        (st = dt_train_open_loaders(t)) != DT_OK || (st = init_weights(t, cfg)) != DT_OK ||
         (st = dt_train_make_ddp(t)) != DT_OK || (st = make_optim(t)) != DT_OK ||
         (st = make_run_dir(t, cfg)) != DT_OK) {
         t->failed = 1;
