@@ -136,6 +136,7 @@ static dt_status switch_parts(dt_trainer *t, const int64_t *parts) {
     }
     /* the new DDP counts its waits from 0 */
     t->comm_wait_mark = t->comm_cpu_mark = 0;
+    dt_train_progress_rebase(t);
     if (st == DT_OK) st = dt_train_ckpt_retarget(t);
     return st;
 }

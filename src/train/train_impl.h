@@ -142,6 +142,9 @@ typedef struct dt_train_pline dt_train_pline;
 void dt_train_progress_begin(dt_trainer *t); /* dt_trainer_run, before the first step */
 void dt_train_progress_step(dt_trainer *t);  /* after each step: redraws, at most ~4 times/s */
 void dt_train_progress_clear(dt_trainer *t); /* erases the line (the step log line replaces it) */
+/* The DDP was rebuilt (dist.batch_shares=auto): its wait totals start again from 0, so the
+ * line's window starts again too. */
+void dt_train_progress_rebase(dt_trainer *t);
 void dt_train_progress_end(dt_trainer *t);   /* finishes the line; no more drawing */
 /* A committed checkpoint, for the line's "ckpt" field (from any thread). */
 void dt_train_progress_ckpt(dt_trainer *t, int64_t step);

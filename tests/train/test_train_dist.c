@@ -19,7 +19,9 @@
  *       tracking store holds them (batch_part.R, compute_rate.R);
  *   5b. the run equals 1 process x the global batch within fp32 rounding;
  *   5c. a resume from its checkpoint after the re-balance takes the same parts (no second
- *       measurement) and continues bit for bit as the uninterrupted run.
+ *       measurement) and continues bit for bit as the uninterrupted run;
+ *   5d. a resume from a checkpoint before the re-balance measures again (the steps left) and
+ *       still equals 1 process x the global batch.
  * argv: DATA_DIR REPO_DIR [shares|auto]. */
 #include <math.h>
 #include <stdlib.h>
@@ -228,6 +230,7 @@ static double stored_metric(const char *db, const char *name, const char *key) {
 static void auto_shares(int rank, int world) {
     if (!CHECK(world == 2, "auto: 2 ranks, not %d", world)) return;
     size_t n = 0, n1 = 0;
+    float *one = NULL;
     g_more[0] = "dist.batch_shares=auto", g_more[1] = "dist.rebalance_step=6";
     g_more[2] = "ckpt.every_steps=10", g_more[3] = "train.log_every=5";
     g_more[4] = "ckpt.keep_last=5";
@@ -246,13 +249,12 @@ static void auto_shares(int rank, int world) {
         CHECK(p0 > p1, "5a. the parts moved toward the faster rank 0: [%g, %g]", p0, p1);
         CHECK(r0 > 1.5 * r1, "5a. rank 1 (3x slower) measured slower: %.1f vs %.1f samples/s", r0,
               r1);
-        float *one = train(LLAMA_ADAMW, "single", 8, "dist.batch_shares=equal", NULL, &n1);
+        one = train(LLAMA_ADAMW, "single", 8, "dist.batch_shares=equal", NULL, &n1);
         if (whole && one && CHECK(n == n1, "5b. same parameter count")) {
             dt_check_close("5b. auto shares vs 1 process x the global batch", whole, one,
                            (int64_t)n, 1e-4, 1e-4);
             printf("  5b. max |diff| %.3g\n", max_diff(whole, one, n));
         }
-        free(one);
     }
     /* 5c. from the uninterrupted run's checkpoint of step 10 (after the re-balance at 6) */
     g_more[2] = uri, g_start = 10;
@@ -268,8 +270,26 @@ static void auto_shares(int rank, int world) {
         CHECK(isnan(stored_metric("runs-test/dtrain.db", "auto-resumed", "compute_rate.0")),
               "5c. the resumed run measured nothing again");
     }
-    for (int i = 0; i < 5; i++) g_more[i] = NULL;
-    free(whole), free(resumed);
+    /* 5d. 4 steps (a checkpoint before the re-balance at 6), then resumed to 20 */
+    g_more[2] = "ckpt.every_steps=4", g_more[5] = "schedule.total_steps=20";
+    free(train(LLAMA_ADAMW, "mpi", 4, "output.run_name=auto-early", "train.steps=4", &n1));
+    g_more[2] = "ckpt.every_steps=10", g_more[6] = "ckpt.resume=auto", g_start = 4;
+    float *early = train(LLAMA_ADAMW, "mpi", 4, "output.run_name=auto-early", NULL, &n1);
+    g_start = -1;
+    dt_check_same_on_all_ranks(world_comm, "5d. resumed before the re-balance", early, n1);
+    if (rank == 0) {
+        double r0 = stored_metric("runs-test/dtrain.db", "auto-early", "compute_rate.0");
+        double p0 = stored_metric("runs-test/dtrain.db", "auto-early", "batch_part.0");
+        CHECK(r0 > 0, "5d. the resumed run measured the rates again (%g)", r0);
+        CHECK(p0 > 4, "5d. and moved the parts toward rank 0 (%g of 8)", p0);
+        if (early && one && CHECK(n1 == n, "5d. same parameter count")) {
+            dt_check_close("5d. resumed before the re-balance vs 1 process", early, one, (int64_t)n,
+                           1e-4, 1e-4);
+            printf("  5d. max |diff| %.3g\n", max_diff(early, one, n));
+        }
+    }
+    for (int i = 0; i < 7; i++) g_more[i] = NULL;
+    free(whole), free(resumed), free(early), free(one);
 }
 
 int main(int argc, char **argv) {
