@@ -9,12 +9,14 @@
 #   solo1   worker 1's (slowed) core alone, one process with the same batch
 #   equal   2 ranks, equal shares (data.batch each): the fast one waits at every all-reduce
 #   shares  2 ranks, dist.batch_shares=[2,1]: the fast one takes twice the samples
+#   auto    2 ranks, dist.batch_shares=auto: equal parts until dist.rebalance_step=10, then the
+#           parts the ranks measured (forward + backward time per sample)
 # and each job's figure as a share of solo0 + solo1, what two independent workers would do
 # together. Equal shares can reach about 2 x solo1 / (solo0 + solo1) = 67%.
 #
 #   bash bench/bench_shares.sh [BUILD_DIR=build] [DATA_DIR=BUILD_DIR/train-data]
 # Environment: STEPS (60), BATCH (24: per worker under equal shares; the global batch is 2 x
-# BATCH throughout), SEQ (128). Both OPENBLAS variables unset for every side alike. About 3
+# BATCH throughout), SEQ (128). Both OPENBLAS variables unset for every side alike. About 4
 # minutes.
 set -uo pipefail
 build=${1:-build}
@@ -55,9 +57,10 @@ taskset -c 0 "$dtrain" train "${args[@]}" data.batch="$batch" output.run_name=so
     > "$tmp/solo0.log" 2>&1 || { cat "$tmp/solo0.log"; exit 1; }
 taskset -c 1 "$dtrain" train "${args[@]}" data.batch="$batch" output.run_name=solo1 \
     > "$tmp/solo1.log" 2>&1 || { cat "$tmp/solo1.log"; exit 1; }
-for mode in equal shares; do
+for mode in equal shares auto; do
     extra=()
     [ "$mode" = shares ] && extra=(dist.batch_shares=2,1)
+    [ "$mode" = auto ] && extra=(dist.batch_shares=auto dist.rebalance_step=10)
     "${mpi[@]}" -np 1 taskset -c 0 "$dtrain" train "${args[@]}" data.batch="$batch" \
         output.run_name="$mode" "${extra[@]}" : \
         -np 1 taskset -c 1 "$dtrain" train "${args[@]}" data.batch="$batch" \
@@ -65,13 +68,14 @@ for mode in equal shares; do
         { cat "$tmp/$mode.log"; exit 1; }
 done
 s0=$(rate "$tmp/solo0.log") s1=$(rate "$tmp/solo1.log")
-eq=$(rate "$tmp/equal.log") sh=$(rate "$tmp/shares.log")
-grep -h 'batch shares' "$tmp/shares.log"
-awk -v s0="$s0" -v s1="$s1" -v eq="$eq" -v sh="$sh" 'BEGIN {
+eq=$(rate "$tmp/equal.log") sh=$(rate "$tmp/shares.log") au=$(rate "$tmp/auto.log")
+grep -h 'batch shares' "$tmp/shares.log" "$tmp/auto.log"
+awk -v s0="$s0" -v s1="$s1" -v eq="$eq" -v sh="$sh" -v au="$au" 'BEGIN {
     sum = s0 + s1
     printf "tiny Llama, seq %d, 1 thread per worker; worker 1 shares its core with a busy loop\n", '"$seq"'
     printf "  solo0 (fast core)     %8.0f tok/s\n", s0
     printf "  solo1 (slowed core)   %8.0f tok/s  (%.2f of solo0)\n", s1, s1 / s0
     printf "  2 ranks, equal        %8.0f tok/s  %5.1f%% of solo0 + solo1\n", eq, 100 * eq / sum
     printf "  2 ranks, shares [2,1] %8.0f tok/s  %5.1f%% of solo0 + solo1  (%.2fx equal)\n", sh, 100 * sh / sum, sh / eq
+    printf "  2 ranks, shares auto  %8.0f tok/s  %5.1f%% of solo0 + solo1  (%.2fx equal)\n", au, 100 * au / sum, au / eq
 }'

@@ -76,6 +76,8 @@ typedef struct dt_ckpt_state {
     int64_t *batch_parts;              /* uneven dist.batch_shares: each rank's batch (world_size
                                         * of them); NULL: equal parts */
     int n_batch_parts;
+    int64_t batch_parts_auto_step;  /* dist.batch_shares=auto measured batch_parts at this step;
+                                     * -1 absent (given shares, or equal parts) */
     int zero_stage;                 /* [0, 3]; -1 absent */
     int64_t layout_n, layout_shard; /* layout.n, layout.shard */
     int layout_shards;              /* layout.shards: [1, 1e6); -1 absent */

@@ -28,9 +28,12 @@ typedef struct dt_ckpt_ctx {
     dt_ddp *ddp;                /* NULL: one process; else ZeRO shard ownership and gathers */
     size_t n;                   /* trainable elements in the flat parameter buffer */
     const int64_t *batch_parts; /* uneven dist.batch_shares: each rank's batch; NULL: equal */
-    dt_store *store;            /* where this run's checkpoints live (the caller's) */
-    const char *root;           /* their key prefix, "<experiment>/<run>/checkpoints" */
-    FILE *log;                  /* this rank's log (rank 0's; NULL: none) */
+    int64_t parts_auto_step;    /* > 0: dist.batch_shares=auto chose batch_parts at this step */
+    int parts_adopt;  /* auto, not re-balanced yet: a checkpoint whose parts auto chose (another
+                       * split of the same global batch) is taken; the trainer then switches */
+    dt_store *store;  /* where this run's checkpoints live (the caller's) */
+    const char *root; /* their key prefix, "<experiment>/<run>/checkpoints" */
+    FILE *log;        /* this rank's log (rank 0's; NULL: none) */
 } dt_ckpt_ctx;
 
 typedef enum dt_ckpt_event_kind {
@@ -105,6 +108,9 @@ void dt_ckpt_saver_report(dt_ckpt_saver *s, dt_ckpt_report *r);
 void dt_ckpt_saver_set_log(dt_ckpt_saver *s, FILE *log);
 /* Waits for the writer and joins it. */
 void dt_ckpt_saver_close(dt_ckpt_saver *s);
+/* The trainer rebuilt its graph, DDP and loader for other batch parts (dist.batch_shares=auto):
+ * the same parameter layout in new objects. Collective (a pending save is committed first). */
+dt_status dt_ckpt_saver_retarget(dt_ckpt_saver *s, const dt_ckpt_ctx *c);
 
 typedef struct dt_ckpt_resumed {
     int found; /* 0: no checkpoint (ckpt.resume=auto): start from step 0 */

@@ -107,7 +107,8 @@ typedef struct dt_config_values {
     } train;
     struct {
         int64_t zero_stage;
-        char batch_shares[DT_CFG_STR_MAX]; /* "equal" or "3,1": see dt_config_batch_shares */
+        char batch_shares[DT_CFG_STR_MAX]; /* "equal", "auto" or "3,1": dt_config_batch_shares */
+        int64_t rebalance_step; /* batch_shares auto: the step after which the parts change */
         double bucket_mb;
         int backend; /* DT_CFG_BACKEND_* */
         int overlap;
@@ -196,9 +197,18 @@ dt_config *dt_config_init_defaults(void);
 dt_status dt_config_load(const char *path, dt_config **out);
 /* One override: key "section.key" and its value as text (YAML-style for bools and lists). */
 dt_status dt_config_set(dt_config *c, const char *key, const char *value);
-/* dist.batch_shares: "equal" (*n = 0), or 1 to max positive integer weights, "3,1" or
- * "[3, 1]" (*n of them into w). Errors name the key and what is wrong. */
+/* dist.batch_shares: "equal" or "auto" (*n = 0 for both: auto starts with equal parts), or 1 to
+ * max positive integer weights, "3,1" or "[3, 1]" (*n of them into w). Errors name the key and
+ * what is wrong. */
 dt_status dt_config_batch_shares(const char *s, int64_t *w, int max, int *n);
+/* 1 when dist.batch_shares is "auto": the trainer measures each worker's speed and re-balances
+ * at dist.rebalance_step. */
+int dt_config_shares_auto(const char *s);
+/* dist.batch_shares=auto's split: n workers' measured rates (samples per second of compute,
+ * each > 0 and finite) into integer parts of the global batch G proportional to them (the
+ * largest remainder of each rate's share, ties to the lower rank), every part at least 1
+ * (taken from the largest part). Deterministic given the rates. Needs G >= n. */
+dt_status dt_config_share_from_rates(int64_t G, const double *rates, int n, int64_t *parts);
 /* Rank `rank`'s part of a global batch of G samples split by the weights w[n] (largest
  * remainder, ties to the lower rank): *b samples from epoch-order offset *off of each global
  * batch. Every part must get a sample: an error names the share that gets none. */
@@ -212,6 +222,9 @@ dt_status dt_config_validate(const dt_config *c);
 dt_status dt_config_from_args(const char *path, int n_overrides, char *const *overrides,
                               dt_config **out);
 void dt_config_free(dt_config *c);
+/* A copy of c (a variant to change with dt_config_set, e.g. to plan another batch); free it
+ * with dt_config_free. */
+dt_status dt_config_clone(const dt_config *c, dt_config **out);
 
 /* ---- Access -------------------------------------------------------------------------------- */
 

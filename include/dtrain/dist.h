@@ -70,17 +70,21 @@ void dt_comm_set_failed(dt_comm *c);
  * `seconds`: a watchdog thread (a few checks per timeout, at most one a second) then writes one
  * line to stderr and ends the job with exit status DT_COMM_EXIT_HANG:
  *   dtrain: rank 0 (host a): all-reduce of gradient bucket 3 at step 120 made no progress for
- *   60 s (dist.timeout_s): a peer rank is stuck or dead; aborting the job (exit status 76)
+ *   60 s (dist.timeout_s): rank 1 (host a, pid 4242) has not reached it; aborting the job
+ *   (exit status 76)
  * -- ended by the program's hang handler (dt_comm_set_hang_handler; `dtrain` installs one that
  * calls MPI_Abort, which makes mpirun end every rank and exit 76 itself, or, where that is not
  * allowed from another thread, ends this process and mpirun ends the others). The library does
  * not end the process: without a handler the line (ending "no hang handler: waiting on") is
  * written once per collective and the collective goes on waiting (the thread inside MPI cannot
  * be returned from, and a collective cannot be cancelled), for the program to decide. The line
- * names the rank that waited; the stuck one is a peer (with 2 ranks, the other). Collectives run
- * blocking calls as without a timeout (same algorithms, bits and speed; the watchdog costs two
- * clock reads per collective). seconds: 0 = off (the default of a new communicator), else > 0; a
- * single process has no peers and starts no thread. Set it once, before collectives. */
+ * names the rank that waited and, from the ranks of its host (each counts its collectives in a
+ * small shared-memory board, src/dist/board.c), the one that has not reached the collective or
+ * is stopped inside it; ranks on other hosts are not seen (the line says how many there are).
+ * Collectives run blocking calls as without a timeout (same algorithms, bits and speed; the
+ * watchdog costs two clock reads per collective). seconds: 0 = off (the default of a new
+ * communicator), else > 0; a single process has no peers and starts no thread. Set it once, before
+ * collectives. */
 #define DT_COMM_EXIT_HANG 76 /* EX_PROTOCOL: a peer stopped answering */
 dt_status dt_comm_set_timeout(dt_comm *c, double seconds);
 /* What the handler is told when a collective timed out (its line already written). */

@@ -322,6 +322,13 @@ static dt_status check_parts(const dt_ckpt_ctx *c, const char *dir, const dt_ckp
     int same = c->batch_parts && s->n_batch_parts == world;
     for (int r = 0; same && r < world; r++) same = c->batch_parts[r] == s->batch_parts[r];
     if (same) return DT_OK;
+    /* dist.batch_shares=auto before its re-balance: parts auto chose for the same global batch
+     * (the trainer switches to them after the restore) */
+    int64_t G = 0, saved_G = 0;
+    for (int r = 0; c->batch_parts && r < world; r++) G += c->batch_parts[r];
+    for (int r = 0; r < s->n_batch_parts; r++) saved_G += s->batch_parts[r];
+    if (c->parts_adopt && s->batch_parts_auto_step > 0 && s->n_batch_parts == world && saved_G == G)
+        return DT_OK;
     char saved[200], now[200];
     fmt_parts(s->batch_parts, s->n_batch_parts, saved, sizeof saved);
     fmt_parts(c->batch_parts, c->batch_parts ? world : 0, now, sizeof now);

@@ -307,6 +307,8 @@ static dt_status make_state(dt_ckpt_saver *s, const dt_ckpt_progress *p) {
         for (int r = 0; st == DT_OK && r < s->world; r++) o->batch_parts[r] = s->c.batch_parts[r];
         if (st == DT_OK) o->n_batch_parts = s->world;
     }
+    if (st == DT_OK && s->c.batch_parts && s->c.parts_auto_step > 0)
+        o->batch_parts_auto_step = s->c.parts_auto_step;
     o->zero_stage = dt_ddp_zero_stage(s->c.ddp);
     o->layout_n = (int64_t)s->c.n;
     o->layout_shards = s->sharded ? s->world : 1;
@@ -601,6 +603,15 @@ dt_status dt_ckpt_saver_open(const dt_ckpt_ctx *c, const dt_ckpt_policy *p, dt_c
     }
     *out = s;
     return DT_OK;
+}
+
+dt_status dt_ckpt_saver_retarget(dt_ckpt_saver *s, const dt_ckpt_ctx *c) {
+    dt_status st = drain(s); /* its state was made from the old objects */
+    pthread_mutex_lock(&s->mu);
+    s->c.g = c->g, s->c.ddp = c->ddp, s->c.loader = c->loader;
+    s->c.batch_parts = c->batch_parts, s->c.parts_auto_step = c->parts_auto_step;
+    pthread_mutex_unlock(&s->mu);
+    return st;
 }
 
 void dt_ckpt_saver_set_log(dt_ckpt_saver *s, FILE *log) {

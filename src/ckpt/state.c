@@ -22,6 +22,7 @@ void dt_ckpt_state_init(dt_ckpt_state *s) {
     s->rng_seed = s->rng_counter = s->sched_step = s->sched_total = s->sched_start = -1;
     s->optimizer_step = s->layout_n = s->layout_shard = -1;
     s->world_size = s->zero_stage = s->layout_shards = -1;
+    s->batch_parts_auto_step = -1;
     s->sched_lr = NAN;
 }
 
@@ -99,6 +100,7 @@ dt_status dt_ckpt_state_encode(const dt_ckpt_state *s, char **json) {
         cJSON *bp = cJSON_AddArrayToObject(o, "batch_parts");
         for (int i = 0; bp && i < s->n_batch_parts; i++)
             cJSON_AddItemToArray(bp, cJSON_CreateNumber((double)s->batch_parts[i]));
+        add_int(o, "batch_parts_auto_step", s->batch_parts_auto_step);
     }
     add_int(o, "zero_stage", s->zero_stage);
     if (s->layout_n >= 0) {
@@ -372,6 +374,8 @@ static void decode(dec *d, const cJSON *o, dt_ckpt_state *s) {
     get_small(d, o, "world_size", "world_size", 1, 1e7, "[1, 1e7)", &s->world_size);
     const cJSON *bp = cJSON_GetObjectItemCaseSensitive(o, "batch_parts");
     if (bp && !d->st) get_parts(d, bp, s);
+    get_int(d, o, "batch_parts_auto_step", "batch_parts_auto_step", 1, INT_MAX_EXCL, "[1, 9e15)",
+            &s->batch_parts_auto_step);
     get_small(d, o, "zero_stage", "zero_stage", 0, 4, "[0, 3]", &s->zero_stage);
     const cJSON *ly = cJSON_GetObjectItemCaseSensitive(o, "layout");
     if (ly && object_ok(d, ly, "layout")) {

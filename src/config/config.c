@@ -372,6 +372,16 @@ void dt_config_free(dt_config *c) {
     free(c);
 }
 
+dt_status dt_config_clone(const dt_config *c, dt_config **out) {
+    *out = NULL;
+    if (!c) return dt_error_set(DT_ERR_INVALID, "config clone: NULL config");
+    dt_config *w = malloc(sizeof *w);
+    if (!w) return dt_error_set(DT_ERR_NOMEM, "config: out of memory");
+    *w = *c; /* plain values: no pointers inside */
+    *out = w;
+    return DT_OK;
+}
+
 dt_status dt_config_set(dt_config *c, const char *key, const char *value) {
     if (!c || !key || !value)
         return dt_error_set(DT_ERR_INVALID, "config set: NULL config, key or value");
@@ -569,10 +579,7 @@ dt_status dt_config_batch_shares(const char *s, int64_t *w, int max, int *n) {
     *n = 0;
     while (*s == ' ') s++;
     if (!strcmp(s, "equal")) return DT_OK;
-    if (!strcmp(s, "auto"))
-        return dt_error_set(DT_ERR_INVALID,
-                            "dist.batch_shares: auto (shares measured while training) is not "
-                            "available: give one weight per worker, e.g. [2,1]");
+    if (!strcmp(s, "auto")) return DT_OK; /* equal parts until dist.rebalance_step */
     const char *p = s;
     int bracket = *p == '[';
     if (bracket) p++;
@@ -633,5 +640,58 @@ dt_status dt_config_share_split(int64_t G, const int64_t *w, int n, int rank, in
         if (i < rank) *off += part[i];
     }
     *b = part[rank];
+    return DT_OK;
+}
+
+int dt_config_shares_auto(const char *s) {
+    while (s && *s == ' ') s++;
+    return s && !strcmp(s, "auto");
+}
+
+dt_status dt_config_share_from_rates(int64_t G, const double *rates, int n, int64_t *parts) {
+    if (n < 1 || G < n)
+        return dt_error_set(DT_ERR_INVALID,
+                            "dist.batch_shares=auto: a global batch of %lld cannot give each of "
+                            "%d workers a sample",
+                            (long long)G, n);
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        if (!(rates[i] > 0) || !isfinite(rates[i]))
+            return dt_error_set(DT_ERR_INVALID,
+                                "dist.batch_shares=auto: worker %d's measured rate is %g "
+                                "samples/s (expected > 0)",
+                                i, rates[i]);
+        sum += rates[i];
+    }
+    /* floor of each exact share, then one more to the largest remainders (lower rank first) */
+    double rem[n];
+    int64_t given = 0;
+    for (int i = 0; i < n; i++) {
+        double q = (double)G * (rates[i] / sum);
+        parts[i] = (int64_t)floor(q);
+        if (parts[i] > G) parts[i] = G;
+        rem[i] = q - (double)parts[i];
+        given += parts[i];
+    }
+    for (; given < G; given++) {
+        int best = 0;
+        for (int i = 1; i < n; i++)
+            if (rem[i] > rem[best]) best = i;
+        parts[best]++, rem[best] = -1;
+    }
+    for (; given > G; given--) { /* rounding above G: one less from the largest */
+        int big = 0;
+        for (int i = 1; i < n; i++)
+            if (parts[i] > parts[big]) big = i;
+        parts[big]--;
+    }
+    /* every worker keeps at least one sample: a static graph of batch 0 cannot run */
+    for (int i = 0; i < n; i++)
+        while (parts[i] < 1) {
+            int big = 0;
+            for (int k = 1; k < n; k++)
+                if (parts[k] > parts[big]) big = k;
+            parts[big]--, parts[i]++;
+        }
     return DT_OK;
 }

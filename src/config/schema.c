@@ -128,9 +128,14 @@ static const dt_config_key keys[] = {
     {"dist.zero_stage", DT_CFG_INT, "0", MIN | MAX, 0, 3, NULL,
      "ZeRO: 1 shards optimizer state, 2 + gradients, 3 + parameters", OFF(dist.zero_stage)},
     {"dist.batch_shares", DT_CFG_STR, "equal", 0, 0, 0, NULL,
-     "each worker's share of the global batch (data.batch x workers): equal, or relative "
-     "weights one per worker, e.g. [3,1] (a faster worker takes more)",
+     "each worker's share of the global batch (data.batch x workers): equal, auto (measured "
+     "while training, see dist.rebalance_step), or relative weights one per worker, e.g. [3,1] "
+     "(a faster worker takes more)",
      OFF(dist.batch_shares)},
+    {"dist.rebalance_step", DT_CFG_INT, "20", MIN | MAX, 1, 1e9, NULL,
+     "dist.batch_shares=auto: each worker's compute time per sample is measured over the steps "
+     "from a quarter of this one on, and after this step the global batch is split by speed",
+     OFF(dist.rebalance_step)},
     {"dist.bucket_mb", DT_CFG_FLOAT, "25", GT | MAX, 0, 4096, NULL,
      "gradient bucket size for overlapped all-reduce, MiB", OFF(dist.bucket_mb)},
     {"dist.backend", DT_CFG_ENUM, "auto", 0, 0, 0, "auto|mpi|single",

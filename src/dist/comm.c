@@ -68,6 +68,7 @@ dt_status dt_comm_open(const char *backend, int *argc, char ***argv, dt_comm **o
     c->displs = calloc((size_t)c->size, sizeof(int));
     if (!c->counts || !c->displs) {
         c->ops->destroy(c, 1);
+        dt_board_close(c->board);
         free(c->counts), free(c->displs), free(c);
         return dt_error_set(DT_ERR_NOMEM, "comm init: out of memory");
     }
@@ -77,6 +78,7 @@ dt_status dt_comm_open(const char *backend, int *argc, char ***argv, dt_comm **o
             c->algo = DT_COMM_ALGO_RING;
         } else if (strcmp(algo, "native")) {
             c->ops->destroy(c, 1);
+            dt_board_close(c->board);
             free(c->counts), free(c->displs), free(c);
             return dt_error_set(DT_ERR_INVALID,
                                 "comm init: DT_COMM_ALGO='%s' (expected native or ring)", algo);
@@ -95,6 +97,7 @@ void dt_comm_close(dt_comm *c) {
     c->ops->destroy(c, !c->failed);
     dt_watch_leave(c);
     dt_watch_stop(c);
+    dt_board_close(c->board);
     free(c->counts), free(c->displs);
     free(c);
 }

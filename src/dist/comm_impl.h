@@ -44,6 +44,7 @@ typedef struct dt_comm_ops {
 } dt_comm_ops;
 
 typedef struct dt_watch dt_watch; /* the hang watchdog (watchdog.c) */
+typedef struct dt_board dt_board; /* the local ranks' collective counts (board.c) */
 
 struct dt_comm {
     const dt_comm_ops *ops;
@@ -54,6 +55,7 @@ struct dt_comm {
     int failed; /* a collective failed: MPI_Finalize would wait for ranks that may be gone */
     char share_note[160]; /* how the last dt_comm_share went: which path, or why not shared */
     dt_watch *watch;      /* NULL: no timeout (dt_comm_set_timeout) */
+    dt_board *board;      /* NULL: none (one process, or shared memory unavailable) */
     double timeout_s;
     long long step; /* dt_comm_set_step; -1: not set */
     void *impl;     /* backend state */
@@ -81,6 +83,21 @@ void dt_watch_leave(dt_comm *c);
 void dt_watch_unit(dt_comm *c, const char *unit, int index);
 void dt_watch_set_step(dt_comm *c, long long step);
 void dt_watch_final(dt_comm *c);
+
+/* The collective board (board.c): local rank 0 creates it (*name, unique, into name[cap]),
+ * the other local ranks attach by that name, then 0 unlinks it (all have it mapped); each rank
+ * joins its slot. enter/leave bracket every collective (comm.c through dt_watch_enter/leave,
+ * with or without a timeout, so the counts of all ranks stay comparable). describe: for the
+ * watchdog's line, which local ranks have not reached this rank's current collective. All take
+ * NULL (no board). */
+dt_board *dt_board_create(char *name, size_t cap, int local_size);
+dt_board *dt_board_attach(const char *name, int local_size, int local_rank);
+void dt_board_unlink(const char *name);
+void dt_board_join(dt_board *b, int rank);
+void dt_board_close(dt_board *b);
+void dt_board_enter(dt_board *b);
+void dt_board_leave(dt_board *b);
+void dt_board_describe(const dt_board *b, int world, const char *host, char *out, size_t n);
 
 /* The name of the launcher variable found in the environment, or NULL. */
 const char *dt_comm_launcher_env(void);

@@ -178,6 +178,23 @@ static void mpi_destroy(dt_comm *c, int finalize) {
     c->impl = NULL;
 }
 
+/* The collective board of this host's ranks (board.c): local rank 0 creates it and broadcasts
+ * its name; once every local rank has mapped it (the barrier), the name is unlinked. A rank that
+ * cannot map it goes without (its watchdog line then names no rank); the collectives here are
+ * the same on every rank either way. */
+static int open_board(dt_comm *c, MPI_Comm local) {
+    char name[64] = "";
+    if (c->local_rank == 0) c->board = dt_board_create(name, sizeof name, c->local_size);
+    if (c->local_rank == 0 && !c->board) name[0] = '\0';
+    int err = MPI_Bcast(name, sizeof name, MPI_CHAR, 0, local);
+    if (err == MPI_SUCCESS && c->local_rank != 0)
+        c->board = dt_board_attach(name, c->local_size, c->local_rank);
+    dt_board_join(c->board, c->rank);
+    if (err == MPI_SUCCESS) err = MPI_Barrier(local);
+    if (c->local_rank == 0) dt_board_unlink(name);
+    return err;
+}
+
 /* For the hang handler (dt_comm_set_hang_handler): MPI_Abort from the watchdog thread while
  * another thread is blocked in a collective is allowed under MPI_THREAD_MULTIPLE only; under
  * SERIALIZED no other thread may enter MPI. */
@@ -262,13 +279,16 @@ dt_status dt_comm_mpi_open(dt_comm *c, int *argc, char ***argv) {
         err = MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &local);
     if (err == MPI_SUCCESS) err = MPI_Comm_rank(local, &c->local_rank);
     if (err == MPI_SUCCESS) err = MPI_Comm_size(local, &c->local_size);
+    if (err == MPI_SUCCESS && c->size > 1) err = open_board(c, local);
     if (local != MPI_COMM_NULL) MPI_Comm_free(&local);
     if (err == MPI_SUCCESS && !(m->scratch = malloc(DT_RING_SEG * sizeof(float)))) {
+        dt_board_close(c->board), c->board = NULL;
         mpi_destroy(c, 1);
         return dt_error_set(DT_ERR_NOMEM, "comm init: out of memory");
     }
     if (err != MPI_SUCCESS) {
         dt_status st = dt_mpi_fail(c, "init", err);
+        dt_board_close(c->board), c->board = NULL;
         mpi_destroy(c, 0);
         return st;
     }

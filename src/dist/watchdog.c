@@ -4,7 +4,8 @@
  * times per timeout, at the collective this rank is in (comm.c marks each one's start and end:
  * two clock reads and a few atomic stores per collective, nothing on the data path). One that
  * has waited longer than the timeout is reported: one line on stderr naming this rank, its host,
- * the collective (and the bucket and step when known), how long it waited and the config key;
+ * the collective (and the bucket and step when known), how long it waited, the config key and
+ * the local ranks that have not reached that collective (the collective board, board.c);
  * then the program's hang handler (dt_comm_set_hang_handler) ends the job -- the library never
  * ends the process itself.
  *
@@ -58,6 +59,7 @@ static int64_t now_ns(void) {
 }
 
 void dt_watch_enter(dt_comm *c, const char *what) {
+    dt_board_enter(c->board);
     dt_watch *w = c->watch;
     if (!w) return;
     atomic_fetch_add(&w->seq, 1);
@@ -66,6 +68,7 @@ void dt_watch_enter(dt_comm *c, const char *what) {
 }
 
 void dt_watch_leave(dt_comm *c) {
+    dt_board_leave(c->board);
     dt_watch *w = c->watch;
     if (!w) return;
     atomic_store(&w->since_ns, 0);
@@ -88,7 +91,7 @@ void dt_watch_final(dt_comm *c) {
  * with write(2) (no stdio lock that a blocked thread could hold). */
 static void fire(dt_watch *w, const char *what, const char *unit, int index, long long step,
                  int64_t waited) {
-    char ctx[96] = "", at[48] = "", line[512];
+    char ctx[96] = "", at[48] = "", line[1024], who[400];
     if (unit) snprintf(ctx, sizeof ctx, " of %s %d", unit, index);
     if (step >= 0) snprintf(at, sizeof at, " at step %lld", step);
     dt_comm_hang_fn fn = atomic_load(&g_hang_fn);
@@ -97,11 +100,13 @@ static void fire(dt_watch *w, const char *what, const char *unit, int index, lon
         snprintf(end, sizeof end, "aborting the job (exit status %d)", DT_COMM_EXIT_HANG);
     else
         snprintf(end, sizeof end, "no hang handler: waiting on");
+    /* who has not arrived, from the local ranks' collective counts */
+    dt_board_describe(w->c->board, w->c->size, w->host, who, sizeof who);
     int n = snprintf(line, sizeof line,
                      "dtrain: rank %d (host %s): %s%s%s made no progress for %.0f s "
-                     "(dist.timeout_s): a peer rank is stuck or dead; %s\n",
+                     "(dist.timeout_s): %s; %s\n",
                      w->c->rank, w->host, what ? what : "collective", ctx, at, (double)waited / 1e9,
-                     end);
+                     who, end);
     if (n > (int)sizeof line - 1) n = (int)sizeof line - 1;
     /* rank 0's last log lines, unless a thread is inside stdout right now */
     if (ftrylockfile(stdout) == 0) {

@@ -34,11 +34,16 @@ const char *dt_launch_attempt_line(dt_launch_attempt *a, const char *line, int *
             const char *st = r ? strstr(r, ": step ") : NULL;
             if (st) a->resumed_step = atoll(st + 7);
         }
-        /* the hang watchdog's line: "dtrain: rank R (host H): ... (dist.timeout_s): ..." */
+        /* the hang watchdog's line: "dtrain: rank R (host H): ... (dist.timeout_s): WHO;
+         * aborting ...", WHO naming the rank that has not arrived when the board knows it */
         const char *h = strstr(text, "dtrain: rank "), *k = strstr(text, "(dist.timeout_s)");
         if (h && k > h && strstr(text, "made no progress for") && !a->hang[0]) {
             h += strlen("dtrain: ");
-            int len = (int)(k - h) + (int)strlen("(dist.timeout_s)");
+            const char *e = strstr(k, "; aborting the job");
+            if (!e) e = strstr(k, "; no hang handler");
+            if (!e) e = k + strlen("(dist.timeout_s)");
+            int len = (int)(e - h);
+            while (len > 0 && (h[len - 1] == '\n' || h[len - 1] == '\r')) len--;
             snprintf(a->hang, sizeof a->hang, "%.*s", len, h);
         }
         return text;

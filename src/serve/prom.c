@@ -13,6 +13,8 @@
  *       step was logged; only when that step has a loss row)
  *   dtrain_restarts_total             the launcher's count (dtrain launch), else attempts - 1
  *   dtrain_worker_resident_bytes      the launcher's workers on this host (/proc)
+ *   dtrain_batch_part, dtrain_compute_rate   each worker's part of the global batch and its
+ *       measured compute rate (logged as batch_part.R, compute_rate.R), with a rank label
  * A family is only written when some run has a value for it. */
 #include <dirent.h>
 #include <inttypes.h>
@@ -23,7 +25,19 @@
 #include <sys/stat.h>
 #include "serve/serve_impl.h"
 
-enum { MAX_RUNS = 20, MAX_WORKERS = 256 };
+enum { MAX_RUNS = 20, MAX_WORKERS = 256, MAX_RANKS = 256 };
+
+/* Per-worker keys "KEY.R" (src/train/shares.c) and the gauges with a rank label they become. */
+static const struct {
+    const char *prefix, *name, *help;
+} RANKED[] = {
+    {"batch_part.", "dtrain_batch_part",
+     "Samples of each global batch this worker takes (uneven dist.batch_shares, auto included)."},
+    {"compute_rate.", "dtrain_compute_rate",
+     "Samples per second of forward and backward compute this worker measured "
+     "(dist.batch_shares=auto)."},
+};
+enum { N_RANKED = sizeof RANKED / sizeof RANKED[0] };
 
 /* Logged keys (src/train/track_glue.c) and the gauges they become. */
 static const struct {
@@ -86,6 +100,8 @@ typedef struct run_data {
     double ckpt_created;
     char ckpt_uri[4096];
     double ckpt_bytes, ckpt_seconds; /* < 0: unknown */
+    double ranked[N_RANKED][MAX_RANKS];
+    int n_ranked[N_RANKED]; /* 1 + the highest rank with a value; NAN marks the missing */
 } run_data;
 
 static int latest_cb(void *ud, const dt_track_metric_row *m) {
@@ -98,6 +114,16 @@ static int latest_cb(void *ud, const dt_track_metric_row *m) {
         d->step = m->step;
     for (int i = 0; i < N_GAUGES; i++)
         if (!strcmp(GAUGES[i].key, m->key)) d->val[i] = m->value, d->have[i] = 1;
+    for (int i = 0; i < N_RANKED; i++) {
+        size_t l = strlen(RANKED[i].prefix);
+        char *end;
+        if (strncmp(m->key, RANKED[i].prefix, l)) continue;
+        long r = strtol(m->key + l, &end, 10);
+        if (end == m->key + l || *end || r < 0 || r >= MAX_RANKS) continue;
+        for (int k = d->n_ranked[i]; k < r; k++) d->ranked[i][k] = NAN;
+        if (r >= d->n_ranked[i]) d->n_ranked[i] = (int)r + 1;
+        d->ranked[i][r] = m->value;
+    }
     return 0;
 }
 
@@ -341,6 +367,20 @@ void dt_sv_prometheus(dt_serve *s, sv_buf *b) {
         family(b, GAUGES[g].name, "gauge", GAUGES[g].help);
         for (int i = 0; i < l.n; i++)
             if (l.d[i].have[g]) sample(b, GAUGES[g].name, &l.d[i].r, l.d[i].val[g]);
+    }
+    for (int g = 0; g < N_RANKED; g++) {
+        any = 0;
+        for (int i = 0; i < l.n; i++) any |= l.d[i].n_ranked[g] > 0;
+        if (!any) continue;
+        family(b, RANKED[g].name, "gauge", RANKED[g].help);
+        for (int i = 0; i < l.n; i++)
+            for (int r = 0; r < l.d[i].n_ranked[g]; r++) {
+                if (isnan(l.d[i].ranked[g][r])) continue;
+                dt_sv_printf(b, "%s{", RANKED[g].name);
+                labels(b, &l.d[i].r);
+                dt_sv_printf(b, ",rank=\"%d\"}", r);
+                value(b, l.d[i].ranked[g][r]);
+            }
     }
     any = 0;
     for (int i = 0; i < l.n; i++) any |= l.d[i].count > 0;

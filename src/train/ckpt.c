@@ -49,6 +49,7 @@ dt_status dt_train_ckpt_open(dt_trainer *t, const char *run_name) {
                            .ddp = t->ddp,
                            .n = t->n,
                            .batch_parts = t->parts,
+                           .parts_adopt = t->sh != NULL,
                            .store = c->store,
                            .root = c->root,
                            .log = t->log};
@@ -144,10 +145,21 @@ dt_status dt_train_ckpt_resume(dt_trainer *t) {
     if (st == DT_OK && r.found) {
         t->prog.step = r.step, t->prog.epoch = r.epoch;
         st = on_extend(t, &r.state);
+        /* dist.batch_shares=auto: the parts it chose before the checkpoint, not measured again */
+        if (st == DT_OK) st = dt_train_shares_resumed(t, &r.state);
     }
     dt_ckpt_state_free(&r.state);
     /* the saver starts after the restore: ckpt.every_minutes counts from here */
     return st == DT_OK ? open_saver(t) : st;
+}
+
+dt_status dt_train_ckpt_retarget(dt_trainer *t) {
+    dt_train_ckpt *c = t->ck;
+    if (!c) return DT_OK;
+    c->ctx.g = t->g, c->ctx.ddp = t->ddp, c->ctx.loader = t->train_ld;
+    c->ctx.batch_parts = t->parts, c->ctx.parts_auto_step = t->parts_auto_step;
+    c->ctx.parts_adopt = 0;
+    return c->saver ? dt_ckpt_saver_retarget(c->saver, &c->ctx) : DT_OK;
 }
 
 dt_status dt_train_ckpt_after_step(dt_trainer *t) {

@@ -35,7 +35,7 @@ int64_t dt_train_feed(dt_trainer *t, const dt_batch *b) {
 
 dt_status dt_trainer_step(dt_trainer *t) {
     int64_t accum = t->v.train.grad_accum, step = t->prog.step;
-    double t0 = dt_train_now(), wait = 0, loss = 0;
+    double t0 = dt_train_now(), wait = 0, loss = 0, compute = 0;
     /* ZeRO-2/3 keep no full gradient: every micro-batch is reduce-scattered and added into
      * this rank's shard, and the graph never accumulates. */
     int accumulates = dt_ddp_accumulates(t->ddp);
@@ -66,8 +66,11 @@ dt_status dt_trainer_step(dt_trainer *t) {
          * all-reduced on the last micro-batch; the others accumulate locally. */
         if (t->ddp && m == 0 && (st = dt_ddp_broadcast_state(t->ddp)) != DT_OK) return st;
         if (t->ddp) dt_ddp_set_enabled(t->ddp, m == accum - 1);
+        double c0 = dt_train_now(); /* compute: what dist.batch_shares=auto measures */
         if ((st = dt_graph_forward(t->g, 1)) != DT_OK || (st = dt_graph_backward(t->g)) != DT_OK)
             return st;
+        dt_train_slow_hook(t, dt_train_now() - c0);
+        compute += dt_train_now() - c0;
         if (t->ddp && (st = dt_ddp_wait(t->ddp)) != DT_OK) return st;
         loss += *(const float *)dt_graph_value(t->g, t->loss)->data;
     }
@@ -100,6 +103,7 @@ dt_status dt_trainer_step(dt_trainer *t) {
     t->prog.lr = lr;
     t->prog.grad_norm = norm;
     double busy = dt_train_now() - t0;
+    t->compute_s = compute;
     t->wait_sum += wait, t->wait_total_s += wait;
     t->step_time_sum += busy, t->step_time_total_s += busy;
     t->samples_since += t->G / t->world * accum; /* this rank's average part: G/world each */
@@ -247,7 +251,8 @@ static dt_status run_loop(dt_trainer *t) {
     dt_status st;
     int final_eval = 0;
     while (t->prog.step < t->prog.total_steps) {
-        if ((st = dt_trainer_step(t)) != DT_OK) return st;
+        if ((st = dt_trainer_step(t)) != DT_OK || (st = dt_train_shares_after_step(t)) != DT_OK)
+            return st;
         if ((t->prog.step % v->train.log_every == 0 || t->prog.step == t->prog.total_steps) &&
             (st = log_line(t)) != DT_OK)
             return st;

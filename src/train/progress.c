@@ -190,6 +190,14 @@ void dt_train_progress_ckpt(dt_trainer *t, int64_t step) {
     pthread_mutex_unlock(&p->mu);
 }
 
+void dt_train_progress_rebase(dt_trainer *t) {
+    dt_train_pline *p = t->pl;
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->n_marks = 0; /* the next mark starts a new window */
+    pthread_mutex_unlock(&p->mu);
+}
+
 void dt_train_progress_clear(dt_trainer *t) {
     dt_train_pline *p = t->pl;
     if (!p) return;

@@ -209,6 +209,7 @@ void dt_train_track_log(dt_trainer *t) {
         metric(t, "comm_cpu", t->prog.comm_cpu);
         metric(t, "comm_cpu_s", t->prog.comm_cpu_total_s);
     }
+    dt_train_shares_track(t, metric); /* batch_part.R, compute_rate.R */
 }
 
 void dt_train_track_eval(dt_trainer *t, const dt_eval_result *r) {

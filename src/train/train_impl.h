@@ -57,10 +57,41 @@ struct dt_trainer {
     int64_t samples_since;
     struct dt_train_track *tk; /* rank 0: the experiment store (src/train/track_glue.c) */
     double wait_total_s, step_time_total_s; /* never reset: the progress line's windows */
-    struct dt_train_pline *pl; /* rank 0 on a terminal: the progress line (progress.c) */
+    struct dt_train_pline *pl;  /* rank 0 on a terminal: the progress line (progress.c) */
+    struct dt_train_shares *sh; /* dist.batch_shares=auto: measuring, the re-balance (shares.c) */
+    int64_t parts_auto_step;    /* > 0: auto chose t->parts at this step (checkpoints say so) */
+    double compute_s;           /* the last step's forward + backward seconds, all micro-batches */
+    double slow_factor;         /* DT_TEST_SLOW_RANK's factor for this rank; 0: not read yet */
 };
 
 double dt_train_now(void);
+/* Start-up pieces src/train/shares.c repeats for a new batch part (src/train/trainer.c): */
+dt_status dt_train_build_graph(dt_trainer *t); /* the model's graph for batch t->B, compiled */
+/* The training loader (t->B at t->share_off of each global batch) and the validation loader
+ * (batches of t->B, each rank its interleaved 1/world of data.val). */
+dt_status dt_train_open_loaders(dt_trainer *t);
+dt_status dt_train_make_ddp(dt_trainer *t); /* DDP over t->g; every rank gets rank 0's weights */
+/* train.memory_check of cfg on every rank, agreed: one refusal refuses all. */
+dt_status dt_train_admit_memory(dt_trainer *t, const dt_config *cfg);
+
+/* dist.batch_shares=auto (src/train/shares.c). start (split_batch, world > 1): equal contiguous
+ * parts and the measuring state. after_step (run_loop, after each step): adds the step's
+ * compute time per sample over steps (rebalance_step/4, rebalance_step]; after rebalance_step
+ * the ranks exchange their rates, rank 0 splits the global batch by speed, and every rank
+ * rebuilds its graph, DDP and loader for its new part (unless memory admission refuses it).
+ * resumed: a checkpoint whose parts auto chose -- switch to them, measure nothing. */
+struct dt_ckpt_state;
+dt_status dt_train_shares_start(dt_trainer *t, const dt_config *cfg);
+dt_status dt_train_shares_after_step(dt_trainer *t);
+dt_status dt_train_shares_resumed(dt_trainer *t, const struct dt_ckpt_state *s);
+/* Rank 0 at a log line: each rank's part and measured rate as metrics (after the re-balance). */
+void dt_train_shares_track(dt_trainer *t, void (*metric)(dt_trainer *, const char *, double));
+void dt_train_shares_free(dt_trainer *t);
+/* Test hook DT_TEST_SLOW_RANK=R:F: rank R sleeps (F - 1) x the forward + backward time it just
+ * took, so that it computes F times slower (tests of dist.batch_shares=auto). */
+void dt_train_slow_hook(dt_trainer *t, double compute_s);
+/* The checkpoint context's view of the trainer's objects changed (graph, DDP, loader, parts). */
+dt_status dt_train_ckpt_retarget(dt_trainer *t);
 /* This process's resident memory and its peak, MiB (from /proc/self/status; 0 if unknown). */
 void dt_train_rss(double *rss_mib, double *peak_mib);
 /* lora.* of the config -> the builder's LoRA settings (trainer.c; the checkpoint export too). */
@@ -113,6 +144,9 @@ typedef struct dt_train_pline dt_train_pline;
 void dt_train_progress_begin(dt_trainer *t); /* dt_trainer_run, before the first step */
 void dt_train_progress_step(dt_trainer *t);  /* after each step: redraws, at most ~4 times/s */
 void dt_train_progress_clear(dt_trainer *t); /* erases the line (the step log line replaces it) */
+/* The DDP was rebuilt (dist.batch_shares=auto): its wait totals start again from 0, so the
+ * line's window starts again too. */
+void dt_train_progress_rebase(dt_trainer *t);
 void dt_train_progress_end(dt_trainer *t);   /* finishes the line; no more drawing */
 /* A committed checkpoint, for the line's "ckpt" field (from any thread). */
 void dt_train_progress_ckpt(dt_trainer *t, int64_t step);

@@ -78,7 +78,9 @@ static void image_stats(const dt_dataset *d, const dt_dataset_info *in, float *m
     }
 }
 
-static dt_status make_loaders(dt_trainer *t) {
+/* The training loader for this rank's part (t->B at t->share_off of each global batch). The
+ * validation loader's settings are the training one's, in *lc_out. */
+static dt_status open_train_loader(dt_trainer *t, dt_loader_config *lc_out, dt_loader **out) {
     const dt_dataset_info *in = dt_dataset_get_info(t->train_ds);
     dt_loader_config lc;
     dt_loader_config_default(&lc);
@@ -97,7 +99,13 @@ static dt_status make_loaders(dt_trainer *t) {
         image_stats(t->train_ds, in, lc.mean, lc.std);
         lc.augment = t->v.data.augment;
     }
-    if (dt_loader_open(t->train_ds, &lc, &t->train_ld) != DT_OK) return DT_ERR_INVALID;
+    if (lc_out) *lc_out = lc;
+    return dt_loader_open(t->train_ds, &lc, out) != DT_OK ? DT_ERR_INVALID : DT_OK;
+}
+
+dt_status dt_train_open_loaders(dt_trainer *t) {
+    dt_loader_config lc;
+    if (open_train_loader(t, &lc, &t->train_ld) != DT_OK) return DT_ERR_INVALID;
     if (dt_loader_batches_per_epoch(t->train_ld) < 1)
         return dt_error_set(DT_ERR_INVALID, "data.batch: %lld is larger than the training set",
                             (long long)t->B);
@@ -112,7 +120,7 @@ static dt_status make_loaders(dt_trainer *t) {
 /* Memory admission (dt_plan_admit) before the graph's arena, flat buffers and weights exist.
  * Every rank checks its own host; the ranks then agree, so that one refusal ends them all
  * before any allocates (a refused rank alone would leave the others waiting in a collective). */
-static dt_status admit_memory(dt_trainer *t, const dt_config *cfg) {
+dt_status dt_train_admit_memory(dt_trainer *t, const dt_config *cfg) {
     if (t->model == DT_MODEL_CUSTOM) return DT_OK; /* the plan describes the config's models */
     char warn[1024];
     dt_status st = dt_plan_admit(cfg, t->world, dt_comm_local_size(t->comm), warn, sizeof warn);
@@ -131,12 +139,14 @@ static dt_status admit_memory(dt_trainer *t, const dt_config *cfg) {
 
 /* dist.batch_shares: this rank's part of the global batch (t->B, t->share_off, t->G). Equal
  * weights are the default's exact path (every rank data.batch, interleaved). */
-static dt_status split_batch(dt_trainer *t) {
+static dt_status split_batch(dt_trainer *t, const dt_config *cfg) {
     const dt_config_values *v = &t->v;
     int64_t w[4096];
     int n;
     t->G = v->data.batch * t->world, t->B = v->data.batch, t->share_off = 0, t->uneven = 0;
     dt_status st = dt_config_batch_shares(v->dist.batch_shares, w, 4096, &n);
+    if (st == DT_OK && t->world > 1 && dt_config_shares_auto(v->dist.batch_shares))
+        return dt_train_shares_start(t, cfg); /* equal contiguous parts until the re-balance */
     if (st != DT_OK || n == 0) return st;
     if (n != t->world)
         return dt_error_set(DT_ERR_INVALID,
@@ -187,8 +197,6 @@ dt_status dt_train_lora_config(const dt_config_values *v, dt_lora_config *l) {
 static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
     const dt_dataset_info *in = dt_dataset_get_info(t->train_ds);
     const dt_config_values *v = &t->v;
-    dt_graph *g = t->g = dt_graph_init();
-    if (!g) return DT_ERR_NOMEM;
     if (t->task == DT_TASK_IMAGE) {
         t->C = in->channels, t->H = in->height, t->W = in->width, t->classes = in->classes;
         if (v->data.image_size && (v->data.image_size != t->H || v->data.image_size != t->W))
@@ -209,8 +217,6 @@ static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
                                     "model.num_classes: %lld, but the labels go up to %lld",
                                     (long long)v->model.num_classes, (long long)t->classes - 1);
         }
-        t->x = dt_graph_input(g, "x", DT_F32, 4, (int64_t[]){t->B, t->C, t->H, t->W}, 0);
-        t->y = dt_graph_input(g, "y", DT_I32, 1, (int64_t[]){t->B}, 0);
     } else {
         t->T = v->data.seq_len;
         t->classes = in->vocab_size;
@@ -218,8 +224,6 @@ static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
             return dt_error_set(
                 DT_ERR_INVALID,
                 "model.kind: resnet needs an image dataset, data.train holds tokens");
-        t->x = dt_graph_input(g, "ids", DT_I32, 2, (int64_t[]){t->B, t->T}, 0);
-        t->y = dt_graph_input(g, "targets", DT_I32, 1, (int64_t[]){t->B * t->T}, 0);
     }
     if (t->model == DT_MODEL_RESNET) {
         t->rc = (dt_resnet_config){.depth = (int)v->model.depth,
@@ -228,7 +232,6 @@ static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
                                    .small_stem = v->model.small_stem,
                                    .width = (int)v->model.width,
                                    .recompute = v->model.recompute};
-        t->logits = dt_resnet_build(g, &t->rc, t->x);
     } else if (t->model == DT_MODEL_LLAMA) {
         char path[4096];
         if (!v->model.hf_path[0])
@@ -256,10 +259,30 @@ static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
         dt_status st;
         if (v->lora.enabled && (st = dt_train_lora_config(v, &t->lc.lora)) != DT_OK) return st;
         t->classes = t->lc.vocab_size;
-        t->logits = dt_llama_build(g, &t->lc, t->x);
-    } else {
-        t->logits = t->custom.build(g, t->x, t->custom.ud);
     }
+    return dt_train_build_graph(t);
+}
+
+/* The graph of the model for this rank's batch t->B, compiled (arena and flat buffers); also
+ * when dist.batch_shares=auto changes the batch (src/train/shares.c). Inputs: images
+ * x [B, C, H, W] f32 and labels y [B], or token ids [B, T] and targets [B*T]. */
+dt_status dt_train_build_graph(dt_trainer *t) {
+    const dt_config_values *v = &t->v;
+    dt_graph *g = t->g = dt_graph_init();
+    if (!g) return DT_ERR_NOMEM;
+    if (t->task == DT_TASK_IMAGE) {
+        t->x = dt_graph_input(g, "x", DT_F32, 4, (int64_t[]){t->B, t->C, t->H, t->W}, 0);
+        t->y = dt_graph_input(g, "y", DT_I32, 1, (int64_t[]){t->B}, 0);
+    } else {
+        t->x = dt_graph_input(g, "ids", DT_I32, 2, (int64_t[]){t->B, t->T}, 0);
+        t->y = dt_graph_input(g, "targets", DT_I32, 1, (int64_t[]){t->B * t->T}, 0);
+    }
+    if (t->model == DT_MODEL_RESNET)
+        t->logits = dt_resnet_build(g, &t->rc, t->x);
+    else if (t->model == DT_MODEL_LLAMA)
+        t->logits = dt_llama_build(g, &t->lc, t->x);
+    else
+        t->logits = t->custom.build(g, t->x, t->custom.ud);
     if (t->logits < 0) return DT_ERR_INVALID;
     int flat = t->logits;
     if (t->task == DT_TASK_LM) {
@@ -371,7 +394,7 @@ static dt_status sync_sum(void *ud, double *buf, size_t n) {
  * summed, not averaged: dt_trainer_step scales the loss by 1/world, so backward produces them
  * already divided (no pass over 4 bytes per parameter on the communication thread, which shares
  * a core with backward when the cores are all busy). */
-static dt_status make_ddp(dt_trainer *t) {
+dt_status dt_train_make_ddp(dt_trainer *t) {
     if (t->world < 2) return DT_OK;
     dt_ddp_opts o = {.bucket_mb = t->v.dist.bucket_mb,
                      .overlap = t->v.dist.overlap,
@@ -440,11 +463,11 @@ dt_status dt_trainer_open(const dt_config *cfg, const dt_model_def *custom, dt_t
     dt_threads_set((int)t->v.train.threads);
     dt_status st;
     double peak_unused;
-    if ((st = make_dist(t)) != DT_OK || (st = split_batch(t)) != DT_OK ||
-        (st = open_data(t, cfg)) != DT_OK || (st = admit_memory(t, cfg)) != DT_OK ||
+    if ((st = make_dist(t)) != DT_OK || (st = split_batch(t, cfg)) != DT_OK ||
+        (st = open_data(t, cfg)) != DT_OK || (st = dt_train_admit_memory(t, cfg)) != DT_OK ||
         (dt_train_rss(&t->rss_base_mib, &peak_unused), (st = build_model(t, cfg)) != DT_OK) ||
-        (st = make_loaders(t)) != DT_OK || (st = init_weights(t, cfg)) != DT_OK ||
-        (st = make_ddp(t)) != DT_OK || (st = make_optim(t)) != DT_OK ||
+        (st = dt_train_open_loaders(t)) != DT_OK || (st = init_weights(t, cfg)) != DT_OK ||
+        (st = dt_train_make_ddp(t)) != DT_OK || (st = make_optim(t)) != DT_OK ||
         (st = make_run_dir(t, cfg)) != DT_OK) {
         t->failed = 1;
         dt_trainer_close(t);
@@ -483,6 +506,7 @@ void dt_trainer_close(dt_trainer *t) {
     /* t->log and stderr back, now that no thread prints */
     dt_train_progress_free(t);
     free(t->config_yaml), free(t->parts);
+    dt_train_shares_free(t);
     dt_loader_close(t->train_ld), dt_loader_close(t->val_ld);
     dt_dataset_close(t->train_ds), dt_dataset_close(t->val_ds);
     dt_optim_free(t->opt);

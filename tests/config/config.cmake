@@ -5,3 +5,5 @@ dt_test(NAME config_plan_cli SOURCES config/test_plan_cli.c ${PROJECT_SOURCE_DIR
         LABELS unit ARGS ${PROJECT_SOURCE_DIR})
 dt_test(NAME config_plan_compare SOURCES config/test_plan_compare.c ${PROJECT_SOURCE_DIR}/src/cli/plan.c
         LABELS unit ARGS ${PROJECT_SOURCE_DIR})
+# dist.batch_shares: parsing, auto, and the split of measured rates into parts
+dt_test(NAME config_shares SOURCES config/test_shares.c LABELS unit)

@@ -77,7 +77,8 @@ endforeach()
 
 # The hang watchdog (dt_comm_set_timeout): with a 2 s timeout, rank 1 stops itself (SIGSTOP)
 # before one collective of each kind; rank 0's watchdog must end the job within 15 s with exit
-# status 76 and a line naming rank 0, the collective and dist.timeout_s, leaving no rank behind
+# status 76 and a line naming rank 0, the collective, dist.timeout_s and the stopped rank 1 with
+# its pid (the collective board: it has not reached the collective), leaving no rank behind
 # (the stopped one included). test_dist_hang normal: a timeout changes no result and a peer late
 # by less than it raises no alarm.
 add_executable(test_dist_hang dist/test_dist_hang.c)
@@ -103,7 +104,7 @@ foreach(pair ${DT_HANG_OPS})
   endif()
   add_test(NAME test_dist_hang_${op}
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/dist/expect_hang.sh 15 76
-                   "^dtrain: rank 0 \\(host [^)]+\\): ${what}${step} made no progress for [23] s \\(dist.timeout_s\\)"
+                   "^dtrain: rank 0 \\(host [^)]+\\): ${what}${step} made no progress for [23] s \\(dist.timeout_s\\): rank 1 \\(host [^,]+, pid [0-9]+\\) has not reached it; aborting the job"
                    ${DT_MPIRUN} -np 2 $<TARGET_FILE:test_dist_hang> ${op} PIDDIR)
   set_tests_properties(test_dist_hang_${op} PROPERTIES LABELS "dist;unit" TIMEOUT 60
                        PROCESSORS 2 ENVIRONMENT "${DT_DIST_ENV}")

@@ -24,6 +24,12 @@ fail() { echo "expect_hang: FAIL: $*"; for p in "$dir"/rank-*.pid; do [ -f "$p" 
 [ $rc -eq 124 ] || [ $rc -eq 137 ] && fail "no exit within ${limit}s (hang)"
 [ $rc -eq "$want" ] || fail "exit status $rc, expected $want"
 grep -Eq -- "$pattern" "$out" || fail "output lacks /$pattern/"
+# a rank the watchdog names as stuck ("rank R (host H, pid P) has not reached it") is that rank
+named=$(sed -n 's/.*: rank \([0-9]*\) (host [^,]*, pid \([0-9]*\)) has not reached it.*/\1 \2/p' "$out" | head -1)
+if [ -n "$named" ]; then
+  set -- $named
+  [ "$(cat "$dir/rank-$1.pid" 2>/dev/null)" = "$2" ] || fail "the line names rank $1 as pid $2, but rank $1 is pid $(cat "$dir/rank-$1.pid" 2>/dev/null)"
+fi
 sleep 1 # mpirun has returned; its ranks are gone by now or never will be
 for p in "$dir"/rank-*.pid; do
   [ -f "$p" ] || fail "no pid file: the ranks did not start"

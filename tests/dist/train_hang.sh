@@ -3,8 +3,8 @@
 # dist.timeout_s=5; once rank 0 has logged step 5, rank 1 is stopped (SIGSTOP: alive, holding
 # its sockets and shared memory, making no progress). The job must end by itself within the
 # timeout plus a margin, with exit status 76, one line from rank 0 naming its host, the
-# collective, the step, the wait and dist.timeout_s, and no process left (the stopped rank
-# included).
+# collective, the step, the wait, dist.timeout_s and the stopped rank 1 by its pid (not yet in
+# that collective, or stopped inside it), and no process left (the stopped rank included).
 #   train_hang.sh DTRAIN REPO DATA_DIR MPIEXEC
 set -uo pipefail
 dtrain=$1 repo=$2 data=$3 mpiexec=$4
@@ -47,8 +47,8 @@ grep "made no progress" "$tmp/log"
 [ "$rc" = 76 ] || fail "exit status $rc, expected 76 (DT_COMM_EXIT_HANG)"
 [ "$(echo "$took <= $timeout_s + $margin" | bc)" = 1 ] || fail "took $took s (timeout $timeout_s s + $margin s margin)"
 [ "$(echo "$took >= $timeout_s - 1" | bc)" = 1 ] || fail "fired after $took s, before the $timeout_s s timeout"
-grep -Eq "^dtrain: rank 0 \(host [^)]+\): [a-zA-Z0-9(). -]+( of (gradient|parameter) bucket [0-9]+)? at step [0-9]+ made no progress for [0-9]+ s \(dist.timeout_s\): a peer rank is stuck or dead; aborting the job \(exit status 76\)$" "$tmp/log" ||
-  fail "no watchdog line naming rank 0, its host, the collective, the step and dist.timeout_s"
+grep -Eq "^dtrain: rank 0 \(host [^)]+\): [a-zA-Z0-9(). -]+( of (gradient|parameter) bucket [0-9]+)? at step [0-9]+ made no progress for [0-9]+ s \(dist.timeout_s\): rank 1 \(host [^,]+, pid $r1\) (has not reached it|is stopped inside it); aborting the job \(exit status 76\)$" "$tmp/log" ||
+  fail "no watchdog line naming rank 0, its host, the collective, the step, dist.timeout_s and the stopped rank 1 (pid $r1)"
 # the stopped rank, continued by mpirun only to be ended, does not blame its peer
 grep -q "^dtrain: rank 1 .*made no progress" "$tmp/log" && fail "the stopped rank 1 reported a hang too"
 sleep 1

@@ -12,7 +12,8 @@
 #   bad-input    unknown config key, impossible resources, unresolvable host, missing mpirun:
 #                one line each, exit 2, no worker started (no run directory created)
 #   hang         a worker stopped (SIGSTOP) mid-run with dist.timeout_s=5: the other's watchdog
-#                ends the attempt (exit 76, cause "hang: rank 0 (host ...): ... (dist.timeout_s)",
+#                ends the attempt (exit 76, cause "hang: rank 0 (host ...): ... (dist.timeout_s):
+#                rank 1 (host ..., pid P) has not reached it" or "... is stopped inside it",
 #                reason "hang" in launch.json), the launcher restarts from the newest checkpoint
 #                and the run ends bit-identical to an uninterrupted one
 #   long         >= 5 injected failures over >= 2000 steps: completes, every attempt recorded,
@@ -63,7 +64,7 @@ hang)
   kill -STOP "$r1" || fail "cannot stop worker $r1"
   wait $pid || { grep -v "\] step" "$tmp/hung.log"; fail "the launcher did not recover (exit $?)"; }
   grep -v "\] step" "$tmp/hung.log" | grep -E "launch|resumed|no progress" | cut -c1-220
-  grep -Eq "^dtrain launch: attempt 0 failed: hang: rank 0 \(host [^)]+\): .* made no progress for [0-9]+ s \(dist.timeout_s\)$" "$tmp/hung.log" || fail "no line naming the hang, the rank and dist.timeout_s"
+  grep -Eq "^dtrain launch: attempt 0 failed: hang: rank 0 \(host [^)]+\): .* made no progress for [0-9]+ s \(dist.timeout_s\): rank 1 \(host [^,]+, pid $r1\) (has not reached it|is stopped inside it)$" "$tmp/hung.log" || fail "no line naming the hang, the rank, dist.timeout_s and the stopped rank 1 (pid $r1)"
   python3 - "$(run_dir hung)/launch.json" <<'PY' || fail "launch.json check"
 import json, sys
 r = json.load(open(sys.argv[1]))

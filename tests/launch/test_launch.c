@@ -145,14 +145,29 @@ static void test_hang_lines(void) {
     dt_launch_attempt_line(&a,
                            "[3,0]<stderr>:dtrain: rank 0 (host vm): all-reduce (shared memory) of "
                            "gradient bucket 2 at step 37 made no progress for 5 s "
-                           "(dist.timeout_s): a peer rank is stuck or dead; aborting the job "
-                           "(exit status 76)\n",
+                           "(dist.timeout_s): rank 1 (host vm, pid 4242) has not reached it; "
+                           "aborting the job (exit status 76)\n",
                            &rank);
     CHECK(rank == 0, "the hang line is rank 0's");
     dt_launch_attempt_cause(&a, DT_COMM_EXIT_HANG, cause, sizeof cause);
     CHECK(!strcmp(cause, "hang: rank 0 (host vm): all-reduce (shared memory) of gradient bucket 2 "
-                         "at step 37 made no progress for 5 s (dist.timeout_s)"),
-          "%s", cause);
+                         "at step 37 made no progress for 5 s (dist.timeout_s): rank 1 (host vm, "
+                         "pid 4242) has not reached it"),
+          "the cause names the stuck rank: %s", cause);
+    {
+        /* without the stuck rank's name (another host): up to what the line says of it */
+        dt_launch_attempt b;
+        dt_launch_attempt_init(&b);
+        dt_launch_attempt_line(&b,
+                               "[3,0]<stderr>:dtrain: rank 0 (host vm): barrier made no progress "
+                               "for 5 s (dist.timeout_s): a peer rank is stuck or dead; "
+                               "aborting the job (exit status 76)\n",
+                               &rank);
+        dt_launch_attempt_cause(&b, DT_COMM_EXIT_HANG, cause, sizeof cause);
+        CHECK(!strcmp(cause, "hang: rank 0 (host vm): barrier made no progress for 5 s "
+                             "(dist.timeout_s): a peer rank is stuck or dead"),
+              "%s", cause);
+    }
     CHECK(!strcmp(dt_launch_attempt_reason(&a, DT_COMM_EXIT_HANG), "hang"), "reason hang");
     dt_launch_policy p;
     double w;

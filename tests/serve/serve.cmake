@@ -13,3 +13,5 @@ if(MPI_FOUND)
                          ENVIRONMENT "OMP_NUM_THREADS=1")
   endforeach()
 endif()
+# /metrics' per-worker gauges (dtrain_batch_part, dtrain_compute_rate) from a store's metrics
+dt_test(NAME serve_prom_ranks SOURCES serve/test_prom_ranks.c LABELS unit)

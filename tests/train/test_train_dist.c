@@ -13,11 +13,21 @@
  *       under ZeRO-2), within fp32 rounding: each rank's mean is weighted by its part;
  *   4c. a resume in the middle (uneven, AdamW) gives the uninterrupted run's bits; other shares
  *       are refused for that checkpoint.
- * argv: DATA_DIR REPO_DIR [shares]. */
+ * With argv[3] "auto", dist.batch_shares=auto on 2 ranks, rank 1 made 3x slower by the test hook
+ * DT_TEST_SLOW_RANK=1:3 (set by the ctest entry):
+ *   5a. the parts chosen after dist.rebalance_step move toward the faster rank, and the
+ *       tracking store holds them (batch_part.R, compute_rate.R);
+ *   5b. the run equals 1 process x the global batch within fp32 rounding;
+ *   5c. a resume from its checkpoint after the re-balance takes the same parts (no second
+ *       measurement) and continues bit for bit as the uninterrupted run;
+ *   5d. a resume from a checkpoint before the re-balance measures again (the steps left) and
+ *       still equals 1 process x the global batch.
+ * argv: DATA_DIR REPO_DIR [shares|auto]. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "dtrain/dtrain.h"
+#include "dtrain/track.h"
 #include "harness.h"
 
 static dt_comm *world_comm; /* created first, so that MPI outlives every trainer */
@@ -25,6 +35,7 @@ static const char *data_dir, *repo_dir;
 static const char *g_more[8]; /* more overrides for the next train() calls (NULL-terminated) */
 static int64_t g_start = -1;  /* >= 0: the next trainer must start (resume) at this step */
 static const char *g_refuse;  /* set: the next trainer must be refused with this in the message */
+static char g_run_dir[4096];  /* the run directory of the last trainer */
 
 enum { LLAMA_SGD, LLAMA_ADAMW, RESNET, LLAMA_LORA };
 
@@ -100,6 +111,7 @@ static float *train(int kind, const char *backend, int batch, const char *extra1
     if (g_start >= 0)
         CHECK(dt_trainer_progress(t)->step == g_start, "the trainer starts at step %lld, not %lld",
               (long long)dt_trainer_progress(t)->step, (long long)g_start);
+    snprintf(g_run_dir, sizeof g_run_dir, "%s", dt_trainer_run_dir(t));
     dt_trainer_set_log(t, NULL);
     CHECK_OK(dt_trainer_run(t));
     float *p = dt_graph_flat_param(dt_trainer_graph(t), n);
@@ -194,6 +206,92 @@ static void shares(int rank, int world) {
     free(whole), free(resumed);
 }
 
+/* The final value of metric `key` of run `name` in the store at `db` (NAN if none). */
+typedef struct {
+    const char *key;
+    double v;
+} last_value;
+static int on_summary(void *ud, const dt_track_summary *m) {
+    last_value *l = ud;
+    if (!strcmp(m->key, l->key)) l->v = m->last;
+    return 0;
+}
+static double stored_metric(const char *db, const char *name, const char *key) {
+    dt_track *s;
+    dt_track_run r;
+    last_value l = {key, NAN};
+    if (dt_track_open_existing(db, &s) != DT_OK) return NAN;
+    if (dt_track_run_find(s, name, &r) == DT_OK) dt_track_metric_summary(s, r.id, on_summary, &l);
+    dt_track_close(s);
+    return l.v;
+}
+
+/* 5. dist.batch_shares=auto with rank 1 slowed down (argv[3] "auto") */
+static void auto_shares(int rank, int world) {
+    if (!CHECK(world == 2, "auto: 2 ranks, not %d", world)) return;
+    size_t n = 0, n1 = 0;
+    float *one = NULL;
+    g_more[0] = "dist.batch_shares=auto", g_more[1] = "dist.rebalance_step=6";
+    g_more[2] = "ckpt.every_steps=10", g_more[3] = "train.log_every=5";
+    g_more[4] = "ckpt.keep_last=5";
+    float *whole = train(LLAMA_ADAMW, "mpi", 4, "output.run_name=auto-whole", NULL, &n);
+    char uri[4200];
+    snprintf(uri, sizeof uri, "ckpt.resume=%s/checkpoints/step-000000010", g_run_dir);
+    dt_check_same_on_all_ranks(world_comm, "5b. auto", whole, n);
+    if (rank == 0) {
+        double p0 = stored_metric("runs-test/dtrain.db", "auto-whole", "batch_part.0");
+        double p1 = stored_metric("runs-test/dtrain.db", "auto-whole", "batch_part.1");
+        double r0 = stored_metric("runs-test/dtrain.db", "auto-whole", "compute_rate.0");
+        double r1 = stored_metric("runs-test/dtrain.db", "auto-whole", "compute_rate.1");
+        printf("  5a. parts [%g, %g], compute rates [%.1f, %.1f] samples/s\n", p0, p1, r0, r1);
+        CHECK(p0 + p1 == 8, "5a. the store holds both parts of the global batch of 8: %g + %g", p0,
+              p1);
+        CHECK(p0 > p1, "5a. the parts moved toward the faster rank 0: [%g, %g]", p0, p1);
+        CHECK(r0 > 1.5 * r1, "5a. rank 1 (3x slower) measured slower: %.1f vs %.1f samples/s", r0,
+              r1);
+        one = train(LLAMA_ADAMW, "single", 8, "dist.batch_shares=equal", NULL, &n1);
+        if (whole && one && CHECK(n == n1, "5b. same parameter count")) {
+            dt_check_close("5b. auto shares vs 1 process x the global batch", whole, one,
+                           (int64_t)n, 1e-4, 1e-4);
+            printf("  5b. max |diff| %.3g\n", max_diff(whole, one, n));
+        }
+    }
+    /* 5c. from the uninterrupted run's checkpoint of step 10 (after the re-balance at 6) */
+    g_more[2] = uri, g_start = 10;
+    float *resumed = train(LLAMA_ADAMW, "mpi", 4, "output.run_name=auto-resumed", NULL, &n1);
+    g_start = -1;
+    dt_check_same_on_all_ranks(world_comm, "5c. resumed", resumed, n1);
+    same_bits("5c. auto shares: resumed at step 10 vs uninterrupted", whole, resumed, n);
+    if (rank == 0) {
+        double p0 = stored_metric("runs-test/dtrain.db", "auto-whole", "batch_part.0");
+        double q0 = stored_metric("runs-test/dtrain.db", "auto-resumed", "batch_part.0");
+        CHECK(p0 == q0, "5c. the resumed run has the checkpoint's parts (%g, the run's %g)", q0,
+              p0);
+        CHECK(isnan(stored_metric("runs-test/dtrain.db", "auto-resumed", "compute_rate.0")),
+              "5c. the resumed run measured nothing again");
+    }
+    /* 5d. 4 steps (a checkpoint before the re-balance at 6), then resumed to 20 */
+    g_more[2] = "ckpt.every_steps=4", g_more[5] = "schedule.total_steps=20";
+    free(train(LLAMA_ADAMW, "mpi", 4, "output.run_name=auto-early", "train.steps=4", &n1));
+    g_more[2] = "ckpt.every_steps=10", g_more[6] = "ckpt.resume=auto", g_start = 4;
+    float *early = train(LLAMA_ADAMW, "mpi", 4, "output.run_name=auto-early", NULL, &n1);
+    g_start = -1;
+    dt_check_same_on_all_ranks(world_comm, "5d. resumed before the re-balance", early, n1);
+    if (rank == 0) {
+        double r0 = stored_metric("runs-test/dtrain.db", "auto-early", "compute_rate.0");
+        double p0 = stored_metric("runs-test/dtrain.db", "auto-early", "batch_part.0");
+        CHECK(r0 > 0, "5d. the resumed run measured the rates again (%g)", r0);
+        CHECK(p0 > 4, "5d. and moved the parts toward rank 0 (%g of 8)", p0);
+        if (early && one && CHECK(n1 == n, "5d. same parameter count")) {
+            dt_check_close("5d. resumed before the re-balance vs 1 process", early, one, (int64_t)n,
+                           1e-4, 1e-4);
+            printf("  5d. max |diff| %.3g\n", max_diff(early, one, n));
+        }
+    }
+    for (int i = 0; i < 7; i++) g_more[i] = NULL;
+    free(whole), free(resumed), free(early), free(one);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     data_dir = argv[1], repo_dir = argv[2];
@@ -202,6 +300,12 @@ int main(int argc, char **argv) {
         return dt_test_finish("test_train_dist");
     }
     int rank = dt_comm_rank(world_comm), world = dt_comm_size(world_comm);
+    if (argc > 3 && !strcmp(argv[3], "auto")) {
+        auto_shares(rank, world);
+        int rc = dt_test_finish("test_train_dist auto");
+        dt_comm_close(world_comm);
+        return rc;
+    }
     if (argc > 3 && !strcmp(argv[3], "shares")) {
         shares(rank, world);
         int rc = dt_test_finish("test_train_dist shares");
