@@ -489,7 +489,7 @@ static void manifest_rules(void) {
        "not a manifest key");
     TE("format is dtrain-dataset", e_format, "'format' is 'dtrain-data'", "dtrain-dataset");
     TE("version is 1", e_version, "manifest version 2", "version 1");
-    TE("kind is image or tokens", e_kind, "'kind' is 'audio'", "image or tokens");
+    TE("kind is image or tokens", e_kind, "'kind' is 'audio'", "image, tokens or encoded-image");
     TE("records is non-negative", e_records_neg, "'records'", "a non-negative integer");
     TE("records is an integer", e_records_frac, "'records'", "a non-negative integer");
     TE("records is a number", e_records_str, "'records'", "a non-negative integer");
