@@ -19,8 +19,15 @@ char *dt_import_tokenizer_path(const dt_import_options *o) {
     const char *p = o->tokenizer;
     if (!p || !*p) p = getenv("DT_TOKENIZER");
     if (!p || !*p) return NULL;
+    /* A model folder stands for its tokenizer.json; a folder without one is handed on as it is,
+     * so that the reader refuses it as a directory (naming the path the user gave) instead of
+     * naming a tokenizer.json the user never mentioned. */
     struct stat sb;
-    if (stat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) return dt_path_join(p, "tokenizer.json");
+    if (stat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        char *inner = dt_path_join(p, "tokenizer.json");
+        if (!inner || stat(inner, &sb) == 0) return inner;
+        free(inner);
+    }
     return strdup(p);
 }
 
