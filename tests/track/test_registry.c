@@ -25,21 +25,9 @@
 #include "dtrain/registry.h"
 #include "dtrain/track.h"
 #include "harness.h"
+#include "track_testutil.h"
 
 static char dir[256];
-
-static long long sql_int(const char *db, const char *sql) {
-    sqlite3 *c;
-    sqlite3_stmt *q;
-    long long v = -1;
-    if (sqlite3_open_v2(db, &c, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK &&
-        sqlite3_prepare_v2(c, sql, -1, &q, NULL) == SQLITE_OK) {
-        if (sqlite3_step(q) == SQLITE_ROW) v = sqlite3_column_int64(q, 0);
-        sqlite3_finalize(q);
-    }
-    sqlite3_close(c);
-    return v;
-}
 
 /* SQLITE_OK or the error code; the message into msg. */
 static int sql_exec(const char *db, const char *sql, char *msg, size_t n) {

@@ -33,6 +33,7 @@
 #include "dtrain/dtrain.h"
 #include "dtrain/track.h"
 #include "harness.h"
+#include "track_testutil.h"
 
 enum { W_METRICS = 3000, W_ARTIFACTS = 20, W_SHARED = 500 };
 
@@ -40,20 +41,6 @@ static char dir[256];
 
 static void path_of(char *out, size_t n, const char *name) {
     snprintf(out, n, "%s/%s", dir, name);
-}
-
-/* One integer from a raw connection (a second reader of the file). */
-static long long sql_int(const char *db, const char *sql) {
-    sqlite3 *c;
-    sqlite3_stmt *q;
-    long long v = -1;
-    if (sqlite3_open_v2(db, &c, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK &&
-        sqlite3_prepare_v2(c, sql, -1, &q, NULL) == SQLITE_OK) {
-        if (sqlite3_step(q) == SQLITE_ROW) v = sqlite3_column_int64(q, 0);
-        sqlite3_finalize(q);
-    }
-    sqlite3_close(c);
-    return v;
 }
 
 static void sql_exec(const char *db, const char *sql) {
