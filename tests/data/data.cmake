@@ -25,11 +25,11 @@ dt_test(NAME test_data_fmnist SOURCES data/test_data_fmnist.c LABELS data parity
 
 dt_test(NAME test_data_shard SOURCES data/test_data_shard.c LABELS unit data TIMEOUT 60)
 dt_test(NAME test_data_import SOURCES data/test_data_import.c LABELS unit data
-        ARGS ${DT_TOKENIZERS}/cl100k_base.tiktoken TIMEOUT 60)
+        ARGS ${DT_TOKENIZERS}/cl100k_base.tiktoken TIMEOUT 180)
 dt_test(NAME test_data_loader SOURCES data/test_data_loader.c LABELS unit data TIMEOUT 60)
 dt_test(NAME test_data_resume SOURCES data/test_data_resume.c LABELS unit data TIMEOUT 60)
 dt_test(NAME test_tok_unit SOURCES data/test_tok_unit.c LABELS unit data
-        ARGS ${DT_TOKENIZERS}/cl100k_base.tiktoken TIMEOUT 60)
+        ARGS ${DT_TOKENIZERS}/cl100k_base.tiktoken TIMEOUT 180)
 # The CLI code is compiled in directly (src/cli/data.c), so the test does not depend on how
 # src/cli/main.c dispatches.
 dt_test(NAME test_data_cli SOURCES data/test_data_cli.c ${PROJECT_SOURCE_DIR}/src/cli/data.c

@@ -926,7 +926,7 @@ def worker_wrapper_run(tmp, name, forward, delay=2.0):
     cannot have ended it by then. Returns (wrapper status, whether the wrapper signalled the
     worker, seconds from the worker's signal to the wrapper's exit, worker status, stderr)."""
     got = os.path.join(tmp, name + ".got")
-    for f in (got, os.path.join(tmp, name + ".saved")):
+    for f in (got, os.path.join(tmp, name + ".saved"), os.path.join(tmp, name + ".ready")):
         if os.path.exists(f):
             os.remove(f)
     rank = subprocess.Popen(fake_worker(tmp, name, delay=delay))
@@ -935,6 +935,9 @@ def worker_wrapper_run(tmp, name, forward, delay=2.0):
     reaper.start()
     try:
         assert wait_for(lambda: runs_exe(rank.pid, name)), "the stand-in worker did not start"
+        # its trap is set only once it wrote NAME.ready (a SIGTERM before that would end it)
+        assert wait_for(lambda: os.path.exists(os.path.join(tmp, name + ".ready"))), \
+            "the stand-in worker did not set its trap"
         env = wrapper_env(tmp, DTRAIN_PROC_NAME=name, DTRAIN_FORWARD_TERM=str(int(forward)))
         w = subprocess.Popen([WRAPPER, "worker"], env=env, stderr=subprocess.PIPE, text=True)
         time.sleep(0.5)
@@ -942,7 +945,9 @@ def worker_wrapper_run(tmp, name, forward, delay=2.0):
         w.send_signal(signal.SIGTERM)
         time.sleep(1.0)
         assert w.poll() is None, "dtrain-k8s worker exited while its worker was still running"
-        signalled = os.path.exists(got)
+        # a forwarding wrapper finds the worker in /proc and signals it; on a loaded machine
+        # (every process under the sanitizer's preload) that can take longer than the 1 s above
+        signalled = os.path.exists(got) or (forward and wait_for(lambda: os.path.exists(got), 5))
         if not forward:
             assert not signalled, "the wrapper signalled the worker although forwarding is off"
         t0 = time.time()
