@@ -119,7 +119,10 @@ static dt_status read_param(ctx *c, const char *key, yaml_node_t *v, dt_sweep_pa
     if ((st = check_key(c, v, key)) != DT_OK) return st;
     if (v->type == YAML_SEQUENCE_NODE) { /* a bare list: grid values */
         p->kind = DT_SWEEP_VALUES;
-        return read_list(c, v, p);
+        if ((st = read_list(c, v, p)) != DT_OK) return st;
+        for (int i = 0; i < p->n_values; i++)
+            if ((st = check_value(c, v, key, p->values[i])) != DT_OK) return st;
+        return DT_OK;
     }
     if (v->type != YAML_MAPPING_NODE)
         return bad(c, v, "parameters.%s: expected a list or a mapping (values, choice, min/max)",
