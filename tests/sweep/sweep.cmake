@@ -12,3 +12,7 @@ add_test(NAME sweep_sobol_scipy COMMAND ${DT_VENV_PYTHON}
          ${PROJECT_SOURCE_DIR}/tests/sweep/sobol_scipy.py $<TARGET_FILE:test_sweep>)
 set_tests_properties(sweep_sobol_scipy PROPERTIES LABELS "sweep;parity" TIMEOUT 60
                      SKIP_RETURN_CODE 77)
+add_test(NAME sweep_e2e COMMAND ${PROJECT_SOURCE_DIR}/tests/sweep/sweep_e2e.sh
+         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA})
+set_tests_properties(sweep_e2e PROPERTIES LABELS "sweep;e2e" TIMEOUT 180 RUN_SERIAL TRUE
+                     FIXTURES_REQUIRED fortunes_data ENVIRONMENT "OMP_NUM_THREADS=1")
