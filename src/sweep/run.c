@@ -193,9 +193,12 @@ static void on_exit_status(sup *u, int i, int ws) {
         if (read_metric(u, t, t->target, &v) == DT_OK) return decide(u, i, v);
         t->status = T_FAILED;
         snprintf(t->why, sizeof t->why, "%.250s", dt_last_error());
-    } else if (WIFEXITED(ws) && WEXITSTATUS(ws) == 75 && stop_flag) {
-        t->status = T_PROMOTED; /* checkpointed on our request: resume continues it */
-        snprintf(t->why, sizeof t->why, "stopped with the sweep (checkpoint saved)");
+    } else if (stop_flag) {
+        /* ended on our request: checkpointed (exit 75), or SIGTERM came before the trainer
+         * took signals (143); --resume continues it from its newest checkpoint either way */
+        t->status = T_PROMOTED;
+        snprintf(t->why, sizeof t->why, "stopped with the sweep (exit status %d)",
+                 WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws));
     } else {
         t->status = T_FAILED;
         if (WIFSIGNALED(ws))
@@ -239,7 +242,7 @@ static void wait_orphan(const sweep_trial *t) {
 
 static dt_status supervise(sup *u, dt_sweep_result *r) {
     sweep_state *s = u->s;
-    int running = 0, slots = s->slots;
+    int running = 0, slots = s->slots, forwarded = 0;
     dt_status st = DT_OK;
     snprintf(s->status, sizeof s->status, "running");
     if ((st = dt_sweep_state_save(s)) != DT_OK) return st;
@@ -251,13 +254,15 @@ static dt_status supervise(sup *u, dt_sweep_result *r) {
             dt_sweep_state_save(s);
         }
         if (!running) break;
+        if (stop_flag && !forwarded) { /* trials checkpoint and exit 75 */
+            forwarded = 1;
+            for (int i = 0; i < s->n; i++)
+                if (s->t[i].status == T_RUNNING && s->t[i].pid > 0) kill(s->t[i].pid, SIGTERM);
+        }
         int ws;
         pid_t pid = waitpid(-1, &ws, 0);
         if (pid < 0) {
             if (errno != EINTR) break;
-            if (stop_flag)
-                for (int i = 0; i < s->n; i++)
-                    if (s->t[i].status == T_RUNNING && s->t[i].pid > 0) kill(s->t[i].pid, SIGTERM);
             continue;
         }
         for (int i = 0; i < s->n; i++) {
