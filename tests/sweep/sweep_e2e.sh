@@ -10,12 +10,16 @@
 #   3. every trial is a run of the store tagged with the sweep's id and its parent (the sweep's
 #      own run); `dtrain runs ls` lists the sweep; `sweep show --json` names the best, which
 #      is the trial with the lowest loss among those that reached step 9.
-#   sweep_e2e.sh DTRAIN REPO DATA_DIR
+#   sweep_e2e.sh DTRAIN REPO DATA_DIR [sigterm]
+# sigterm: a sweep without early stopping gets SIGTERM while its trials train: they checkpoint,
+# the sweep exits 75 with them `promoted` in sweep.json, and --resume finishes them from their
+# checkpoints (exit 0, two attempts each). Bad sweep files are refused first (exit 2, one line,
+# nothing created).
 set -euo pipefail
-dtrain=$1 repo=$2 data=$3
+dtrain=$1 repo=$2 data=$3 case=${4:-kill}
 tmp=$(mktemp -d)
 pg=
-trap '[ -n "$pg" ] && kill -9 -- -"$pg" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap '[ -n "$pg" ] && kill -9 -- -"$pg" 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
 fail() {
     echo "FAIL: $*"
     exit 1
@@ -43,6 +47,53 @@ early_stopping: {rule: asha, grace_period: 1, reduction_factor: 3}
 EOF
 js=$tmp/runs/llama-tiny-fortunes/sw/sweep.json
 export OMP_NUM_THREADS=1
+
+if [ "$case" = sigterm ]; then
+    for bad in "optim.lrr: [1, 2]" "optim.lr: [0.1, fast]" "output.dir: [a, b]"; do
+        sed "/^parameters:/,/^sampler/{/^  /d}; s|^parameters:|parameters:\n  $bad|" \
+            "$tmp/sweep.yaml" > "$tmp/bad.yaml"
+        rc=0
+        "$dtrain" sweep "$tmp/bad.yaml" --name bad > "$tmp/bad.out" 2> "$tmp/bad.err" || rc=$?
+        [ "$rc" = 2 ] && [ "$(wc -l < "$tmp/bad.err")" = 1 ] && grep -q "bad.yaml:" "$tmp/bad.err" ||
+            { cat "$tmp/bad.err"; fail "'$bad': exit $rc, not one line naming the file"; }
+        [ ! -e "$tmp/runs" ] || fail "'$bad': something was created"
+        echo "ok: refused: $(cat "$tmp/bad.err")"
+    done
+    sed -i 's/^early_stopping:.*//; s/^max_steps: 9/max_steps: 40/; s/^trials: 6/trials: 2/' \
+        "$tmp/sweep.yaml"
+    sed -i 's/^overrides:/overrides:\n  ckpt.every_steps: 2/' "$tmp/sweep.yaml"
+    "$dtrain" sweep "$tmp/sweep.yaml" --name sw --slots 2 --threads-per-slot 1 \
+        > "$tmp/first.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 300); do # both trials have a checkpoint
+        n=$(ls -d "$tmp"/runs/llama-tiny-fortunes/sw-t00*/checkpoints/step-* 2>/dev/null |
+            sed 's|/checkpoints/.*||' | sort -u | wc -l || true)
+        [ "$n" -ge 2 ] && break
+        sleep 0.1
+    done
+    kill -TERM "$pid"
+    rc=0
+    wait "$pid" || rc=$?
+    [ "$rc" = 75 ] || { cat "$tmp/first.log"; fail "SIGTERM: exit $rc, want 75"; }
+    python3 -c "import json,sys; t=json.load(open(sys.argv[1]))
+assert t['status'] == 'stopped' and all(x['status'] == 'promoted' for x in t['trials']), t" \
+        "$js" || fail "sweep.json after SIGTERM"
+    echo "ok: SIGTERM: exit 75, both trials promoted"
+    "$dtrain" sweep --resume sw --output-dir "$tmp/runs" > "$tmp/resume.log" 2>&1 ||
+        { cat "$tmp/resume.log"; fail "--resume after SIGTERM failed"; }
+    for i in 0 1; do
+        log=$tmp/runs/llama-tiny-fortunes/sw/sw-t00$i.log
+        grep -q "resumed from .*/step-0000000[0-9][0-9]: step" "$log" ||
+            fail "trial $i was not resumed from a checkpoint"
+        "$dtrain" runs show "sw-t00$i" --output-dir "$tmp/runs" > "$tmp/show.txt"
+        grep -Eq "^ *attempts +2$" "$tmp/show.txt" || fail "trial $i: not two attempts"
+    done
+    python3 -c "import json,sys; t=json.load(open(sys.argv[1]))
+assert t['status'] == 'done' and all(x['status'] == 'done' and x['step'] == 40
+    for x in t['trials']), t" "$js" || fail "sweep.json after --resume"
+    echo "ok: --resume after SIGTERM: both trials done at step 40, resumed from checkpoints"
+    exit 0
+fi
 
 # 1. start it in a process group of its own, kill the group mid-sweep
 setsid "$dtrain" sweep "$tmp/sweep.yaml" --name sw --slots 2 --threads-per-slot 1 \
