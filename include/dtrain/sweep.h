@@ -174,7 +174,7 @@ dt_status dt_sweep_resume(const char *json_path, const dt_sweep_opts *o, dt_swee
 /* Finds <dir>/<experiment>/<id>/sweep.json for an id (dir: the output.dir, "runs" by default). */
 dt_status dt_sweep_find(const char *dir, const char *id, char *path, size_t n);
 /* Prints the sweep whose sweep.json is at `json_path`: its status, each trial (run, status,
- * step, metric, params, why it stopped) and the best; json: one JSON object (sweep.json's
+ * step, metric, params) and the best; json: one JSON object (sweep.json's
  * content plus "best"). */
 dt_status dt_sweep_show(const char *json_path, FILE *f, int json);
 /* The summary of a sweep.json (what dt_sweep_run returns), for `--json` after a run. */
