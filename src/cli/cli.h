@@ -12,6 +12,9 @@ int dt_cli_runs(int argc, char **argv); /* src/cli/runs.c: dtrain runs ls|show|c
 /* src/cli/models.c: dtrain models register|ls|show|diff|alias|export|verify */
 int dt_cli_models(int argc, char **argv);
 
+/* src/cli/sweep.c: dtrain sweep SWEEP.yaml | --resume ID | show ID */
+int dt_cli_sweep(int argc, char **argv);
+
 int dt_cli_serve(int argc, char **argv); /* src/cli/serve.c: dtrain serve (dashboard, /metrics) */
 
 /* Installs fn for SIGTERM and SIGINT (without SA_RESTART: a blocking wait returns EINTR). */

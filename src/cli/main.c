@@ -29,6 +29,7 @@ static void usage(FILE *f) {
             "  models      register | ls | show | diff | alias | export | verify model versions\n"
             "  serve       dashboard and Prometheus /metrics for the experiment store\n"
             "  launch      run N workers through mpirun, restart from checkpoints on failure\n"
+            "  sweep       hyperparameter sweeps: grid/random/Sobol trials, ASHA early stopping\n"
             "  lora        merge a LoRA adapter into its base model (Hugging Face folders)\n"
             "  generate    text generation with a Llama model (Hugging Face folder)\n"
             "  train       train a model from a YAML config (--help-config: every key)\n"
@@ -105,6 +106,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "runs")) return dt_cli_runs(argc - 1, argv + 1);
     if (!strcmp(cmd, "models")) return dt_cli_models(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return dt_cli_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "sweep")) return dt_cli_sweep(argc - 1, argv + 1);
     fprintf(stderr, "dtrain: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

@@ -1,0 +1,175 @@
+/* `dtrain sweep`: the command line of hyperparameter sweeps (src/sweep/,
+ * include/dtrain/sweep.h).
+ *
+ *   dtrain sweep SWEEP.yaml [--slots N] [--threads-per-slot T] [--name ID] [--dry-run]
+ *   dtrain sweep --resume ID [--output-dir DIR] [--slots N] [--threads-per-slot T]
+ *   dtrain sweep show ID [--output-dir DIR]
+ *
+ * Every form takes --json (what it produced, as one JSON object) and -q. Exit status: 0 every
+ * trial finished or was stopped early, 1 a trial failed (or the store could not be read), 2
+ * the sweep file or the options are wrong (nothing was started), 75 stopped by SIGTERM/SIGINT
+ * (trials checkpointed: --resume continues). */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "cli/cli.h"
+#include "dtrain/sweep.h"
+
+static int usage(FILE *f) {
+    fprintf(f,
+            "usage: dtrain sweep SWEEP.yaml [--slots N] [--threads-per-slot T] [--name ID]\n"
+            "                   [--dry-run] [--json] [-q]\n"
+            "       dtrain sweep --resume ID [--output-dir DIR] [--slots N] [--json] [-q]\n"
+            "       dtrain sweep show ID [--output-dir DIR] [--json]\n"
+            "Runs the trials of SWEEP.yaml (a base config, overrides, parameters to vary; grid,\n"
+            "random or Sobol sampling; ASHA or median-rule early stopping) as `dtrain train`\n"
+            "processes, N at once on this machine with T threads each (default: the cores split\n"
+            "between the slots); each trial is a tracked run tagged with the sweep's id.\n"
+            "--resume continues a sweep that was killed or stopped; show lists its trials.\n");
+    return 2;
+}
+
+static int parse_pos(const char *s, int *out) {
+    char *e;
+    long v = strtol(s, &e, 10);
+    if (!*s || *e || v < 1 || v > 4096) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static void stop(int sig) {
+    (void)sig;
+    dt_sweep_request_stop();
+}
+
+static void print_json(const dt_sweep_result *r) {
+    printf("{\"id\": \"%s\", \"dir\": \"%s\", \"trials\": %d, \"done\": %d, \"stopped\": %d, "
+           "\"failed\": %d, \"interrupted\": %s, \"best\": ",
+           r->id, r->dir, r->trials, r->done, r->stopped, r->failed,
+           r->interrupted ? "true" : "false");
+    if (r->best < 0)
+        printf("null}\n");
+    else
+        printf("{\"trial\": %d, \"run\": \"%s\", \"value\": %.17g}}\n", r->best, r->best_run,
+               r->best_value);
+}
+
+static int dry_run(const dt_sweep_spec *s, int json) {
+    dt_sweep_trial *t;
+    int n;
+    if (dt_sweep_sample(s, &t, &n) != DT_OK) {
+        fprintf(stderr, "dtrain sweep: %s\n", dt_last_error());
+        return 2;
+    }
+    if (json) printf("{\"trials\": [");
+    for (int i = 0; i < n; i++) {
+        if (json)
+            printf("%s{", i ? ", " : "");
+        else
+            printf("%d", i);
+        for (int k = 0; k < t[i].n; k++) {
+            if (json)
+                printf("%s\"%s\": \"%s\"", k ? ", " : "", t[i].key[k], t[i].value[k]);
+            else
+                printf(" %s=%s", t[i].key[k], t[i].value[k]);
+        }
+        printf(json ? "}" : "\n");
+    }
+    if (json) printf("]}\n");
+    free(t);
+    return 0;
+}
+
+int dt_cli_sweep(int argc, char **argv) {
+    dt_sweep_opts o = {0};
+    const char *resume = NULL, *out_dir = NULL, *show = NULL, *file = NULL;
+    int json = 0, dry = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout), 0;
+        if (!strcmp(a, "--json"))
+            json = 1;
+        else if (!strcmp(a, "-q"))
+            o.quiet = 1;
+        else if (!strcmp(a, "--dry-run"))
+            dry = 1;
+        else if (a[0] != '-') {
+            if (!file && !show && !strcmp(a, "show") && v)
+                show = argv[++i];
+            else if (!file && !show)
+                file = a;
+            else
+                return usage(stderr);
+        } else if (!v) {
+            return usage(stderr);
+        } else if (!strcmp(a, "--slots") || !strcmp(a, "--threads-per-slot")) {
+            if (parse_pos(v, !strcmp(a, "--slots") ? &o.slots : &o.threads)) {
+                fprintf(stderr, "dtrain sweep: %s '%s': expected an integer in 1..4096\n", a, v);
+                return 2;
+            }
+            i++;
+        } else if (!strcmp(a, "--name"))
+            o.name = argv[++i];
+        else if (!strcmp(a, "--resume"))
+            resume = argv[++i];
+        else if (!strcmp(a, "--output-dir"))
+            out_dir = argv[++i];
+        else
+            return usage(stderr);
+    }
+    if (!!file + !!resume + !!show != 1) return usage(stderr);
+    char path[PATH_MAX + 64], exe[PATH_MAX];
+    if (show || resume) {
+        if (dt_sweep_find(out_dir, show ? show : resume, path, sizeof path) != DT_OK) {
+            fprintf(stderr, "dtrain sweep: %s\n", dt_last_error());
+            return 2;
+        }
+        if (show) {
+            if (dt_sweep_show(path, stdout, json) == DT_OK) return 0;
+            fprintf(stderr, "dtrain sweep: %s\n", dt_last_error());
+            return 1;
+        }
+    }
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        fprintf(stderr, "dtrain sweep: cannot find the dtrain binary (/proc/self/exe)\n");
+        return 1;
+    }
+    exe[n] = 0;
+    o.exe = exe;
+    if (json) o.log = stderr; /* stdout keeps the JSON alone */
+    dt_sweep_result r;
+    dt_status st;
+    if (resume) {
+        dt_cli_on_stop(stop);
+        st = dt_sweep_resume(path, &o, &r);
+    } else {
+        dt_sweep_spec *s;
+        if (dt_sweep_spec_load(file, &s) != DT_OK) {
+            fprintf(stderr, "dtrain sweep: %s\n", dt_last_error());
+            return 2;
+        }
+        if (dry) {
+            int rc = dry_run(s, json);
+            dt_sweep_spec_free(s);
+            return rc;
+        }
+        dt_cli_on_stop(stop);
+        st = dt_sweep_run(s, &o, &r);
+        dt_sweep_spec_free(s);
+    }
+    if (st != DT_OK) {
+        fprintf(stderr, "dtrain sweep: %s\n", dt_last_error());
+        return st == DT_ERR_INVALID ? 2 : 1;
+    }
+    if (json)
+        print_json(&r);
+    else if (!o.quiet) {
+        printf("sweep %s: %d trials, %d done, %d stopped early, %d failed%s\n", r.id, r.trials,
+               r.done, r.stopped, r.failed, r.interrupted ? " (interrupted: --resume)" : "");
+        if (r.best >= 0) printf("best: trial %d (%s): %.6g\n", r.best, r.best_run, r.best_value);
+    }
+    return r.interrupted ? 75 : r.failed ? 1 : 0;
+}
