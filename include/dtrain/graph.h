@@ -86,6 +86,11 @@ typedef struct dt_graph_opts {
      * figures a real compile of the same graph would give; the graph cannot run or be compiled
      * again (build a new one). What `dtrain plan` reads its activation figures from. */
     int measure_only;
+    /* Leave the frozen buffer's pages untouched at compile (it is then zero until loaded): the
+     * caller points most frozen parameters at memory of its own (dt_graph_param_external: a
+     * read-only mapping of the model file that the workers of a host share), so only the rest
+     * ever get pages here. Without it they are touched like every other buffer. */
+    int frozen_untouched;
 } dt_graph_opts;
 
 /* Derives the backward schedule from `loss` (a scalar), plans memory, allocates every buffer
@@ -168,6 +173,14 @@ float *dt_graph_flat_grad(dt_graph *g, size_t *n);
 /* Elements allocated in the flat parameter and gradient buffers (>= n; dt_graph_opts). */
 size_t dt_graph_flat_capacity(const dt_graph *g);
 void *dt_graph_flat_frozen(dt_graph *g, size_t *bytes);
+/* Points frozen parameter `id` of a compiled graph at `data` (at least its nbytes, aligned to its
+ * element size) instead of its slot in the frozen buffer, with no copy: its value and every op
+ * that reads it (through views too) read there from now on, and the slot's whole pages are given
+ * back. The graph never writes a frozen parameter (no gradient, no optimizer), so data may be
+ * read-only memory (PROT_READ: a mapping of a safetensors file, or a segment another worker of
+ * the host filled). It must stay valid, unchanged, until the graph is freed or the parameter is
+ * pointed elsewhere. dt_graph_flat_frozen no longer holds that parameter's bytes. */
+dt_status dt_graph_param_external(dt_graph *g, int id, const void *data);
 float *dt_graph_flat_state(dt_graph *g, size_t *n);
 
 /* Parameters in flat-buffer order (trainable ones first, in declaration order). */

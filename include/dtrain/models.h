@@ -161,6 +161,31 @@ dt_status dt_model_load(dt_graph *g, const char *path, const char *const *ignore
 /* The same for the base model of a LoRA graph: the adapters (".lora_A." / ".lora_B.") are
  * not expected in the files. */
 dt_status dt_model_load_base(dt_graph *g, const char *path, const char *const *ignore);
+
+/* The same, but frozen parameters stored in the files in their own dtype (a bf16 matrix of a
+ * bf16 base, an f32 norm) and aligned to their element size there are not copied: they point
+ * into the files' read-only shared mappings (dt_graph_param_external), so the page cache holds
+ * one copy of the base however many workers of the host map it. The other frozen parameters
+ * (those that need a conversion) are copied as dt_model_load_base copies them with copy_rest,
+ * and left alone without (another worker of the host converts them into shared memory);
+ * trainable ones (modules_to_save) are always copied. *out holds the mappings: close it after
+ * freeing the graph and every other graph attached to it. rep (may be NULL) counts the frozen
+ * parameters mapped and the others, and says why the first of those could not be mapped. */
+typedef struct dt_base_map dt_base_map;
+typedef struct dt_base_report {
+    int n_mapped, n_other; /* frozen parameters: pointing into the files, or not */
+    size_t mapped_bytes, other_bytes;
+    char why[256]; /* the first frozen tensor not mapped and why ("" when all were) */
+} dt_base_report;
+dt_status dt_model_map_base(dt_graph *g, const char *path, const char *const *ignore, int copy_rest,
+                            dt_base_map **out, dt_base_report *rep);
+/* Loads the base into g (this graph again, or another graph of the same model, e.g. rebuilt
+ * for a new batch size) the same way, from the mappings m already holds. */
+dt_status dt_base_map_attach(const dt_base_map *m, dt_graph *g, int copy_rest, dt_base_report *rep);
+/* After a conversion pass: the files' pages read once leave this process's page tables (the
+ * mapped parameters fault theirs back in from the page cache on their next read). */
+void dt_base_map_drop_pages(const dt_base_map *m);
+void dt_base_map_close(dt_base_map *m);
 /* Writes every parameter (trainable, frozen, state) to one safetensors file, adding an i64 scalar
  * "<bn>.num_batches_tracked" for each batchnorm when bn_batches >= 0 (torchvision's state dict
  * has them), with metadata {"format": "pt"}. */

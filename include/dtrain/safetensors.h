@@ -34,6 +34,10 @@ dt_status dt_st_header_size(const char *name, const void *first8, size_t file_si
 dt_status dt_st_open_header(const char *name, const void *prefix, size_t n, size_t file_size,
                             dt_st_file **out);
 void dt_st_close(dt_st_file *f);
+/* Takes a file's pages out of this process's page tables (they stay in the page cache, and a
+ * later read maps them again): after a one-time pass over the file, so that this process's
+ * memory report no longer counts what it read once. No-op for a file in memory. */
+void dt_st_drop_pages(const dt_st_file *f);
 int dt_st_count(const dt_st_file *f);
 const char *dt_st_name(const dt_st_file *f, int i);
 /* A read-only view of the named tensor inside the mapping (valid until dt_st_close). */

@@ -172,6 +172,10 @@ static const dt_config_key keys[] = {
      "embed_tokens|input_layernorm|post_attention_layernorm|norm|model.norm|lm_head",
      "modules trained whole (f32) and saved with the adapters, as PEFT's (norm: every RMSNorm)",
      OFF(lora.modules_to_save)},
+    {"lora.share_base", DT_CFG_BOOL, "true", 0, 0, 0, NULL,
+     "the workers of a host share one copy of the frozen base: read-only mappings of the model "
+     "files, or one worker's conversion in shared memory (false: each worker copies it)",
+     OFF(lora.share_base)},
     /* ckpt */
     {"ckpt.dir", DT_CFG_URI, "", 0, 0, 0, NULL,
      "checkpoint storage (path, file://, s3://bucket/prefix; empty: the run directory)",

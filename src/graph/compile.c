@@ -12,6 +12,7 @@
  * offset that does not collide with a buffer whose lifetime overlaps). */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include "dtrain/runtime.h"
 #include "graph/graph_impl.h"
@@ -143,6 +144,18 @@ static void *alloc_pages(size_t bytes) {
            sz = bytes ? (bytes + page - 1) / page * page : page;
     void *p = aligned_alloc(page, sz);
     if (p) memset(p, 0, sz);
+    return p;
+}
+
+/* The frozen buffer: an anonymous mapping (zero pages until written), so that the slots of
+ * parameters that dt_graph_param_external points elsewhere never get pages, or give them back. */
+static void *alloc_frozen(dt_graph *g, int untouched) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE),
+           sz = g->frozen_bytes ? (g->frozen_bytes + page - 1) / page * page : page;
+    void *p = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    g->frozen_map_bytes = sz;
+    if (!untouched) memset(p, 0, sz); /* pay first-touch faults now */
     return p;
 }
 
@@ -530,7 +543,7 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
     /* Forward-only graphs (inference, evaluation) need no gradient memory at all. */
     g->flat_grad = g->no_backward ? NULL : alloc_pages(g->flat_cap * sizeof(float));
     g->flat_state = alloc_touched(g->n_state * sizeof(float));
-    g->flat_frozen = alloc_touched(g->frozen_bytes);
+    g->flat_frozen = alloc_frozen(g, o.frozen_untouched);
     g->input_mem = alloc_touched(g->input_bytes);
     g->loss_grad = alloc_touched(sizeof(float));
     g->val = calloc((size_t)n + 1, sizeof(dt_tensor));

@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include "graph/graph_impl.h"
 
 dt_graph *dt_graph_init(void) {
@@ -23,7 +25,8 @@ void dt_graph_free(dt_graph *g) {
         free(n->name);
     }
     free(g->nodes), free(g->params), free(g->segs), free(g->keep);
-    free(g->flat_param), free(g->flat_grad), free(g->flat_state), free(g->flat_frozen);
+    free(g->flat_param), free(g->flat_grad), free(g->flat_state);
+    if (g->flat_frozen) munmap(g->flat_frozen, g->frozen_map_bytes);
     free(g->input_mem), free(g->arena), free(g->val), free(g->grad), free(g->entries);
     free(g->loss_grad), free(g->unused), free(g->ready);
     free(g);
@@ -307,6 +310,46 @@ void *dt_graph_flat_frozen(dt_graph *g, size_t *bytes) {
     if (bytes) *bytes = g->frozen_bytes;
     return g->flat_frozen;
 }
+/* t's data moved from [old, old + n) to nw: a pointer into that range follows it. */
+static void follow(dt_tensor *t, const char *old, size_t n, const char *nw) {
+    const char *d = t->data;
+    if (d && d >= old && d < old + n) t->data = (void *)(nw + (d - old));
+}
+
+dt_status dt_graph_param_external(dt_graph *g, int id, const void *data) {
+    const dt_node *nd = dt_graph_node_(g, id);
+    if (!g || !g->compiled)
+        return dt_error_set(DT_ERR_STATE, "param external: the graph is not compiled");
+    if (!nd || nd->kind != DT_NODE_PARAM || !(g->params[nd->param].flags & DT_PARAM_FROZEN))
+        return dt_error_set(DT_ERR_INVALID, "param external: node %d is not a frozen parameter",
+                            id);
+    size_t es = dt_dtype_size(nd->t.dtype), n = dt_tensor_nbytes(&nd->t);
+    if (!data || (es && (uintptr_t)data % es))
+        return dt_error_set(DT_ERR_INVALID,
+                            "param '%s': external memory %p is not aligned to its %zu-byte "
+                            "elements",
+                            nd->name, data, es);
+    const char *old = g->val[id].data, *nw = data;
+    if (n == 0 || old == nw) return DT_OK;
+    /* Every binding made at compile: the values (the parameter's and its views') and each
+     * entry's inputs and outputs (an alias op's output is its input's memory). */
+    for (int i = 0; i < g->n_nodes; i++) follow(&g->val[i], old, n, nw);
+    for (int e = 0; e < g->n_entries; e++) {
+        dt_op_ctx *c = &g->entries[e].ctx;
+        follow(&c->out, old, n, nw);
+        for (int j = 0; j < DT_MAX_IN; j++) follow(&c->in[j], old, n, nw);
+    }
+    /* The slot's whole pages go back (their neighbours' bytes share only the edge pages). */
+    const char *slot = (const char *)g->flat_frozen + g->params[nd->param].offset;
+    if (old == slot) {
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE),
+                  lo = ((uintptr_t)slot + page - 1) & ~(page - 1),
+                  hi = ((uintptr_t)slot + n) & ~(page - 1);
+        if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    }
+    return DT_OK;
+}
+
 float *dt_graph_flat_state(dt_graph *g, size_t *n) {
     if (n) *n = g->n_state;
     return g->flat_state;

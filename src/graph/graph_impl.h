@@ -43,6 +43,7 @@ struct dt_graph {
     int measured;  /* compiled with measure_only: sizes planned, nothing allocated or bound */
     float *flat_param, *flat_grad, *flat_state;
     void *flat_frozen, *input_mem, *arena;
+    size_t frozen_map_bytes; /* flat_frozen is an anonymous mapping of this many bytes */
     size_t arena_bytes, unplanned_bytes, saved_bytes;
     dt_tensor *val, *grad; /* per node: user-visible bindings */
     dt_entry *entries;

@@ -361,6 +361,10 @@ done:
     return st;
 }
 
+void dt_st_drop_pages(const dt_st_file *f) {
+    if (f && f->map && !f->owned && f->size) madvise(f->map, f->size, MADV_DONTNEED);
+}
+
 dt_status dt_st_open(const char *path, dt_st_file **out) {
     *out = NULL;
     dt_st_file *f = calloc(1, sizeof *f);
@@ -382,7 +386,10 @@ dt_status dt_st_open(const char *path, dt_st_file **out) {
                           f->size);
         goto done;
     }
-    f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    /* Shared and read-only: the pages are the page cache's, one copy however many processes of
+     * the host map the file (a LoRA base's frozen weights point straight into it), and a write
+     * through the mapping faults. */
+    f->map = mmap(NULL, f->size, PROT_READ, MAP_SHARED, fd, 0);
     if (f->map == MAP_FAILED) {
         f->map = NULL;
         st = dt_error_set(DT_ERR_IO, "%s: cannot map: %s", path, strerror(errno));

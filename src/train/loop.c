@@ -264,11 +264,21 @@ static dt_status run_loop(dt_trainer *t) {
             dt_train_rss(&rss, &peak);
             rss -= peer, peak -= peer; /* the other workers' gradients, mapped here */
             t->rss_step_mib = rss;
+            /* shared pages (the mapped base, libraries) divided among the processes using them,
+             * summed over the workers of each host: what the host really holds */
+            double pss = dt_train_pss_mib(), host_pss = 0;
+            int n_host = 1;
+            if ((st = dt_train_host_pss(t, pss, &host_pss, &n_host)) != DT_OK) return st;
             if (t->log) {
                 fprintf(t->log,
                         "memory per worker: %.0f MiB resident after the last step, peak "
                         "%.0f MiB (%.0f before the model was built)",
                         rss, peak, t->rss_base_mib);
+                if (pss >= 0)
+                    fprintf(t->log,
+                            "; proportional %.0f MiB (PSS: shared pages counted once), the host's "
+                            "%d worker%s %.0f MiB",
+                            pss, n_host, n_host == 1 ? "" : "s", host_pss);
                 if (peer > 0)
                     fprintf(t->log,
                             "; not counted: %.0f MiB of other workers' gradient buffers mapped "
@@ -364,6 +374,7 @@ dt_status dt_trainer_run(dt_trainer *t) {
                     v->data.pack == DT_CFG_PACK_DOCS ? " (the rest padding)"
                                                      : " (windows may span documents)");
         if (t->ddp) fprintf(t->log, "gradient all-reduce: %s\n", dt_ddp_exchange_note(t->ddp));
+        if (dt_train_base_note(t)[0]) fprintf(t->log, "%s\n", dt_train_base_note(t));
         if (t->uneven) { /* dist.batch_shares: who takes how much of the global batch */
             char parts[512];
             int l = 0;

@@ -86,8 +86,10 @@ static dt_status switch_parts(dt_trainer *t, const int64_t *parts) {
     const float *p = dt_graph_flat_param(t->g, &np);
     const float *sv = dt_graph_flat_state(t->g, &ns);
     const void *fz = dt_graph_flat_frozen(t->g, &nf);
+    /* a shared base is loaded into the new graph again from its mappings, not copied */
+    size_t nf_copy = dt_train_base_held(t) ? 0 : nf;
     float *kp = malloc(np * sizeof *kp + 1), *ks = malloc(ns * sizeof *ks + 1);
-    void *kf = malloc(nf + 1);
+    void *kf = malloc(nf_copy + 1);
     if (!kp || !ks || !kf) {
         free(kp), free(ks), free(kf);
         return dt_error_set(DT_ERR_NOMEM, "dist.batch_shares=auto: out of memory for the copy of "
@@ -95,7 +97,7 @@ static dt_status switch_parts(dt_trainer *t, const int64_t *parts) {
     }
     if (np) memcpy(kp, p, np * sizeof *kp);
     if (ns) memcpy(ks, sv, ns * sizeof *ks);
-    if (nf) memcpy(kf, fz, nf);
+    if (nf_copy) memcpy(kf, fz, nf_copy);
     /* the old objects go first, so that the peak is one graph plus the copies */
     dt_ddp_close(t->ddp), t->ddp = NULL;
     dt_graph_free(t->g), t->g = NULL;
@@ -120,7 +122,8 @@ static dt_status switch_parts(dt_trainer *t, const int64_t *parts) {
         else {
             if (np) memcpy(p2, kp, np * sizeof *kp);
             if (ns) memcpy(s2, ks, ns * sizeof *ks);
-            if (nf) memcpy(f2, kf, nf);
+            if (nf_copy) memcpy(f2, kf, nf_copy);
+            st = dt_train_base_reattach(t);
         }
     }
     free(kp), free(ks), free(kf);

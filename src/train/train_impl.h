@@ -59,6 +59,7 @@ struct dt_trainer {
     double wait_total_s, step_time_total_s; /* never reset: the progress line's windows */
     struct dt_train_pline *pl;  /* rank 0 on a terminal: the progress line (progress.c) */
     struct dt_train_shares *sh; /* dist.batch_shares=auto: measuring, the re-balance (shares.c) */
+    struct dt_train_base *base; /* lora.share_base: the mapped frozen base (hostbase.c) */
     int64_t parts_auto_step;    /* > 0: auto chose t->parts at this step (checkpoints say so) */
     double compute_s;           /* the last step's forward + backward seconds, all micro-batches */
     double slow_factor;         /* DT_TEST_SLOW_RANK's factor for this rank; 0: not read yet */
@@ -94,6 +95,24 @@ void dt_train_slow_hook(dt_trainer *t, double compute_s);
 dt_status dt_train_ckpt_retarget(dt_trainer *t);
 /* This process's resident memory and its peak, MiB (from /proc/self/status; 0 if unknown). */
 void dt_train_rss(double *rss_mib, double *peak_mib);
+/* The frozen LoRA base once per host (src/train/hostbase.c; lora.share_base): loads the base
+ * into t->g, mapping what it can read-only and shared, with the ranks of each host converting
+ * the rest once into shared memory (collective when there are several workers on a host);
+ * lora.share_base=false: dt_model_load_base. _reattach loads it again into a rebuilt t->g from
+ * what is held (no-op without it); _held: whether the base is held (the frozen buffer then need
+ * not be copied over a rebuild); _note: the start line's "frozen base: ..." ("" if none); _free
+ * after the graph. */
+typedef struct dt_train_base dt_train_base;
+dt_status dt_train_base_load(dt_trainer *t, const char *path, const char *const *ignore);
+dt_status dt_train_base_reattach(dt_trainer *t);
+int dt_train_base_held(const dt_trainer *t);
+const char *dt_train_base_note(const dt_trainer *t);
+void dt_train_base_free(dt_trainer *t);
+/* This process's proportional set size (shared pages divided among their users), MiB, from
+ * /proc/self/smaps_rollup (-1 if unknown); and, collective, its sum over the workers of this
+ * host (*n_host of them). */
+double dt_train_pss_mib(void);
+dt_status dt_train_host_pss(dt_trainer *t, double mine, double *host, int *n_host);
 /* lora.* of the config -> the builder's LoRA settings (trainer.c; the checkpoint export too). */
 dt_status dt_train_lora_config(const dt_config_values *v, dt_lora_config *l);
 /* Copies a loader batch into the graph's inputs; pads a short (eval) batch with ignored
@@ -147,7 +166,7 @@ void dt_train_progress_clear(dt_trainer *t); /* erases the line (the step log li
 /* The DDP was rebuilt (dist.batch_shares=auto): its wait totals start again from 0, so the
  * line's window starts again too. */
 void dt_train_progress_rebase(dt_trainer *t);
-void dt_train_progress_end(dt_trainer *t);   /* finishes the line; no more drawing */
+void dt_train_progress_end(dt_trainer *t); /* finishes the line; no more drawing */
 /* A committed checkpoint, for the line's "ckpt" field (from any thread). */
 void dt_train_progress_ckpt(dt_trainer *t, int64_t step);
 /* Puts t->log and stderr back; after the threads that print have been joined. */

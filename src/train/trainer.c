@@ -300,6 +300,9 @@ dt_status dt_train_build_graph(dt_trainer *t) {
             n = pi->offset + pi->numel;
     }
     go.flat_capacity = dt_ddp_flat_capacity(n, t->world, (int)v->dist.zero_stage);
+    /* a LoRA base from the files: its frozen weights mostly point into shared mappings */
+    go.frozen_untouched =
+        v->lora.enabled && v->lora.share_base && v->model.init == DT_CFG_INIT_PRETRAINED;
     return dt_graph_compile(g, t->loss, &go);
 }
 
@@ -311,7 +314,7 @@ static dt_status init_weights(dt_trainer *t, const dt_config *cfg) {
         static const char *const ignore[] = {"num_batches_tracked", "rotary_emb.inv_freq", NULL};
         dt_config_resolve_path(cfg, v->model.hf_path, path, sizeof path);
         if (t->lc.lora.rank > 0) { /* the frozen base from the files, fresh adapters */
-            dt_status st = dt_model_load_base(t->g, path, ignore);
+            dt_status st = dt_train_base_load(t, path, ignore);
             return st == DT_OK ? dt_lora_init(t->g, seed) : st;
         }
         return dt_model_load(t->g, path, ignore);
@@ -512,6 +515,7 @@ void dt_trainer_close(dt_trainer *t) {
     dt_optim_free(t->opt);
     dt_ddp_close(t->ddp);
     dt_graph_free(t->g);
+    dt_train_base_free(t); /* the mappings the graph's frozen parameters pointed into */
     if (t->comm && t->failed) dt_comm_set_failed(t->comm);
     dt_comm_close(t->comm);
     free(t);

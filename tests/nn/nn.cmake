@@ -7,6 +7,7 @@ set_tests_properties(resnet_torchvision_load PROPERTIES LABELS parity FIXTURES_R
 dt_ref_venv(NAME ref_llama SCRIPT tests/ref/ref_llama.py)
 dt_test(NAME test_llama SOURCES nn/test_llama.c LABELS parity FIXTURES_REQUIRED ref_llama)
 dt_test(NAME test_model_files SOURCES nn/test_model_files.c LABELS unit)
+dt_test(NAME test_base_map SOURCES nn/test_base_map.c LABELS unit)
 # The command line: generate from token ids with a saved model (greedy), and refuse bad input.
 add_test(NAME cli_generate_ids COMMAND dtrain generate --model ${DT_REF_DIR}/gen_gqa --ids 1,5,9,12 --max-new 8)
 set_tests_properties(cli_generate_ids PROPERTIES LABELS parity FIXTURES_REQUIRED ref_generate

@@ -128,3 +128,15 @@ add_test(NAME train_schedule_on_extend
                  ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA})
 set_tests_properties(train_schedule_on_extend PROPERTIES LABELS "train;ckpt;e2e" TIMEOUT 180
                      FIXTURES_REQUIRED fortunes_data ENVIRONMENT "OMP_NUM_THREADS=1")
+# The frozen LoRA base once per host (lora.share_base): host PSS of 1-3 workers grows per worker
+# by less than half the bf16 base, the copying path's by more; mapped == copied == converted
+# (f32 file -> bf16 base, once per host in shared memory) bit for bit; 2 workers == 1 with the
+# global batch to bf16 resolution.
+if(MPI_FOUND)
+  add_test(NAME train_lora_host_base COMMAND ${PROJECT_SOURCE_DIR}/tests/train/lora_host_base.sh
+           $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${DT_VENV_PYTHON}
+           ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe --bind-to none)
+  set_tests_properties(train_lora_host_base PROPERTIES LABELS "dist;e2e;parity" TIMEOUT 300
+                       RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data
+                       ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000;HF_HUB_OFFLINE=1")
+endif()
