@@ -300,6 +300,12 @@ dt_status dt_train_build_graph(dt_trainer *t) {
             n = pi->offset + pi->numel;
     }
     go.flat_capacity = dt_ddp_flat_capacity(n, t->world, (int)v->dist.zero_stage);
+    /* bf16 mixed precision: GEMM/conv operands rounded to bf16, everything else f32 */
+    if (v->train.precision == DT_CFG_PREC_BF16) {
+        dt_status st = dt_bf16_gemm_check("train.precision: bf16");
+        if (st) return st;
+        go.bf16_gemm = 1;
+    }
     return dt_graph_compile(g, t->loss, &go);
 }
 
