@@ -91,6 +91,13 @@ typedef struct dt_graph_opts {
      * read-only mapping of the model file that the workers of a host share), so only the rest
      * ever get pages here. Without it they are touched like every other buffer. */
     int frozen_untouched;
+    /* bf16 mixed precision (train.precision: bf16): every GEMM and convolution (linear, matmul,
+     * conv2d; forward and both backward products) takes its operands -- activations, weights,
+     * incoming gradients -- rounded to bf16 (round to nearest even) and accumulates in f32;
+     * parameters, gradients, optimizer state, norms, softmax and the loss stay f32 (docs/ops.md,
+     * "Precision modes"). Needs a CPU with bf16 instructions (compile fails with one line
+     * otherwise) or DT_CPU_BF16=emulate, which runs the exact f32 emulation on any CPU. */
+    int bf16_gemm;
 } dt_graph_opts;
 
 /* Derives the backward schedule from `loss` (a scalar), plans memory, allocates every buffer

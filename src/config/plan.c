@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "config/plan_impl.h"
 #include "dtrain/data.h"
+#include "dtrain/ops_linear.h"
 
 static int64_t shard(int64_t n, int world) {
     return (n + world - 1) / world;
@@ -85,6 +86,7 @@ dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p) {
     int64_t batch = v->data.batch;
     dt_status st;
     plan_figures f;
+    int bf16 = v->train.precision == DT_CFG_PREC_BF16;
     p->kind = v->model.kind;
     p->batch = batch;
     if (v->model.kind == DT_CFG_MODEL_LLAMA) {
@@ -103,7 +105,7 @@ dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p) {
                        (m.vocab_size +
                         (double)m.num_hidden_layers * (16 * D + 6 * F + 4 * H + 2.0 * m.lora.rank));
         if ((st = too_large(bound, "data.batch x data.seq_len tokens of this model"))) return st;
-        if ((st = dt_plan_measure_llama(&m, batch, v->data.seq_len, threads, &f))) return st;
+        if ((st = dt_plan_measure_llama(&m, batch, v->data.seq_len, threads, bf16, &f))) return st;
         p->seq_len = v->data.seq_len;
         p->logits_bytes = batch * p->seq_len * m.vocab_size * 4;
         snprintf(p->model_desc, sizeof p->model_desc,
@@ -122,7 +124,7 @@ dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p) {
         double bound = 8.0 * (double)batch * (double)side * (double)side *
                        ((double)m.width * 64.0 + m.in_channels) * (m.depth / 2 + 4);
         if ((st = too_large(bound, "data.batch images of this size and model.width"))) return st;
-        if ((st = dt_plan_measure_resnet(&m, batch, side, threads, &f))) return st;
+        if ((st = dt_plan_measure_resnet(&m, batch, side, threads, bf16, &f))) return st;
         p->seq_len = side;
         snprintf(p->model_desc, sizeof p->model_desc,
                  "resnet-%d: %s stem, width %d, %d input channels, %d classes", m.depth,
@@ -145,7 +147,7 @@ dt_status dt_plan_reshard(const dt_config *c, int world, dt_plan *p) {
     if (p->kind != v->model.kind || p->batch != v->data.batch)
         return dt_error_set(DT_ERR_INVALID,
                             "plan: reshard: the plan is of another model or data.batch");
-    int lora = v->lora.enabled;
+    int lora = v->lora.enabled, bf16 = v->train.precision == DT_CFG_PREC_BF16;
     p->world = world;
     p->zero_stage = (int)v->dist.zero_stage;
     p->optim_states = v->optim.name == DT_CFG_OPTIM_ADAMW ? 2 : v->optim.momentum > 0 ? 1 : 0;
@@ -178,7 +180,9 @@ dt_status dt_plan_reshard(const dt_config *c, int world, dt_plan *p) {
                  (long long)p->batch, (long long)p->seq_len, (long long)p->seq_len);
     size_t j = strlen(p->run_desc);
     snprintf(p->run_desc + j, sizeof p->run_desc - j, ", %s, %s, %d worker%s, ZeRO stage %d%s%s",
-             v->train.precision == DT_CFG_PREC_BF16 ? "bf16" : "fp32",
+             !bf16                                 ? "fp32"
+             : dt_bf16_gemm_mode() == DT_BF16_NONE ? "bf16 (this CPU has no bf16 instructions)"
+                                                   : "bf16",
              v->optim.name == DT_CFG_OPTIM_ADAMW ? "AdamW" : "SGD", world, world > 1 ? "s" : "", z,
              lora_desc, v->model.recompute ? ", recompute" : "");
     return DT_OK;

@@ -18,10 +18,11 @@ typedef struct plan_figures {
 
 /* One training step's graph (forward, cross entropy, backward) of batch x seq_len tokens /
  * batch images of side x side, planned with `threads` OpenMP threads (the trainer's
- * train.threads), measured. */
+ * train.threads), measured. bf16: compiled as train.precision: bf16 runs it
+ * (dt_graph_opts.bf16_gemm), so the GEMM ops' scratch holds their bf16-rounded operands. */
 dt_status dt_plan_measure_llama(const dt_llama_config *c, int64_t batch, int64_t seq_len,
-                                int threads, plan_figures *f);
+                                int threads, int bf16, plan_figures *f);
 dt_status dt_plan_measure_resnet(const dt_resnet_config *c, int64_t batch, int64_t side,
-                                 int threads, plan_figures *f);
+                                 int threads, int bf16, plan_figures *f);
 
 #endif

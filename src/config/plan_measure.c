@@ -14,7 +14,7 @@
 #include "dtrain/ops.h"
 #include "dtrain/runtime.h"
 
-static dt_status measure(dt_graph *g, int logits, int targets, int64_t rows, int threads,
+static dt_status measure(dt_graph *g, int logits, int targets, int64_t rows, int threads, int bf16,
                          plan_figures *f) {
     int flat = logits;
     const dt_tensor *ls = logits >= 0 ? dt_graph_shape(g, logits) : NULL;
@@ -27,7 +27,8 @@ static dt_status measure(dt_graph *g, int logits, int targets, int64_t rows, int
     /* ops size per-thread scratch by the OpenMP thread count (attention): the trainer's */
     int before = dt_threads_get();
     if (threads != before) dt_threads_set(threads);
-    dt_status st = dt_graph_compile(g, loss, &(dt_graph_opts){.measure_only = 1});
+    dt_status st =
+        dt_graph_compile(g, loss, &(dt_graph_opts){.measure_only = 1, .bf16_gemm = bf16});
     if (threads != before) dt_threads_set(before);
     if (st != DT_OK) return st;
     dt_graph_mem m;
@@ -46,25 +47,25 @@ static dt_status measure(dt_graph *g, int logits, int targets, int64_t rows, int
 }
 
 dt_status dt_plan_measure_llama(const dt_llama_config *c, int64_t batch, int64_t seq_len,
-                                int threads, plan_figures *f) {
+                                int threads, int bf16, plan_figures *f) {
     dt_graph *g = dt_graph_init();
     if (!g) return dt_error_set(DT_ERR_NOMEM, "plan: out of memory");
     int ids = dt_graph_input(g, "ids", DT_I32, 2, (int64_t[]){batch, seq_len}, 0);
     int targets = dt_graph_input(g, "targets", DT_I32, 1, (int64_t[]){batch * seq_len}, 0);
     int logits = ids >= 0 ? dt_llama_build(g, c, ids) : -1;
-    dt_status st = measure(g, logits, targets, batch * seq_len, threads, f);
+    dt_status st = measure(g, logits, targets, batch * seq_len, threads, bf16, f);
     dt_graph_free(g);
     return st;
 }
 
 dt_status dt_plan_measure_resnet(const dt_resnet_config *c, int64_t batch, int64_t side,
-                                 int threads, plan_figures *f) {
+                                 int threads, int bf16, plan_figures *f) {
     dt_graph *g = dt_graph_init();
     if (!g) return dt_error_set(DT_ERR_NOMEM, "plan: out of memory");
     int x = dt_graph_input(g, "x", DT_F32, 4, (int64_t[]){batch, c->in_channels, side, side}, 0);
     int y = dt_graph_input(g, "y", DT_I32, 1, (int64_t[]){batch}, 0);
     int logits = x >= 0 ? dt_resnet_build(g, c, x) : -1;
-    dt_status st = measure(g, logits, y, batch, threads, f);
+    dt_status st = measure(g, logits, y, batch, threads, bf16, f);
     dt_graph_free(g);
     return st;
 }

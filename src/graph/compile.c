@@ -497,6 +497,7 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
     g->loss = loss;
     g->poison = o.poison;
     g->no_backward = o.no_backward;
+    g->bf16_gemm = o.bf16_gemm != 0;
     int n = g->n_nodes;
     plan p = {.g = g, .n = n};
     dt_status st = DT_ERR_NOMEM;

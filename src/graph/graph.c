@@ -41,6 +41,9 @@ dt_node *dt_graph_node(dt_graph *g, int id) {
 int dt_graph_measuring(const dt_graph *g) {
     return g && g->measuring;
 }
+int dt_graph_bf16_gemm(const dt_graph *g) {
+    return g && g->bf16_gemm;
+}
 
 int dt_ids_bad(dt_graph *g, const char *op, int n, const int *ids) {
     if (!g) {

@@ -41,6 +41,7 @@ struct dt_graph {
     int compiled, loss, no_backward, poison;
     int measuring; /* a measure_only compile is under way (dt_graph_measuring) */
     int measured;  /* compiled with measure_only: sizes planned, nothing allocated or bound */
+    int bf16_gemm; /* dt_graph_opts.bf16_gemm, for the GEMM ops' prepare (dt_graph_bf16_gemm) */
     float *flat_param, *flat_grad, *flat_state;
     void *flat_frozen, *input_mem, *arena;
     size_t frozen_map_bytes; /* flat_frozen is an anonymous mapping of this many bytes */
@@ -52,7 +53,7 @@ struct dt_graph {
     int *unused;      /* trainable params no backward writes: zeroed each step */
     int n_unused;
     int *ready, n_ready; /* param indices in the order their gradients become final */
-    size_t flat_cap; /* elements allocated in flat_param / flat_grad (>= n_flat) */
+    size_t flat_cap;     /* elements allocated in flat_param / flat_grad (>= n_flat) */
     dt_graph_entry_fn on_entry;
     void *on_entry_ud;
     dt_grad_ready_fn on_ready;

@@ -124,6 +124,9 @@ dt_node *dt_graph_node(dt_graph *g, int id);
  * never run, so prepare may skip work that sizes nothing (tables, precomputed data) and must
  * still set aux_bytes / ws_fwd / ws_bwd exactly as for a real compile. */
 int dt_graph_measuring(const dt_graph *g);
+/* 1 while compiling a graph with dt_graph_opts.bf16_gemm: the GEMM ops' prepare (linear,
+ * matmul, conv2d) then reserves ws for bf16-rounded copies of their operands (src/ops/bf16.c). */
+int dt_graph_bf16_gemm(const dt_graph *g);
 /* Returns 1 (and sets an error naming `op`) if any id is negative or unknown: the builder
  * should then return -1. Use as: if (dt_ids_bad(g, "linear", 2, (int[]){x, w})) return -1; */
 int dt_ids_bad(dt_graph *g, const char *op, int n, const int *ids);

@@ -24,6 +24,7 @@
 
 #include "dtrain/ops_cnn.h"
 #include "graph/op.h"
+#include "ops/bf16.h"
 #include "ops/dnnl_util.h"
 
 enum { CV_SH, CV_SW, CV_PH, CV_PW, CV_DH, CV_DW, CV_GROUPS }; /* node->ip[] */
@@ -45,7 +46,13 @@ typedef struct conv_state {
     dt_dnnl_arg w_src, w_ddst, w_dwei; /* backward weights */
     dt_dnnl_buf w_scr;
     int share_ddst; /* bwd_weights wants gy in bwd_data's layout: stage it once */
+    int bf16;       /* dt_graph_opts.bf16_gemm: every primitive input rounded to bf16 in ws */
 } conv_state;
+
+/* In bf16 mode, input argument a reads a bf16-rounded copy (dt_dnnl_arg_round_bf16). */
+static void round_in(const conv_state *s, dt_dnnl_arg *a, size_t *ws) {
+    if (s->bf16) dt_dnnl_arg_round_bf16(a, ws);
+}
 
 static const char *OP = "conv2d";
 
@@ -166,8 +173,10 @@ static dt_status prepare_fwd(conv_state *s, const conv_shape *sh, const conv_mds
                                  OP, "forward descriptor");
     if (!st) st = pd_create(pd, &d, &s->fwd, NULL, "forward primitive");
     if (!st) st = dt_dnnl_arg_init(&s->f_src, &m->x, q(*pd, dnnl_query_src_md), DT_DNNL_IN, ws, OP);
+    if (!st) round_in(s, &s->f_src, ws);
     if (!st)
         st = dt_dnnl_arg_init(&s->f_wei, &m->w, q(*pd, dnnl_query_weights_md), DT_DNNL_IN, ws, OP);
+    if (!st) round_in(s, &s->f_wei, ws);
     if (!st)
         st = dt_dnnl_arg_init(&s->f_dst, &m->y, q(*pd, dnnl_query_dst_md), DT_DNNL_OUT, ws, OP);
     if (!st && sh->has_bias)
@@ -191,9 +200,11 @@ static dt_status prepare_bwd_data(conv_state *s, const conv_shape *sh, const con
     if (!st)
         st = dt_dnnl_arg_init(&s->d_ddst, &m->y, q(*pd, dnnl_query_diff_dst_md), DT_DNNL_IN,
                               ws_shared, OP);
+    if (!st) round_in(s, &s->d_ddst, ws_shared);
     *ws = *ws_shared;
     if (!st)
         st = dt_dnnl_arg_init(&s->d_wei, &m->w, q(*pd, dnnl_query_weights_md), DT_DNNL_IN, ws, OP);
+    if (!st) round_in(s, &s->d_wei, ws);
     if (!st)
         st = dt_dnnl_arg_init(&s->d_dsrc, &m->x, q(*pd, dnnl_query_diff_src_md), DT_DNNL_OUT_ACCUM,
                               ws, OP);
@@ -213,10 +224,12 @@ static dt_status prepare_bwd_weights(conv_state *s, const conv_shape *sh, const 
                                  OP, "backward-weights descriptor");
     if (!st) st = pd_create(pd, &d, &s->bwd_weights, fpd, "backward-weights primitive");
     if (!st) st = dt_dnnl_arg_init(&s->w_src, &m->x, q(*pd, dnnl_query_src_md), DT_DNNL_IN, ws, OP);
+    if (!st) round_in(s, &s->w_src, ws);
     if (!st) {
         const dnnl_memory_desc_t *gy = q(*pd, dnnl_query_diff_dst_md);
         s->share_ddst = dpd && dnnl_memory_desc_equal(gy, q(dpd, dnnl_query_diff_dst_md));
         if (!s->share_ddst) st = dt_dnnl_arg_init(&s->w_ddst, &m->y, gy, DT_DNNL_IN, ws, OP);
+        if (!st && !s->share_ddst) round_in(s, &s->w_ddst, ws);
     }
     if (!st)
         st = dt_dnnl_arg_init(&s->w_dwei, &m->w, q(*pd, dnnl_query_diff_weights_md),
@@ -243,6 +256,11 @@ static dt_status conv_prepare(dt_graph *g, dt_node *n) {
     conv_state *s = calloc(1, sizeof *s);
     if (!s) return dt_error_set(DT_ERR_NOMEM, "conv2d: out of memory");
     n->state = s;
+    s->bf16 = dt_graph_bf16_gemm(g);
+    if (s->bf16) {
+        dt_status ck = dt_bf16_gemm_prepare_check(g, OP);
+        if (ck) return ck;
+    }
     conv_mds m;
     dt_status st = conv_mds_init(&m, &sh, dt_graph_node(g, n->in[0])->layout, n->layout);
     dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;

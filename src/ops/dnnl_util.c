@@ -1,4 +1,5 @@
 /* oneDNN helpers for the CNN ops (see dnnl_util.h). */
+#include "ops/bf16.h"
 #include "ops/dnnl_util.h"
 
 #include <pthread.h>
@@ -94,6 +95,14 @@ dt_status dt_dnnl_arg_init(dt_dnnl_arg *a, const dnnl_memory_desc_t *user,
     return st;
 }
 
+void dt_dnnl_arg_round_bf16(dt_dnnl_arg *a, size_t *ws_cursor) {
+    a->bf16 = 1;
+    if (!a->staged) {
+        a->ws_off = *ws_cursor;
+        *ws_cursor += dt_dnnl_md_bytes(&a->prim);
+    }
+}
+
 void dt_dnnl_arg_free(dt_dnnl_arg *a) {
     if (a->to_prim) dnnl_primitive_destroy(a->to_prim);
     if (a->to_user) dnnl_primitive_destroy(a->to_user);
@@ -111,9 +120,14 @@ static dt_status reorder_run(dnnl_primitive_t r, dnnl_memory_t src, dnnl_memory_
 
 dnnl_memory_t dt_dnnl_arg_in(dt_dnnl_arg *a, const void *data, void *ws, const char *op) {
     dnnl_memory_set_data_handle(a->user_mem, (void *)data);
-    if (!a->staged) return a->user_mem;
-    dnnl_memory_set_data_handle(a->prim_mem, (char *)ws + a->ws_off);
-    if (reorder_run(a->to_prim, a->user_mem, a->prim_mem, op)) return NULL;
+    if (!a->staged && !a->bf16) return a->user_mem;
+    float *dst = (float *)((char *)ws + a->ws_off);
+    dnnl_memory_set_data_handle(a->prim_mem, dst);
+    if (a->staged && reorder_run(a->to_prim, a->user_mem, a->prim_mem, op)) return NULL;
+    /* rounding is elementwise, so any layout (padding zeros included) rounds the same */
+    if (a->bf16)
+        dt_bf16_round_f32(dst, a->staged ? dst : data,
+                          (int64_t)(dnnl_memory_desc_get_size(&a->prim) / sizeof(float)));
     return a->prim_mem;
 }
 

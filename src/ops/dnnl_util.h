@@ -30,6 +30,7 @@ typedef struct dt_dnnl_arg {
     dnnl_memory_desc_t user, prim;
     int staged;    /* 1: prim differs from user; the primitive reads/writes ws + ws_off */
     int accum;     /* output that supports beta == 1 (ws region reserved even if !staged) */
+    int bf16;      /* input rounded to bf16 (kept f32) in ws on the way in (bf16 mode) */
     size_t ws_off; /* offset of the staged copy in ws */
     dnnl_memory_t user_mem, prim_mem;
     dnnl_primitive_t to_prim;  /* input: user -> prim */
@@ -44,6 +45,10 @@ enum { DT_DNNL_IN = 0, DT_DNNL_OUT = 1, DT_DNNL_OUT_ACCUM = 2 };
 dt_status dt_dnnl_arg_init(dt_dnnl_arg *a, const dnnl_memory_desc_t *user,
                            const dnnl_memory_desc_t *prim, int dir, size_t *ws_cursor,
                            const char *op);
+/* bf16 mode (dt_graph_opts.bf16_gemm) for an input set up by dt_dnnl_arg_init: the primitive
+ * reads a bf16-rounded f32 copy in ws (the staged copy, rounded in place; or, unstaged, a copy
+ * in a ws region reserved here at *ws_cursor). The graph's tensor is never modified. */
+void dt_dnnl_arg_round_bf16(dt_dnnl_arg *a, size_t *ws_cursor);
 void dt_dnnl_arg_free(dt_dnnl_arg *a);
 /* Input: binds `data` (plain), reorders into ws if staged; returns the memory the primitive
  * reads, or NULL with an error set. */

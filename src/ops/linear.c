@@ -22,6 +22,7 @@
 #include <string.h>
 #include "dtrain/ops_linear.h"
 #include "graph/op.h"
+#include "ops/bf16.h"
 
 extern const dt_op_def dt_linear_bf16_op; /* linear_bf16.c */
 
@@ -133,11 +134,39 @@ static dt_status linear_backward(const dt_op_ctx *c) {
     return DT_OK;
 }
 
+/* bf16 mode (dt_graph_opts.bf16_gemm; ip[4] = 1): x and w rounded to bf16 in ws for forward,
+ * x, w and g for both backward products. ws: [xr [R, in] | wr [out, in] | gr [R, out]]. */
+static dt_status linear_prepare(dt_graph *g, dt_node *n) {
+    n->ip[4] = dt_graph_bf16_gemm(g);
+    if (!n->ip[4]) return DT_OK;
+    dt_status st = dt_bf16_gemm_prepare_check(g, "linear");
+    n->ws_fwd = dt_bf16_rounded_bytes(g, n, 3u);
+    n->ws_bwd = dt_bf16_rounded_bytes(g, n, 3u | DT_BF16_GOUT);
+    return st;
+}
+
+static dt_status linear_forward_any(const dt_op_ctx *c) {
+    return c->node->ip[4] ? dt_bf16_run_rounded(c, 3u, linear_forward) : linear_forward(c);
+}
+
+/* The bias gradient is summed from the f32 g (an f32 reduction), the products from gr. */
+static dt_status linear_backward_any(const dt_op_ctx *c) {
+    if (!c->node->ip[4]) return linear_backward(c);
+    dt_op_ctx p = *c;
+    p.gin[2].data = NULL;
+    dt_status st = dt_bf16_run_rounded(&p, 3u | DT_BF16_GOUT, linear_backward);
+    const int64_t *ip = c->node->ip;
+    if (!st && ip[3] && c->gin[2].data)
+        dt_linear_bias_grad(c->gin[2].data, c->gout.data, ip[0], ip[2], c->gin_beta[2]);
+    return st;
+}
+
 static const dt_op_def linear_op = {
     .name = "linear",
     .flags = DT_OPF_BWD_IN(0) | DT_OPF_BWD_IN(1),
-    .forward = linear_forward,
-    .backward = linear_backward,
+    .prepare = linear_prepare,
+    .forward = linear_forward_any,
+    .backward = linear_backward_any,
 };
 
 int dt_linear(dt_graph *g, int x, int w, int bias) {
@@ -169,7 +198,7 @@ int dt_linear(dt_graph *g, int x, int w, int bias) {
     int64_t shape[DT_MAX_DIMS];
     memcpy(shape, tx->shape, sizeof(shape));
     shape[tx->ndim - 1] = out;
-    int64_t ip[4] = {R, in, out, tb != NULL};
+    int64_t ip[5] = {R, in, out, tb != NULL, 0}; /* ip[4]: bf16 operands, set by prepare */
     const dt_op_def *def = tw->dtype == DT_BF16 ? &dt_linear_bf16_op : &linear_op;
-    return dt_node_add(g, def, n_in, ids, DT_F32, tx->ndim, shape, ip, 4, NULL, 0);
+    return dt_node_add(g, def, n_in, ids, DT_F32, tx->ndim, shape, ip, 5, NULL, 0);
 }

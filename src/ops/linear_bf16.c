@@ -21,6 +21,7 @@
 #include "dtrain/ops_linear.h"
 #include "dtrain/tensor.h"
 #include "graph/op.h"
+#include "ops/bf16.h"
 #include "ops/dnnl_util.h"
 
 /* linear.c */
@@ -189,18 +190,13 @@ static dt_status run(lin_bf16 *s, int k, int nargs, dnnl_exec_arg_t *args, void 
     return dt_dnnl_check(st, "linear", "bf16 matmul execution");
 }
 
-/* x [n] -> its bf16 rounding, as f32 (what the bf16 kernels multiply). */
-static void round_bf16(float *dst, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = dt_bf16_to_f32(dt_bf16_from_f32(x[i]));
-}
-
 /* Fallback forward: y [R, out] = xr [R, in] wf^T (+ b), wf widened fb_rows rows at a time. */
 static dt_status fb_forward(const dt_op_ctx *c, const lin_bf16 *s) {
     int64_t R = c->node->ip[0], in = c->node->ip[1], out = c->node->ip[2];
     float *xr = c->ws, *wf = (float *)((char *)c->ws + align64((size_t)(R * in) * sizeof(float)));
     const uint16_t *w = c->in[1].data;
     float *y = c->out.data, beta = 0.0f;
-    round_bf16(xr, c->in[0].data, (size_t)(R * in));
+    dt_bf16_round_f32(xr, c->in[0].data, R * in);
     if (c->node->ip[3]) {
         for (int64_t r = 0; r < R; r++) memcpy(y + r * out, c->in[2].data, (size_t)out * 4);
         beta = 1.0f;
@@ -226,7 +222,7 @@ static dt_status fb_backward(const dt_op_ctx *c, const lin_bf16 *s) {
     float beta = c->gin_beta[0] != 0.0f ? 1.0f : 0.0f;
     for (int64_t o0 = 0; o0 < out; o0 += s->fb_rows) {
         int64_t k = out - o0 < s->fb_rows ? out - o0 : s->fb_rows;
-        for (int64_t r = 0; r < R; r++) round_bf16(gr + r * k, g + r * out + o0, (size_t)k);
+        for (int64_t r = 0; r < R; r++) dt_bf16_round_f32(gr + r * k, g + r * out + o0, k);
         dt_bf16_to_f32_n(wf, w + o0 * in, (size_t)(k * in));
         dt_status st = dt_linear_sgemm(0, 0, R, in, k, gr, k, wf, in, beta, c->gin[0].data, in);
         if (st) return st;

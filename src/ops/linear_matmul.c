@@ -16,6 +16,7 @@
 #include <string.h>
 #include "dtrain/ops_linear.h"
 #include "graph/op.h"
+#include "ops/bf16.h"
 
 /* linear.c */
 int dt_linear_dtype_error(const char *op, const char *what, int n, const char *const *names,
@@ -25,7 +26,7 @@ dt_status dt_linear_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const
                           int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                           int64_t ldc);
 
-enum { P_TA, P_TB, P_M, P_K, P_N, P_BATCH, P_SHARED };
+enum { P_TA, P_TB, P_M, P_K, P_N, P_BATCH, P_SHARED, P_BF16 };
 
 /* Many small products (attention heads: batch 64 of 256 x 64 x 256) run one per thread, each
  * GEMM single-threaded (oneDNN does so inside a parallel region): a threaded GEMM of that size
@@ -118,11 +119,32 @@ static dt_status matmul_backward(const dt_op_ctx *c) {
     return st;
 }
 
+/* bf16 mode (dt_graph_opts.bf16_gemm; ip[P_BF16] = 1): A and B rounded to bf16 in ws for
+ * forward; A, B and G for backward. ws: [Ar | Br | Gr], each the operand's whole size. */
+static dt_status matmul_prepare(dt_graph *g, dt_node *n) {
+    n->ip[P_BF16] = dt_graph_bf16_gemm(g);
+    if (!n->ip[P_BF16]) return DT_OK;
+    dt_status st = dt_bf16_gemm_prepare_check(g, "matmul");
+    n->ws_fwd = dt_bf16_rounded_bytes(g, n, 3u);
+    n->ws_bwd = dt_bf16_rounded_bytes(g, n, 3u | DT_BF16_GOUT);
+    return st;
+}
+
+static dt_status matmul_forward_any(const dt_op_ctx *c) {
+    return c->node->ip[P_BF16] ? dt_bf16_run_rounded(c, 3u, matmul_forward) : matmul_forward(c);
+}
+
+static dt_status matmul_backward_any(const dt_op_ctx *c) {
+    return c->node->ip[P_BF16] ? dt_bf16_run_rounded(c, 3u | DT_BF16_GOUT, matmul_backward)
+                               : matmul_backward(c);
+}
+
 static const dt_op_def matmul_op = {
     .name = "matmul",
     .flags = DT_OPF_BWD_IN(0) | DT_OPF_BWD_IN(1),
-    .forward = matmul_forward,
-    .backward = matmul_backward,
+    .prepare = matmul_prepare,
+    .forward = matmul_forward_any,
+    .backward = matmul_backward_any,
 };
 
 int dt_matmul(dt_graph *g, int a, int b, int trans_a, int trans_b) {
@@ -164,6 +186,6 @@ int dt_matmul(dt_graph *g, int a, int b, int trans_a, int trans_b) {
     memcpy(shape, ta->shape, sizeof(shape));
     shape[na - 2] = M;
     shape[na - 1] = N;
-    int64_t ip[7] = {trans_a != 0, trans_b != 0, M, K, N, batch, shared};
-    return dt_node_add(g, &matmul_op, 2, ids, DT_F32, na, shape, ip, 7, NULL, 0);
+    int64_t ip[8] = {trans_a != 0, trans_b != 0, M, K, N, batch, shared, 0}; /* P_BF16: prepare */
+    return dt_node_add(g, &matmul_op, 2, ids, DT_F32, na, shape, ip, 8, NULL, 0);
 }

@@ -303,6 +303,12 @@ dt_status dt_train_build_graph(dt_trainer *t) {
     /* a LoRA base from the files: its frozen weights mostly point into shared mappings */
     go.frozen_untouched =
         v->lora.enabled && v->lora.share_base && v->model.init == DT_CFG_INIT_PRETRAINED;
+    /* bf16 mixed precision: GEMM/conv operands rounded to bf16, everything else f32 */
+    if (v->train.precision == DT_CFG_PREC_BF16) {
+        dt_status st = dt_bf16_gemm_check("train.precision: bf16");
+        if (st) return st;
+        go.bf16_gemm = 1;
+    }
     return dt_graph_compile(g, t->loss, &go);
 }
 

@@ -131,6 +131,48 @@ static void calib_llama(int recompute) {
     dt_graph_free(g);
 }
 
+/* train.precision: bf16 is planned as it runs: the arena of the graph compiled with
+ * dt_graph_opts.bf16_gemm (the GEMM ops' bf16-rounded operand copies in their scratch), larger
+ * than the fp32 plan's, and named in the run description. */
+static void test_bf16(void) {
+    const int64_t B = 4, T = 64;
+    char yaml[1024];
+    snprintf(yaml, sizeof yaml,
+             "model:\n  kind: llama\n  hf_path: %s\ndata:\n  batch: %lld\n  seq_len: %lld\n"
+             "optim:\n  name: adamw\n",
+             tmpdir, (long long)B, (long long)T);
+    write_text(tmp_path("llama.yaml"), yaml);
+    dt_config *c32 = config(tmp_path("llama.yaml"), 0, NULL);
+    dt_config *c16 = config(tmp_path("llama.yaml"), 1, (char *[]){"train.precision=bf16"});
+    if (!c32 || !c16) return;
+    dt_plan p32 = plan(c32, 1), p16 = plan(c16, 1);
+    dt_config_free(c32), dt_config_free(c16);
+    dt_llama_config lc;
+    CHECK_OK(dt_llama_config_load(tmpdir, &lc));
+    dt_graph *g = dt_graph_init();
+    int ids = dt_graph_input(g, "ids", DT_I32, 2, (int64_t[]){B, T}, 0);
+    int tg = dt_graph_input(g, "targets", DT_I32, 1, (int64_t[]){B * T}, 0);
+    int logits = dt_llama_build(g, &lc, ids);
+    int flat = dt_reshape(g, logits, 2, (int64_t[]){B * T, lc.vocab_size});
+    int loss = dt_cross_entropy(g, flat, tg, 0.0f, -100);
+    CHECK_OK(dt_graph_keep(g, logits));
+    setenv("DT_CPU_BF16", "emulate", 1); /* a real bf16 compile on any CPU */
+    CHECK_OK(dt_graph_compile(g, loss, &(dt_graph_opts){.bf16_gemm = 1}));
+    unsetenv("DT_CPU_BF16");
+    dt_graph_mem m;
+    dt_graph_memory(g, &m);
+    dt_graph_free(g);
+    printf("bf16 plan: activations %.3f MB (fp32 plan %.3f MB), real bf16 arena %.3f MB\n",
+           p16.activation_bytes / 1e6, p32.activation_bytes / 1e6, m.arena_bytes / 1e6);
+    CHECK(p16.activation_bytes == (int64_t)m.arena_bytes,
+          "bf16 plan activations %lld == the bf16 graph's arena %zu",
+          (long long)p16.activation_bytes, m.arena_bytes);
+    CHECK(p16.activation_bytes > p32.activation_bytes, "bf16 plan %lld > fp32 plan %lld",
+          (long long)p16.activation_bytes, (long long)p32.activation_bytes);
+    CHECK(strstr(p16.run_desc, "bf16") && !strstr(p32.run_desc, "bf16"),
+          "run descriptions name the precision: '%s' / '%s'", p16.run_desc, p32.run_desc);
+}
+
 /* ---------------------------------------------------------------- calibration: ResNet */
 
 static void calib_resnet(const char *what, const char *yaml_path, int n, char **over) {
@@ -489,6 +531,7 @@ int main(int argc, char **argv) {
     test_llama8b();
     test_resnet_examples();
     test_zero_and_errors();
+    test_bf16();
     const char *files[] = {"config.json", "llama.yaml", "r18.yaml",
                            "r50.yaml",    "z.yaml",     "plan.json"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) unlink(tmp_path(files[i]));

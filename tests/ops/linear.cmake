@@ -10,3 +10,8 @@ dt_test(NAME linear_parity_openblas SOURCES ops/linear_parity.c LABELS parity
 # The f32 fallback of the bf16 linear (CPUs without bf16 kernels), forced on any CPU.
 dt_test(NAME linear_parity_bf16_f32 SOURCES ops/linear_parity.c LABELS parity
         FIXTURES_REQUIRED ref_linear ENV DT_LINEAR_BF16=f32)
+# bf16 mixed precision (dt_graph_opts.bf16_gemm) of linear, matmul and conv2d against PyTorch
+# CPU autocast, through the exact emulation that runs on any CPU (DT_CPU_BF16=emulate).
+dt_ref_venv(NAME ref_bf16 SCRIPT tests/ref/ref_bf16.py)
+dt_test(NAME bf16_parity SOURCES ops/bf16_parity.c LABELS parity FIXTURES_REQUIRED ref_bf16
+        ENV DT_CPU_BF16=emulate)

@@ -40,5 +40,8 @@ case_ model-data-kind "model.kind" "$ex" "${base[@]}" model.kind=llama model.hf_
 case_ lora-resnet "lora" "$ex" "${base[@]}" lora.enabled=true
 # a short run with the example's warmup: the message says what to set
 case_ short-warmup "e.g. schedule.warmup_steps=2, or a later end, schedule.total_steps=51" "$ex" "${base[@]}" train.steps=20 schedule.warmup_steps=50
+# bf16 on a CPU without bf16 instructions and without the test hook (DT_CPU_BF16=none: as such
+# a CPU, whatever this one has)
+DT_CPU_BF16=none case_ bf16-no-cpu "train.precision: bf16: this CPU has no bf16 instructions" "$ex" "${base[@]}" train.precision=bf16
 echo "cli_errors: $ok passed, $bad failed"
 [[ $bad -eq 0 && $ok -gt 0 ]]

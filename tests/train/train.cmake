@@ -26,7 +26,8 @@ set_tests_properties(train_fortunes_export_hf PROPERTIES LABELS "e2e;parity"
                      FIXTURES_REQUIRED fortunes_model)
 # Config errors: exit code 2, one line naming the key/file, no training step. One test a case.
 foreach(case typo unknown-override wrong-type out-of-range bad-enum bad-depth malformed-yaml
-        missing-config missing-data channels classes model-data-kind lora-resnet short-warmup)
+        missing-config missing-data channels classes model-data-kind lora-resnet short-warmup
+        bf16-no-cpu)
   add_test(NAME train_cli_error_${case} COMMAND ${PROJECT_SOURCE_DIR}/tests/train/cli_errors.sh
            $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${case})
   set_tests_properties(train_cli_error_${case} PROPERTIES LABELS "unit;e2e"
@@ -140,3 +141,9 @@ if(MPI_FOUND)
                        RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data
                        ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000;HF_HUB_OFFLINE=1")
 endif()
+# train.precision: bf16 (tiny Llama, narrow ResNet-18): close to fp32 but not equal, and a resume
+# bit for bit; through the exact emulation (DT_CPU_BF16=emulate) on any CPU.
+dt_test(NAME train_bf16 SOURCES train/test_train_bf16.c LABELS e2e TIMEOUT 300
+        ARGS ${DT_TRAIN_DATA} ${PROJECT_SOURCE_DIR} ENV DT_CPU_BF16=emulate)
+set_tests_properties(train_bf16 PROPERTIES WORKING_DIRECTORY ${CMAKE_BINARY_DIR}
+                     FIXTURES_REQUIRED "fmnist_data;fortunes_data" RUN_SERIAL TRUE)
