@@ -2,6 +2,7 @@
 #ifndef DTRAIN_TRAIN_IMPL_H
 #define DTRAIN_TRAIN_IMPL_H
 
+#include "dtrain/device.h"
 #include "dtrain/data.h"
 #include "dtrain/dist.h"
 #include "dtrain/models.h"
@@ -32,7 +33,9 @@ struct dt_trainer {
     dt_comm *comm; /* single process or MPI (dist.backend) */
     dt_ddp *ddp;   /* gradient all-reduce when world > 1 */
     int rank, world;
-    int failed; /* a collective may be left unmatched: do not finalise MPI cleanly */
+    dt_device device;      /* where this rank trains (train.device, resolved): the CPU for now */
+    char device_note[200]; /* the log's device line */
+    int failed;            /* a collective may be left unmatched: do not finalise MPI cleanly */
     dt_optim *opt;
     dt_lr_schedule sched;
     int64_t sched_start; /* the schedule's step 0 (> 0 after schedule.on_extend=restart) */
@@ -147,7 +150,7 @@ void dt_train_progress_clear(dt_trainer *t); /* erases the line (the step log li
 /* The DDP was rebuilt (dist.batch_shares=auto): its wait totals start again from 0, so the
  * line's window starts again too. */
 void dt_train_progress_rebase(dt_trainer *t);
-void dt_train_progress_end(dt_trainer *t);   /* finishes the line; no more drawing */
+void dt_train_progress_end(dt_trainer *t); /* finishes the line; no more drawing */
 /* A committed checkpoint, for the line's "ckpt" field (from any thread). */
 void dt_train_progress_ckpt(dt_trainer *t, int64_t step);
 /* Puts t->log and stderr back; after the threads that print have been joined. */

@@ -40,5 +40,10 @@ case_ model-data-kind "model.kind" "$ex" "${base[@]}" model.kind=llama model.hf_
 case_ lora-resnet "lora" "$ex" "${base[@]}" lora.enabled=true
 # a short run with the example's warmup: the message says what to set
 case_ short-warmup "e.g. schedule.warmup_steps=2, or a later end, schedule.total_steps=51" "$ex" "${base[@]}" train.steps=20 schedule.warmup_steps=50
+# train.device: a bad spec; cuda without a GPU, without a CUDA build, or (with a GPU) before the
+# CUDA engine exists: each refused with one line naming train.device
+case_ device-spec "train.device: 'gpu' is not a device" "$ex" "${base[@]}" train.device=gpu
+case_ device-cuda "train.device: cuda" "$ex" "${base[@]}" train.device=cuda
+case_ device-cuda-index "train.device: cuda:7: " "$ex" "${base[@]}" train.device=cuda:7
 echo "cli_errors: $ok passed, $bad failed"
 [[ $bad -eq 0 && $ok -gt 0 ]]
