@@ -28,7 +28,9 @@ static float from_bf16(uint16_t h) {
 static void check_case(dt_device d, dt_stream *s, dt_cuda_gemm *h, dt_gemm_mode mode, int ta,
                        int tb, int64_t M, int64_t N, int64_t K) {
     const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-    const int64_t lda = ac + 3, ldb = bc + 1, ldc = N + 2;
+    /* strides above the widths, rounded to 8 elements (16 bytes for bf16: what cuBLASLt's
+     * tensor-core kernels want); the padding must stay untouched */
+    const int64_t lda = (ac + 3 + 7) / 8 * 8, ldb = (bc + 1 + 7) / 8 * 8, ldc = (N + 2 + 7) / 8 * 8;
     float *a = malloc((size_t)(ar * lda) * sizeof(float)),
           *b = malloc((size_t)(br * ldb) * sizeof(float));
     float *c = malloc((size_t)(M * ldc) * sizeof(float)),
