@@ -100,7 +100,8 @@ typedef struct dt_config_values {
     } schedule;
     struct {
         int64_t steps, epochs, grad_accum, threads, seed;
-        int precision; /* DT_CFG_PREC_* */
+        int precision;               /* DT_CFG_PREC_* */
+        char device[DT_CFG_STR_MAX]; /* auto | cpu | cuda | cuda:N (dt_device_resolve) */
         int64_t log_every, eval_every;
         int progress;     /* DT_CFG_PROGRESS_*: the terminal progress line */
         int memory_check; /* DT_CFG_MEMCHECK_*: the plan against the memory available */

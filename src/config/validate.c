@@ -5,6 +5,7 @@
 #include <string.h>
 #include "config/config_impl.h"
 #include "core/fsmode.h"
+#include "dtrain/device.h"
 
 /* Error "<where key was set>: <message>". */
 static dt_status cross(const dt_config *c, const char *key, const char *fmt, ...)
@@ -40,6 +41,14 @@ dt_status dt_config_validate(const dt_config *c) {
         return cross(c, "model.init",
                      "model.init is pretrained but model.hf_path is empty (expected the weights' "
                      "folder or file)");
+    {
+        dt_device d;
+        if (dt_device_parse(v->train.device, &d, NULL) != DT_OK)
+            return cross(c, "train.device",
+                         "train.device: '%s' is not a device (expected auto, cpu, cuda or "
+                         "cuda:N)",
+                         v->train.device);
+    }
     if (v->lora.enabled && !llama)
         return cross(c, "lora.enabled",
                      "lora.enabled is true but model.kind is 'resnet' (LoRA needs model.kind "

@@ -365,6 +365,7 @@ dt_status dt_trainer_run(dt_trainer *t) {
             dt_comm_backend(t->comm), dt_ddp_zero_name(t->ddp)[0] ? ", " : "",
             dt_ddp_zero_name(t->ddp), (long long)t->B, (long long)v->train.grad_accum,
             (long long)(t->G * v->train.grad_accum), (long long)t->prog.total_steps, t->run_dir);
+        fprintf(t->log, "%s\n", t->device_note);
         if (t->task != DT_TASK_IMAGE) /* the share of token slots that hold real tokens */
             fprintf(t->log,
                     "data.pack=%s: %lld sequences of %lld tokens, packing efficiency %.1f%%%s\n",

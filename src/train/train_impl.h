@@ -2,6 +2,7 @@
 #ifndef DTRAIN_TRAIN_IMPL_H
 #define DTRAIN_TRAIN_IMPL_H
 
+#include "dtrain/device.h"
 #include "dtrain/data.h"
 #include "dtrain/dist.h"
 #include "dtrain/models.h"
@@ -32,7 +33,9 @@ struct dt_trainer {
     dt_comm *comm; /* single process or MPI (dist.backend) */
     dt_ddp *ddp;   /* gradient all-reduce when world > 1 */
     int rank, world;
-    int failed; /* a collective may be left unmatched: do not finalise MPI cleanly */
+    dt_device device;      /* where this rank trains (train.device, resolved): the CPU for now */
+    char device_note[200]; /* the log's device line */
+    int failed;            /* a collective may be left unmatched: do not finalise MPI cleanly */
     dt_optim *opt;
     dt_lr_schedule sched;
     int64_t sched_start; /* the schedule's step 0 (> 0 after schedule.on_extend=restart) */

@@ -453,6 +453,50 @@ static dt_status make_run_dir(dt_trainer *t, const dt_config *cfg) {
     return dt_config_save_yaml(cfg, p);
 }
 
+/* train.device -> t->device, before anything is built. Each rank takes the GPU of its local rank
+ * (dt_device_local_rank). The CUDA training engine is not finished: an explicit cuda/cuda:N is
+ * refused with one line, and auto stays on the CPU even where a GPU is visible, saying so.
+ * DT_ERR_INVALID throughout: the CLI reports it as a config error (exit 2). */
+static dt_status pick_device(dt_trainer *t) {
+    const char *spec = t->v.train.device;
+    int is_auto = 0;
+    dt_device d;
+    if (dt_device_parse(spec, &d, &is_auto) != DT_OK)
+        return dt_error_set(DT_ERR_INVALID,
+                            "train.device: '%s' is not a device (expected auto, "
+                            "cpu, cuda or cuda:N)",
+                            spec);
+    int gpus = 0;
+    if (dt_device_count(DT_DEVICE_CUDA, &gpus) != DT_OK) gpus = 0;
+    t->device = (dt_device){DT_DEVICE_CPU, 0};
+    if (d.kind == DT_DEVICE_CPU && !is_auto) {
+        snprintf(t->device_note, sizeof t->device_note, "device: cpu (train.device=cpu)");
+        return DT_OK;
+    }
+    if (is_auto) {
+        if (gpus == 0)
+            snprintf(t->device_note, sizeof t->device_note, "device: cpu (train.device=auto: %s)",
+                     dt_device_cuda_built() ? "no CUDA device visible"
+                                            : "this dtrain was built without CUDA");
+        else
+            snprintf(t->device_note, sizeof t->device_note,
+                     "device: cpu (train.device=auto: %d CUDA device%s visible, but the CUDA "
+                     "training engine is not finished, docs/gpu.md)",
+                     gpus, gpus == 1 ? "" : "s");
+        return DT_OK;
+    }
+    dt_device g;
+    if (dt_device_resolve(spec, "train.device", dt_device_local_rank(), &g) != DT_OK) {
+        char m[512];
+        snprintf(m, sizeof m, "%s", dt_last_error());
+        return dt_error_set(DT_ERR_INVALID, "%s", m);
+    }
+    char nm[DT_DEVICE_NAME_MAX];
+    return dt_error_set(DT_ERR_INVALID,
+                        "train.device: %s: the CUDA training engine is not finished (docs/gpu.md)",
+                        dt_device_name(g, nm, sizeof nm));
+}
+
 dt_status dt_trainer_open(const dt_config *cfg, const dt_model_def *custom, dt_trainer **out) {
     *out = NULL;
     dt_trainer *t = calloc(1, sizeof *t);
@@ -472,8 +516,9 @@ dt_status dt_trainer_open(const dt_config *cfg, const dt_model_def *custom, dt_t
     dt_threads_set((int)t->v.train.threads);
     dt_status st;
     double peak_unused;
-    if ((st = make_dist(t)) != DT_OK || (st = split_batch(t, cfg)) != DT_OK ||
-        (st = open_data(t, cfg)) != DT_OK || (st = dt_train_admit_memory(t, cfg)) != DT_OK ||
+    if ((st = pick_device(t)) != DT_OK || (st = make_dist(t)) != DT_OK ||
+        (st = split_batch(t, cfg)) != DT_OK || (st = open_data(t, cfg)) != DT_OK ||
+        (st = dt_train_admit_memory(t, cfg)) != DT_OK ||
         (dt_train_rss(&t->rss_base_mib, &peak_unused), (st = build_model(t, cfg)) != DT_OK) ||
         (st = dt_train_open_loaders(t)) != DT_OK || (st = init_weights(t, cfg)) != DT_OK ||
         (st = dt_train_make_ddp(t)) != DT_OK || (st = make_optim(t)) != DT_OK ||

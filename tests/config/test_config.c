@@ -51,6 +51,11 @@ static void test_defaults(void) {
               !strcmp(v->lora.targets.item[1], "v_proj"),
           "lora.targets default [q_proj, v_proj]");
     CHECK(!strcmp(v->output.dir, "runs") && v->output.export_model == 1, "output defaults");
+    CHECK(!strcmp(v->train.device, "auto"), "train.device default auto: '%s'", v->train.device);
+    /* any well-formed device validates: whether it exists is decided at the trainer's start */
+    CHECK_OK(dt_config_set(c, "train.device", "cuda:3"));
+    CHECK_OK(dt_config_validate(c));
+    CHECK_OK(dt_config_set(c, "train.device", "auto"));
     CHECK(!strcmp(dt_config_origin(c, "optim.lr"), "default"), "origin default");
     CHECK_OK(dt_config_validate(c));
     /* Every schema row: default parses (init_defaults did it), the help line exists. */
@@ -199,6 +204,9 @@ static void test_errors(void) {
                  "optim:\n  lr: 0.1\n\n\n\n  momentum: 0.9\n  weight_decy: 0.1\n", 0, NULL,
                  NEEDLES("err.yaml:7", "unknown key 'optim.weight_decy'",
                          "did you mean 'optim.weight_decay'"));
+    expect_error("train.device", "train:\n  device: gpu\n", 0, NULL,
+                 NEEDLES("err.yaml:2", "train.device", "'gpu' is not a device",
+                         "auto, cpu, cuda or cuda:N"));
     expect_error("key in the wrong section", "train:\n  lr: 0.1\n", 0, NULL,
                  NEEDLES("err.yaml:2", "'train.lr'", "did you mean 'optim.lr'"));
     expect_error("unknown key, nothing close", "optim:\n  learning_rate_of_the_run: 1\n", 0, NULL,

@@ -43,5 +43,10 @@ case_ short-warmup "e.g. schedule.warmup_steps=2, or a later end, schedule.total
 # bf16 on a CPU without bf16 instructions and without the test hook (DT_CPU_BF16=none: as such
 # a CPU, whatever this one has)
 DT_CPU_BF16=none case_ bf16-no-cpu "train.precision: bf16: this CPU has no bf16 instructions" "$ex" "${base[@]}" train.precision=bf16
+# train.device: a bad spec; cuda without a GPU, without a CUDA build, or (with a GPU) before the
+# CUDA engine exists: each refused with one line naming train.device
+case_ device-spec "train.device: 'gpu' is not a device" "$ex" "${base[@]}" train.device=gpu
+case_ device-cuda "train.device: cuda" "$ex" "${base[@]}" train.device=cuda
+case_ device-cuda-index "train.device: cuda:7: " "$ex" "${base[@]}" train.device=cuda:7
 echo "cli_errors: $ok passed, $bad failed"
 [[ $bad -eq 0 && $ok -gt 0 ]]

@@ -84,6 +84,7 @@ OTHER = [re.compile(p) for p in (
     r"checkpoint step \d+ \(\w+\): snapshot in .*, writing in the background",
     r"checkpoint step (\d+) committed: .*",
     r"memory per worker: .*",
+    r"device: (cpu|cuda:\d+) \(train\.device=\w+(: .*)?\)",
     r"model written to \S+",
     r"data\.pack=(concat|docs): \d+ sequences of \d+ tokens, packing efficiency \d+\.\d% \(.*\)")]
 

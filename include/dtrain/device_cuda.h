@@ -1,0 +1,115 @@
+/* CUDA kernels over device pointers (docs/gpu.md), the first of the CUDA training engine.
+ *
+ * Every function takes the stream it runs on (a stream of a CUDA device, dt_stream_create) and
+ * only issues work: results are there after dt_stream_sync or an event. Pointers are device
+ * memory of the stream's device. Nothing here allocates; where a kernel needs scratch the
+ * caller passes it (sizes from the *_work functions). The arithmetic follows the CPU kernels
+ * (src/optim, src/ops) operation by operation; tests/device compares them on the same inputs.
+ *
+ * In a build without CUDA (-DDT_CUDA=OFF), or with a CPU stream, every call returns
+ * DT_ERR_STATE with a one-line message; the CPU's kernels run through the graph (src/ops). */
+#ifndef DTRAIN_DEVICE_CUDA_H
+#define DTRAIN_DEVICE_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "dtrain/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- optimizers on a flat f32 buffer (multi-tensor: one launch per 64 segments) --------- */
+
+/* A run [start, start + len) of the slice sharing one set of scalars, as dt_optim_step
+ * computes them in double and casts to f32 (src/optim/optim.c):
+ *   SGD:   lr = lr * lr_scale, wd = weight_decay * wd_scale
+ *   AdamW: decay = 1 - lr_s * wd, step_size = lr_s / (1 - beta1^t) */
+typedef struct dt_cuda_optim_seg {
+    size_t start, len;
+    float lr, wd;           /* SGD */
+    float decay, step_size; /* AdamW */
+} dt_cuda_optim_seg;
+
+typedef struct dt_cuda_adamw_scalars {
+    float b1, one_m_b1, b2, one_m_b2, eps;
+    float bc2_sqrt; /* sqrt(1 - beta2^t) */
+} dt_cuda_adamw_scalars;
+
+/* p, g, m, v: the slice's [n] buffers; segments in host memory (copied into the launch). */
+dt_status dt_cuda_adamw(dt_stream *s, float *p, const float *g, float *m, float *v,
+                        const dt_cuda_optim_seg *segs, int n_seg, const dt_cuda_adamw_scalars *k);
+/* torch.optim.SGD; buf may be NULL when momentum == 0; first = 1 at the first step. */
+dt_status dt_cuda_sgd(dt_stream *s, float *p, const float *g, float *buf,
+                      const dt_cuda_optim_seg *segs, int n_seg, float momentum, float dampening,
+                      int nesterov, int first);
+
+/* ---- global gradient norm and clipping ----------------------------------------------------- */
+
+/* Doubles of scratch dt_cuda_grad_sumsq needs. */
+#define DT_CUDA_SUMSQ_WORK 1025
+/* work[0] = sum of g[i]^2 in double, deterministic (fixed blocks, fixed order of the partials).
+ * work: DT_CUDA_SUMSQ_WORK doubles. */
+dt_status dt_cuda_grad_sumsq(dt_stream *s, const float *g, size_t n, double *work);
+/* g *= min(1, max_norm / (sqrt(*sumsq) + 1e-6)) when that is < 1 (dt_grad_clip_coef's rule: no
+ * change when max_norm <= 0 or the norm is not finite); *sumsq is read on the device (no sync). */
+dt_status dt_cuda_grad_clip(dt_stream *s, float *g, size_t n, const double *sumsq, float max_norm);
+
+/* ---- RMSNorm (x, y, dx [rows, D]; w, dw [D] or NULL; rstd [rows]) -------------------------- */
+
+dt_status dt_cuda_rmsnorm_fwd(dt_stream *s, float *y, float *rstd, const float *x, const float *w,
+                              int64_t rows, int64_t D, float eps);
+/* Bytes of scratch for dt_cuda_rmsnorm_bwd (the per-block partial sums of dw). */
+size_t dt_cuda_rmsnorm_bwd_work(int64_t rows, int64_t D);
+/* Writes dx (if not NULL) and dw (if not NULL and w given); overwrites, no accumulation. */
+dt_status dt_cuda_rmsnorm_bwd(dt_stream *s, float *dx, float *dw, const float *gy, const float *x,
+                              const float *w, const float *rstd, int64_t rows, int64_t D,
+                              void *work);
+
+/* ---- SwiGLU: y = silu(a) * b, all [n] ----------------------------------------------------- */
+
+dt_status dt_cuda_swiglu_fwd(dt_stream *s, float *y, const float *a, const float *b, int64_t n);
+dt_status dt_cuda_swiglu_bwd(dt_stream *s, float *da, float *db, const float *gy, const float *a,
+                             const float *b, int64_t n);
+
+/* ---- fused cross-entropy (logits [N, C] f32, targets [N] i32) ----------------------------- */
+
+/* Bytes of scratch for dt_cuda_ce_fwd. */
+size_t dt_cuda_ce_work(int64_t N);
+/* loss[0] = mean over rows whose target != ignore of (lse - (1-ls) x[t] - ls/C sum x), as
+ * dt_cross_entropy; lse [N] is kept for the backward; stats[0] = the number of counted rows,
+ * stats[1] = the first row whose target is outside [0, C) and not ignore, or -1 (then the loss
+ * is NaN: the caller reads stats when it syncs, and refuses). */
+dt_status dt_cuda_ce_fwd(dt_stream *s, float *loss, float *lse, int64_t *stats, const float *logits,
+                         const int32_t *targets, int64_t N, int64_t C, int64_t ignore,
+                         float label_smoothing, void *work);
+/* dx [N, C] = d loss / d logits * gloss[0], from the logits and lse alone (no softmax is
+ * stored); dx may be the logits buffer itself (in place). Ignored rows get 0. */
+dt_status dt_cuda_ce_bwd(dt_stream *s, float *dx, const float *logits, const int32_t *targets,
+                         const float *lse, const int64_t *stats, const float *gloss, int64_t N,
+                         int64_t C, int64_t ignore, float label_smoothing);
+
+/* ---- GEMM through cuBLASLt --------------------------------------------------------------- */
+
+typedef enum dt_gemm_mode {
+    DT_GEMM_F32 = 0,  /* f32 inputs, f32 arithmetic */
+    DT_GEMM_TF32 = 1, /* f32 inputs, TF32 tensor cores (only when asked for) */
+    DT_GEMM_BF16 = 2, /* bf16 inputs (uint16_t bits), f32 accumulation and output */
+} dt_gemm_mode;
+
+typedef struct dt_cuda_gemm dt_cuda_gemm;
+/* A cuBLASLt handle and a workspace of workspace_bytes on device d (32 MiB if 0). */
+dt_status dt_cuda_gemm_create(dt_device d, size_t workspace_bytes, dt_cuda_gemm **out);
+void dt_cuda_gemm_destroy(dt_cuda_gemm *h);
+/* Row-major C [M, N] = alpha * op(A) op(B) + beta * C with op(A) [M, K], op(B) [K, N];
+ * A is [M, K] (or [K, M] when trans_a), B is [K, N] (or [N, K] when trans_b); lda, ldb, ldc are
+ * row strides in elements. C is f32. */
+dt_status dt_cuda_gemm_run(dt_cuda_gemm *h, dt_stream *s, dt_gemm_mode mode, int trans_a,
+                           int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                           int64_t lda, const void *B, int64_t ldb, float beta, float *C,
+                           int64_t ldc);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,145 @@
+/* Row-major GEMM on CUDA through cuBLASLt (include/dtrain/device_cuda.h). cuBLASLt is
+ * column-major: a row-major C [M, N] is a column-major C^T [N, M], so C^T = op(B)^T op(A)^T is
+ * computed with the operands swapped. The descriptors are made per call (a few microseconds);
+ * caching them per shape is for the training engine. */
+#include <stdlib.h>
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include "dtrain/device_cuda.h"
+#include "device/cuda_util.h"
+
+struct dt_cuda_gemm {
+    dt_device dev;
+    cublasLtHandle_t lt;
+    void *ws;
+    size_t ws_bytes;
+};
+
+static dt_status lt_check(cublasStatus_t e, const char *op) {
+    if (e == CUBLAS_STATUS_SUCCESS) return DT_OK;
+    return dt_error_set(e == CUBLAS_STATUS_ALLOC_FAILED ? DT_ERR_NOMEM : DT_ERR_INTERNAL,
+                        "cuda gemm: %s: cuBLASLt status %d (%s)", op, (int)e,
+                        cublasLtGetStatusString(e));
+}
+
+dt_status dt_cuda_gemm_create(dt_device d, size_t workspace_bytes, dt_cuda_gemm **out) {
+    if (!out) return dt_error_set(DT_ERR_INVALID, "cuda gemm create: NULL output");
+    *out = NULL;
+    if (d.kind != DT_DEVICE_CUDA)
+        return dt_error_set(DT_ERR_STATE, "cuda gemm create: not a CUDA device");
+    dt_status st = dt_device_use(d);
+    if (st != DT_OK) return st;
+    dt_cuda_gemm *h = calloc(1, sizeof *h);
+    if (!h) return dt_error_set(DT_ERR_NOMEM, "cuda gemm create: no memory");
+    h->dev = d;
+    h->ws_bytes = workspace_bytes ? workspace_bytes : (size_t)32 << 20;
+    st = lt_check(cublasLtCreate(&h->lt), "create");
+    if (st == DT_OK) st = dt_device_alloc(d, h->ws_bytes, &h->ws);
+    if (st != DT_OK) {
+        dt_cuda_gemm_destroy(h);
+        return st;
+    }
+    *out = h;
+    return DT_OK;
+}
+
+void dt_cuda_gemm_destroy(dt_cuda_gemm *h) {
+    if (!h) return;
+    dt_device_free(h->dev, h->ws);
+    if (h->lt) cublasLtDestroy(h->lt);
+    free(h);
+}
+
+/* The descriptors of one call, destroyed together. */
+typedef struct gemm_desc {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulPreference_t pref;
+} gemm_desc;
+
+static void desc_free(gemm_desc *g) {
+    if (g->pref) cublasLtMatmulPreferenceDestroy(g->pref);
+    if (g->c) cublasLtMatrixLayoutDestroy(g->c);
+    if (g->b) cublasLtMatrixLayoutDestroy(g->b);
+    if (g->a) cublasLtMatrixLayoutDestroy(g->a);
+    if (g->op) cublasLtMatmulDescDestroy(g->op);
+}
+
+dt_status dt_cuda_gemm_run(dt_cuda_gemm *h, dt_stream *s, dt_gemm_mode mode, int trans_a,
+                           int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                           int64_t lda, const void *B, int64_t ldb, float beta, float *C,
+                           int64_t ldc) {
+    if (!h || !s) return dt_error_set(DT_ERR_INVALID, "cuda gemm: NULL handle or stream");
+    dt_device d = dt_stream_device(s);
+    if (d.kind != h->dev.kind || d.index != h->dev.index)
+        return dt_error_set(DT_ERR_INVALID, "cuda gemm: the stream is not on the handle's device");
+    if (mode != DT_GEMM_F32 && mode != DT_GEMM_TF32 && mode != DT_GEMM_BF16)
+        return dt_error_set(DT_ERR_INVALID, "cuda gemm: unknown mode %d", (int)mode);
+    if (M < 0 || N < 0 || K < 0)
+        return dt_error_set(DT_ERR_SHAPE, "cuda gemm: negative shape M %lld N %lld K %lld",
+                            (long long)M, (long long)N, (long long)K);
+    if (M == 0 || N == 0) return DT_OK;
+    /* row strides: A's rows hold K (or M when transposed) elements, B's N (or K), C's N */
+    const int64_t a_cols = trans_a ? M : K, b_cols = trans_b ? K : N;
+    if (lda < a_cols || ldb < b_cols || ldc < N)
+        return dt_error_set(DT_ERR_SHAPE,
+                            "cuda gemm: strides lda %lld ldb %lld ldc %lld below the rows "
+                            "(%lld, %lld, %lld) of M %lld N %lld K %lld",
+                            (long long)lda, (long long)ldb, (long long)ldc, (long long)a_cols,
+                            (long long)b_cols, (long long)N, (long long)M, (long long)N,
+                            (long long)K);
+    if (!A || !B || !C) return dt_error_set(DT_ERR_INVALID, "cuda gemm: NULL operand");
+    dt_status st = dt_device_use(d);
+    if (st != DT_OK) return st;
+    const cudaDataType_t in = mode == DT_GEMM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cublasComputeType_t comp =
+        mode == DT_GEMM_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    /* column-major view: C^T [N, M] = opB' [N, K] x opA' [K, M], where the row-major B is a
+     * column-major [b_cols, rows] matrix with leading dimension ldb (and A likewise) */
+    const cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    gemm_desc g = {0};
+    st = lt_check(cublasLtMatmulDescCreate(&g.op, comp, CUDA_R_32F), "matmul desc");
+    if (st == DT_OK)
+        st = lt_check(
+            cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSA, &tb, sizeof tb),
+            "transa");
+    if (st == DT_OK)
+        st = lt_check(
+            cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSB, &ta, sizeof ta),
+            "transb");
+    /* first operand: B as stored, column-major [b_cols, rows_b] */
+    const uint64_t rows_b = (uint64_t)(trans_b ? N : K), rows_a = (uint64_t)(trans_a ? K : M);
+    if (st == DT_OK)
+        st = lt_check(cublasLtMatrixLayoutCreate(&g.a, in, (uint64_t)b_cols, rows_b, ldb),
+                      "layout B");
+    if (st == DT_OK)
+        st = lt_check(cublasLtMatrixLayoutCreate(&g.b, in, (uint64_t)a_cols, rows_a, lda),
+                      "layout A");
+    if (st == DT_OK)
+        st = lt_check(cublasLtMatrixLayoutCreate(&g.c, CUDA_R_32F, (uint64_t)N, (uint64_t)M, ldc),
+                      "layout C");
+    if (st == DT_OK) st = lt_check(cublasLtMatmulPreferenceCreate(&g.pref), "preference");
+    if (st == DT_OK)
+        st = lt_check(cublasLtMatmulPreferenceSetAttribute(g.pref,
+                                                           CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                           &h->ws_bytes, sizeof h->ws_bytes),
+                      "workspace");
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    if (st == DT_OK)
+        st = lt_check(cublasLtMatmulAlgoGetHeuristic(h->lt, g.op, g.a, g.b, g.c, g.c, g.pref, 1,
+                                                     &res, &found),
+                      "heuristic");
+    if (st == DT_OK && found == 0)
+        st = dt_error_set(DT_ERR_INTERNAL,
+                          "cuda gemm: cuBLASLt has no algorithm for M %lld N %lld K %lld mode %d",
+                          (long long)M, (long long)N, (long long)K, (int)mode);
+    if (st == DT_OK)
+        st = lt_check(cublasLtMatmul(h->lt, g.op, &alpha, B, g.a, A, g.b, &beta, C, g.c, C, g.c,
+                                     &res.algo, h->ws, h->ws_bytes,
+                                     (cudaStream_t)dt_stream_handle(s)),
+                      "matmul");
+    desc_free(&g);
+    return st;
+}

@@ -1,0 +1,71 @@
+/* A build without CUDA (-DDT_CUDA=OFF or no toolkit found): no CUDA backend, and every CUDA
+ * kernel entry point refuses with one line, so callers and tests link either way. */
+#include "device/device_impl.h"
+#include "dtrain/device_cuda.h"
+
+const dt_device_backend *dt_device_cuda_backend(void) {
+    return NULL;
+}
+
+static dt_status off(const char *op) {
+    return dt_error_set(DT_ERR_STATE, "%s: this dtrain was built without CUDA (-DDT_CUDA=OFF)", op);
+}
+
+dt_status dt_cuda_adamw(dt_stream *s, float *p, const float *g, float *m, float *v,
+                        const dt_cuda_optim_seg *segs, int n_seg, const dt_cuda_adamw_scalars *k) {
+    return off("cuda adamw");
+}
+dt_status dt_cuda_sgd(dt_stream *s, float *p, const float *g, float *buf,
+                      const dt_cuda_optim_seg *segs, int n_seg, float momentum, float dampening,
+                      int nesterov, int first) {
+    return off("cuda sgd");
+}
+dt_status dt_cuda_grad_sumsq(dt_stream *s, const float *g, size_t n, double *work) {
+    return off("cuda grad sumsq");
+}
+dt_status dt_cuda_grad_clip(dt_stream *s, float *g, size_t n, const double *sumsq, float max_norm) {
+    return off("cuda grad clip");
+}
+dt_status dt_cuda_rmsnorm_fwd(dt_stream *s, float *y, float *rstd, const float *x, const float *w,
+                              int64_t rows, int64_t D, float eps) {
+    return off("cuda rmsnorm fwd");
+}
+size_t dt_cuda_rmsnorm_bwd_work(int64_t rows, int64_t D) {
+    return 0;
+}
+dt_status dt_cuda_rmsnorm_bwd(dt_stream *s, float *dx, float *dw, const float *gy, const float *x,
+                              const float *w, const float *rstd, int64_t rows, int64_t D,
+                              void *work) {
+    return off("cuda rmsnorm bwd");
+}
+dt_status dt_cuda_swiglu_fwd(dt_stream *s, float *y, const float *a, const float *b, int64_t n) {
+    return off("cuda swiglu fwd");
+}
+dt_status dt_cuda_swiglu_bwd(dt_stream *s, float *da, float *db, const float *gy, const float *a,
+                             const float *b, int64_t n) {
+    return off("cuda swiglu bwd");
+}
+size_t dt_cuda_ce_work(int64_t N) {
+    return 0;
+}
+dt_status dt_cuda_ce_fwd(dt_stream *s, float *loss, float *lse, int64_t *stats, const float *logits,
+                         const int32_t *targets, int64_t N, int64_t C, int64_t ignore,
+                         float label_smoothing, void *work) {
+    return off("cuda cross_entropy fwd");
+}
+dt_status dt_cuda_ce_bwd(dt_stream *s, float *dx, const float *logits, const int32_t *targets,
+                         const float *lse, const int64_t *stats, const float *gloss, int64_t N,
+                         int64_t C, int64_t ignore, float label_smoothing) {
+    return off("cuda cross_entropy bwd");
+}
+dt_status dt_cuda_gemm_create(dt_device d, size_t workspace_bytes, dt_cuda_gemm **out) {
+    if (out) *out = NULL;
+    return off("cuda gemm create");
+}
+void dt_cuda_gemm_destroy(dt_cuda_gemm *h) {}
+dt_status dt_cuda_gemm_run(dt_cuda_gemm *h, dt_stream *s, dt_gemm_mode mode, int trans_a,
+                           int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                           int64_t lda, const void *B, int64_t ldb, float beta, float *C,
+                           int64_t ldc) {
+    return off("cuda gemm");
+}
