@@ -2,9 +2,9 @@
  *
  * Reads the experiment store (include/dtrain/track.h) that `dtrain train` writes, by default
  * runs/dtrain.db (output.dir's default), while runs are live or after they ended:
- *   ls       runs, newest first (--experiment E, --status S): id, experiment, name, status
- *            ("lost" when a running run's process on this host is gone), attempts, workers,
- *            start, duration, last step, final loss
+ *   ls       runs, newest first (--experiment E, --status S, --sweep ID: a sweep and its
+ *            trials): id, experiment, name, status ("lost" when a running run's process on
+ *            this host is gone), attempts, workers, start, duration, last step, final loss
  *   show     one run: status and exit reason, attempts, hosts, lineage, tags, metric summary
  *            (final, min, max), artifacts (checkpoints and the exported model), the model
  *            versions registered from it, params
@@ -28,7 +28,7 @@ enum { EXIT_GOOD = 0, EXIT_BAD = 1, EXIT_USAGE = 2, MAX_REFS = 64 };
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: dtrain runs ls [--experiment E] [--status S]\n"
+            "usage: dtrain runs ls [--experiment E] [--status S] [--sweep ID]\n"
             "       dtrain runs show RUN\n"
             "       dtrain runs compare RUN RUN [RUN ...]\n"
             "       dtrain runs export RUN --format csv|json [-o FILE]\n"
@@ -159,7 +159,24 @@ static int run_add(void *ud, const dt_track_run *r) {
     return 0;
 }
 
-static int cmd_ls(dt_track *s, const char *experiment, const char *status) {
+typedef struct tag_match {
+    const char *key, *value;
+    int found;
+} tag_match;
+
+static int on_tag(void *ud, const char *key, const char *value) {
+    tag_match *m = ud;
+    if (!strcmp(key, m->key) && !strcmp(value, m->value)) m->found = 1;
+    return m->found;
+}
+
+/* --sweep ID: the sweep's own run and its trials, which carry the tag sweep_id=ID. */
+static int in_sweep(dt_track *s, int64_t run, const char *sweep) {
+    tag_match m = {"sweep_id", sweep, 0};
+    return dt_track_tags(s, run, on_tag, &m) == DT_OK && m.found;
+}
+
+static int cmd_ls(dt_track *s, const char *experiment, const char *status, const char *sweep) {
     run_list l = {0};
     if (dt_track_runs(s, experiment, status, run_add, &l) != DT_OK) {
         fprintf(stderr, "dtrain runs ls: %s\n", dt_last_error());
@@ -170,6 +187,7 @@ static int cmd_ls(dt_track *s, const char *experiment, const char *status) {
            "STATUS", "ATTEMPTS", "WORLD", "STARTED (UTC)", "DURATION", "STEP", "LOSS");
     for (int i = 0; i < l.n; i++) {
         const dt_track_run *r = &l.r[i];
+        if (sweep && !in_sweep(s, r->id, sweep)) continue;
         dt_runs_summ sm;
         char start[32], dur[32], loss[32] = "-", step[32] = "-";
         if (dt_runs_summ_load(s, r->id, &sm) == DT_OK) {
@@ -184,9 +202,12 @@ static int cmd_ls(dt_track *s, const char *experiment, const char *status) {
                r->experiment, r->name, r->lost ? "lost" : r->status, r->attempts, r->world, start,
                dur, step, loss);
     }
-    if (!l.n)
-        printf("(no runs%s%s%s%s)\n", experiment ? " in experiment " : "",
-               experiment ? experiment : "", status ? " with status " : "", status ? status : "");
+    int shown = 0;
+    for (int i = 0; i < l.n && !shown; i++) shown = !sweep || in_sweep(s, l.r[i].id, sweep);
+    if (!shown)
+        printf("(no runs%s%s%s%s%s%s)\n", experiment ? " in experiment " : "",
+               experiment ? experiment : "", status ? " with status " : "", status ? status : "",
+               sweep ? " of sweep " : "", sweep ? sweep : "");
     free(l.r);
     return EXIT_GOOD;
 }
@@ -334,6 +355,7 @@ int dt_cli_runs(int argc, char **argv) {
         return argc < 2 ? EXIT_USAGE : EXIT_GOOD;
     }
     const char *cmd = argv[1], *db = NULL, *dir = NULL, *experiment = NULL, *status = NULL;
+    const char *sweep = NULL;
     const char *format = NULL, *out = NULL, *metric = NULL;
     char *refs[MAX_REFS];
     int n = 0, force = 0;
@@ -343,6 +365,7 @@ int dt_cli_runs(int argc, char **argv) {
                            : !strcmp(a, "--output-dir")                     ? &dir
                            : !strcmp(a, "--experiment") || !strcmp(a, "-e") ? &experiment
                            : !strcmp(a, "--status")                         ? &status
+                           : !strcmp(a, "--sweep")                          ? &sweep
                            : !strcmp(a, "--format")                         ? &format
                            : !strcmp(a, "-o")                               ? &out
                            : !strcmp(a, "--metric")                         ? &metric
@@ -399,7 +422,7 @@ int dt_cli_runs(int argc, char **argv) {
         fprintf(stderr, "dtrain runs %s: %s\n", cmd, dt_last_error());
         return EXIT_BAD;
     }
-    int rc = want == 0              ? cmd_ls(s, experiment, status)
+    int rc = want == 0              ? cmd_ls(s, experiment, status, sweep)
              : !strcmp(cmd, "show") ? cmd_show(s, refs[0])
              : !strcmp(cmd, "export") && !strcmp(format, "mlflow")
                  ? dt_runs_export_mlflow(s, refs[0], out)

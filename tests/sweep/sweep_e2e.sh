@@ -124,6 +124,8 @@ echo "ok: killed with $1 trials unfinished, $2 of them running"
 "$dtrain" sweep --resume sw --output-dir "$tmp/runs" --json > "$tmp/resume.json" \
     2> "$tmp/resume.log" || { cat "$tmp/resume.log"; fail "--resume failed"; }
 "$dtrain" runs ls --output-dir "$tmp/runs" > "$tmp/ls.txt"
+"$dtrain" runs ls --output-dir "$tmp/runs" --sweep sw > "$tmp/ls-sweep.txt"
+"$dtrain" runs ls --output-dir "$tmp/runs" --sweep other > "$tmp/ls-other.txt"
 "$dtrain" sweep show sw --output-dir "$tmp/runs" --json > "$tmp/show.json"
 "$dtrain" sweep show sw --output-dir "$tmp/runs"
 for i in 0 1 2 3 4 5; do
@@ -179,6 +181,9 @@ if not best or after["best"].get("run") != best["run"] or res["best"]["run"] != 
     bad.append(f"best {after['best']} / {res['best']}, want {best and best['run']}")
 if "sw " not in open(f"{tmp}/ls.txt").read():
     bad.append("runs ls does not list the sweep sw")
+listed = sorted(attempts(f"{tmp}/ls-sweep.txt"))
+if listed != ["sw"] + [f"sw-t00{i}" for i in range(6)] or attempts(f"{tmp}/ls-other.txt"):
+    bad.append(f"runs ls --sweep sw lists {listed}")
 for b in bad:
     print("FAIL:", b)
 print(f"ok: {len(done)} done, {len(stopped)} stopped, {len(promoted)} promoted and resumed; "
