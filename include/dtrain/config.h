@@ -277,12 +277,19 @@ typedef struct dt_plan {
     int64_t saved_bytes;      /* of that: live when forward ends (kept for backward) */
     int64_t logits_bytes;     /* Llama logits [B, T, V] f32 (one copy) */
     int64_t total_bytes;
+    /* 1 when the workers of a host share one copy of the frozen base (lora.share_base with a
+     * pretrained base: mapped from the files or converted once per host, docs/lora.md); each
+     * worker's total still counts it, as each maps it. */
+    int base_shared;
     /* The same before sharding (world 1), for the table. */
     int64_t param_bytes_1, grad_bytes_1, optim_bytes_1;
     char model_desc[200]; /* e.g. "llama: 32 layers, hidden 4096, ..." */
     char run_desc[300];   /* batch, precision, workers, ZeRO, LoRA, recompute */
 } dt_plan;
 
+/* What `local` workers of one host need together: local x total, less the copies of the frozen
+ * base they share (p->base_shared). */
+int64_t dt_plan_host_bytes(const dt_plan *p, int local);
 /* The plan of one training step of c on `world` workers. Activations, parameter counts, frozen
  * and state bytes come from the real training graph (the model's builder and the loss, compiled
  * with measure_only: planned, nothing allocated); parameters, gradients and optimizer state are

@@ -311,11 +311,11 @@ static void warn_machine(const dt_plan *p, int world) {
                 "dtrain plan: warning: one worker needs %.2f GiB, more than the %.2f GiB this "
                 "machine has available (%s); `dtrain train` refuses it here (train.memory_check)\n",
                 p->total_bytes / GIB, m.per_worker / GIB, src);
-    else if (world > 1 && (double)p->total_bytes * world > (double)m.per_worker)
+    else if (world > 1 && (double)dt_plan_host_bytes(p, world) > (double)m.per_worker)
         fprintf(stderr,
                 "dtrain plan: warning: %d workers need %.2f GiB together, more than the %.2f GiB "
                 "this machine has available (%s): spread them over several hosts\n",
-                world, p->total_bytes * (double)world / GIB, m.per_worker / GIB, src);
+                world, (double)dt_plan_host_bytes(p, world) / GIB, m.per_worker / GIB, src);
 }
 
 int dt_cli_plan(int argc, char **argv) {

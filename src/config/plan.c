@@ -161,6 +161,8 @@ dt_status dt_plan_reshard(const dt_config *c, int world, dt_plan *p) {
     p->optim_bytes = 4 * p->optim_states * (z >= 1 ? shard(t, world) : t);
     p->total_bytes = p->param_bytes + p->grad_bytes + p->optim_bytes + p->frozen_bytes +
                      p->state_bytes + p->activation_bytes;
+    p->base_shared = lora && v->lora.share_base && v->model.init == DT_CFG_INIT_PRETRAINED &&
+                     p->frozen_bytes > 0;
     char lora_desc[160] = "";
     if (lora) {
         size_t j =
@@ -201,6 +203,11 @@ const char *dt_plan_group_digits(int64_t x, char *buf, size_t n) {
 
 static double gib(int64_t b) {
     return (double)b / (1024.0 * 1024.0 * 1024.0);
+}
+
+int64_t dt_plan_host_bytes(const dt_plan *p, int local) {
+    if (local < 1) local = 1;
+    return local * p->total_bytes - (p->base_shared ? (local - 1) * p->frozen_bytes : 0);
 }
 
 void dt_plan_print(FILE *f, const dt_plan *p, int json) {
@@ -253,6 +260,10 @@ void dt_plan_print(FILE *f, const dt_plan *p, int json) {
     if (p->logits_bytes)
         fprintf(f, "%-44s %10.2f\n", "    logits [B, T, V] f32 (one copy)", gib(p->logits_bytes));
     fprintf(f, "%-44s %10.2f\n", "  total", gib(p->total_bytes));
+    if (p->base_shared && p->world > 1) { /* lora.share_base: one base per host */
+        snprintf(lbl, sizeof lbl, "  all %d on one host, sharing the base", p->world);
+        fprintf(f, "%-44s %10.2f\n", lbl, gib(dt_plan_host_bytes(p, p->world)));
+    }
     if (p->zero_stage)
         fprintf(f, "\nZeRO stage %d over %d workers shards the %s by %d.\n", p->zero_stage,
                 p->world,

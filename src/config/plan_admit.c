@@ -94,14 +94,18 @@ dt_status dt_plan_admit(const dt_config *c, int world, int local_ranks, char *wa
     dt_mem_source(&m, src, sizeof src);
     if (m.local_ranks > 1)
         snprintf(share, sizeof share, " shared by %d ranks on this host", m.local_ranks);
-    int over = p.total_bytes > m.per_worker;
-    if (!over && (double)p.total_bytes <= 0.9 * (double)m.per_worker) return DT_OK;
+    /* a shared base is held once by the host, whose memory per_worker divides */
+    int L = m.local_ranks > 1 ? m.local_ranks : 1;
+    int64_t need = (dt_plan_host_bytes(&p, L) + L - 1) / L;
+    int over = need > m.per_worker;
+    if (!over && (double)need <= 0.9 * (double)m.per_worker) return DT_OK;
     size_t j = (size_t)snprintf(
         msg, sizeof msg,
         "train.memory_check: the memory plan needs %.2f GiB per worker (%s; `dtrain plan -n %d` "
-        "shows it), %s %.2f GiB available to this worker (%s%s)",
-        p.total_bytes / GIB, p.run_desc, world, over ? "more than the" : "close to the",
-        m.per_worker / GIB, src, share);
+        "shows it%s), %s %.2f GiB available to this worker (%s%s)",
+        need / GIB, p.run_desc, world,
+        need < p.total_bytes ? "; the frozen base counted once per host" : "",
+        over ? "more than the" : "close to the", m.per_worker / GIB, src, share);
     if (!over) {
         snprintf(msg + j, sizeof msg - j, "; going on, but the kernel may end the run");
         snprintf(warn, n, "%s", msg);

@@ -139,8 +139,9 @@ static dt_status share_converted(dt_trainer *t, dt_train_base *b, const dt_base_
         ok = st == DT_OK && write_segment(t->g, name, why, sizeof why);
         dt_base_map_drop_pages(b->map); /* the wide file, read once */
     }
+    /* both barriers on every rank, whatever failed, so that no rank waits for another in vain
+     * (a failed local rank 0 has ok = 0: it returns its error after the second) */
     dt_status bs = dt_comm_barrier(t->comm);
-    if (st != DT_OK) return st;
     if (bs != DT_OK) return bs;
     if (ok) ok = map_segment(b, name, nb, why, sizeof why);
     if (ok)

@@ -273,6 +273,21 @@ static void test_llama8b(void) {
           "example: LoRA, recompute, bf16, AdamW, ZeRO 0");
     const int64_t N = v->data.batch * v->data.seq_len, r = v->lora.rank;
     dt_plan p = plan(c, 16);
+    /* lora.share_base (default) with a pretrained base: a host's workers hold one base */
+    CHECK(p.base_shared && p.frozen_bytes > 0 &&
+              dt_plan_host_bytes(&p, 2) == 2 * p.total_bytes - p.frozen_bytes &&
+              dt_plan_host_bytes(&p, 1) == p.total_bytes,
+          "shared base: 2 workers of a host need %lld, 2 x %lld - %lld",
+          (long long)dt_plan_host_bytes(&p, 2), (long long)p.total_bytes,
+          (long long)p.frozen_bytes);
+    CHECK_OK(dt_config_set(c, "lora.share_base", "false"));
+    dt_plan q = plan(c, 16);
+    CHECK(!q.base_shared && dt_plan_host_bytes(&q, 2) == 2 * q.total_bytes &&
+              q.total_bytes == p.total_bytes,
+          "lora.share_base=false: each worker holds its base");
+    CHECK_OK(dt_config_set(c, "model.init", "random"));
+    q = plan(c, 16);
+    CHECK(!q.base_shared, "a random base is not mapped from files: not shared");
     dt_config_free(c);
     printf("Llama-3.1-8B LoRA example (-n 16):\n");
     dt_plan_print(stdout, &p, 0);

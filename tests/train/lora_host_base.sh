@@ -8,6 +8,8 @@
 # must equal the copying path's bit for bit, and those of the conversion path (the same base
 # stored as f32: local rank 0 converts it into shared memory) too; 2 workers must match 1
 # worker with the global batch to bf16 resolution (the base GEMM rounds its inputs to bf16).
+# A dist.batch_shares=auto rebuild keeps the base shared (the new graph points into the same
+# mappings).
 # Plain SGD: Adam's first steps turn rounding-sized gradient differences into whole steps.
 #   lora_host_base.sh DTRAIN REPO DATA_DIR PYTHON MPIEXEC [MPI ARGS...]
 set -euo pipefail
@@ -70,20 +72,27 @@ run map3 3 2 bf16
 run copy1 1 4 bf16 lora.share_base=false
 run copy2 2 2 bf16 lora.share_base=false
 run conv2 2 2 f32
+# dist.batch_shares=auto rebuilds the graph after step 2: the new graph points into the same
+# mappings (no copy), and training goes on (DT_TEST_SLOW_RANK makes rank 1 slower, so the parts
+# change)
+DT_TEST_SLOW_RANK=1:2 run auto2 2 2 bf16 dist.batch_shares=auto dist.rebalance_step=2 train.steps=3
 fail=0
 grep -q 'mapped read-only from the model files, shared by the 2 workers' "$tmp/map2.log" ||
   { echo "FAIL: map2 does not say the base is mapped"; fail=1; }
 grep -q 'converted once per host into shared memory' "$tmp/conv2.log" ||
   { echo "FAIL: conv2 does not say the base was converted once per host"; fail=1; }
-for n in map1 map2 map3 copy1 copy2 conv2; do echo "$n: host PSS $(host_pss $n) MiB"; done
+for n in map1 map2 map3 copy1 copy2 conv2 auto2; do echo "$n: host PSS $(host_pss $n) MiB"; done
 m1=$(host_pss map1) m2=$(host_pss map2) m3=$(host_pss map3) c1=$(host_pss copy1) c2=$(host_pss copy2)
-v2=$(host_pss conv2)
+v2=$(host_pss conv2) a2=$(host_pss auto2)
 half=$(( base_mib / 2 ))
 echo "base $base_mib MiB; per extra worker: mapped +$((m2 - m1)), +$((m3 - m2)); copied +$((c2 - c1)); converted (2 workers) $v2 vs copied $c2"
 [ $((m2 - m1)) -lt $half ] && [ $((m3 - m2)) -lt $half ] ||
   { echo "FAIL: the mapped base's host PSS grows by half the base ($half MiB) or more per worker"; fail=1; }
 [ $((c2 - c1)) -gt $half ] ||
   { echo "FAIL: the copying path's host PSS does not grow by the base (measurement too weak)"; fail=1; }
+[ $((c2 - a2)) -gt $half ] ||
+  { echo "FAIL: after the rebuild of dist.batch_shares=auto the base is not shared (host PSS $a2 MiB vs copied $c2)"; fail=1; }
+grep -q 'batch shares' "$tmp/auto2.log" || { echo "FAIL: auto2 did not re-balance"; fail=1; }
 [ $((c2 - v2)) -gt $half ] ||
   { echo "FAIL: the converted base is not shared (host PSS $v2 MiB vs copied $c2)"; fail=1; }
 "$py" - "$tmp" <<'PY' || fail=1
