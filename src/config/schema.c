@@ -111,7 +111,8 @@ static const dt_config_key keys[] = {
     {"train.seed", DT_CFG_INT, "1234", MIN, 0, 0, NULL,
      "seed of initialisation, shuffling, augmentation and dropout", OFF(train.seed)},
     {"train.precision", DT_CFG_ENUM, "fp32", 0, 0, 0, "fp32|bf16",
-     "precision of matrix products (weights, gradients and optimizer state stay f32)",
+     "precision of matrix products: bf16 rounds GEMM/conv operands to bf16 (f32 accumulation; "
+     "weights, gradients and optimizer state stay f32); needs a CPU with bf16 instructions",
      OFF(train.precision)},
     {"train.device", DT_CFG_STR, "auto", 0, 0, 0, NULL,
      "where to train: auto, cpu, cuda (the local rank's GPU) or cuda:N (docs/gpu.md)",
