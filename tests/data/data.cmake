@@ -63,3 +63,5 @@ dt_ref_venv(NAME ref_chat_templates SCRIPT tests/ref/ref_chat_templates.py TIMEO
 set_tests_properties(ref_chat_templates PROPERTIES LABELS "parity;data")
 dt_test(NAME test_chat_parity SOURCES data/test_chat_parity.c LABELS parity data
         ARGS ${DT_REF_DIR} FIXTURES_REQUIRED ref_chat_templates TIMEOUT 60)
+# The loader on encoded images: threads, resume, DCT-scaled decode, eval, corrupt records.
+dt_test(NAME test_loader_images SOURCES data/test_loader_images.c LABELS unit data TIMEOUT 60)
