@@ -47,8 +47,8 @@ int main(int argc, char **argv) {
             }
             n += b.n;
         }
-        printf("dtrain loader (dct_scaling %s, %d thread%s): %.1f images/s\n",
-               dct ? "on" : "off", threads, threads == 1 ? "" : "s", (double)n / (t - t0));
+        printf("dtrain loader (dct_scaling %s, %d thread%s): %.1f images/s\n", dct ? "on" : "off",
+               threads, threads == 1 ? "" : "s", (double)n / (t - t0));
         dt_loader_close(l);
     }
     dt_dataset_close(d);
