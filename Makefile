@@ -35,6 +35,11 @@ demo: build
 lora-demo: deps build
 	scripts/lora_demo.sh $(BUILD)
 
+# Generated photos -> import -> a tiny ResNet on 2 MPI workers with checkpoints (< 1 min).
+.PHONY: photo-demo
+photo-demo: build venv
+	scripts/photo_demo.sh $(BUILD)
+
 # DT_GRAPH_POISON=1: every op's output is filled with NaN before it runs, so a kernel reading
 # memory it should only write fails its test instead of passing on whatever the memory held.
 # ... then the sanitizer passes, then every fuzz target for a few seconds (clang's libFuzzer).

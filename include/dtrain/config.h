@@ -81,6 +81,11 @@ typedef struct dt_config_values {
         int64_t workers; /* prefetch threads */
         int on_corrupt;  /* DT_CFG_CORRUPT_*: a payload block failing its checksum */
         int pack;        /* DT_CFG_PACK_*: token windows over the stream, or whole documents */
+        int64_t resize;  /* encoded images, eval: shorter side (0: image size * 8 / 7) */
+        /* encoded images: RandomResizedCrop bounds, ColorJitter strengths; normalisation
+         * (numbers as text: dt_config_numbers) */
+        dt_config_list crop_scale, crop_ratio, jitter, mean, std;
+        int dct_scaling; /* JPEGs decoded at 1/2..1/8 where the crop allows */
     } data;
     struct {
         int name; /* DT_CFG_OPTIM_* */
@@ -100,6 +105,7 @@ typedef struct dt_config_values {
     } schedule;
     struct {
         int64_t steps, epochs, grad_accum, threads, seed;
+        double label_smoothing;
         int precision;               /* DT_CFG_PREC_* */
         char device[DT_CFG_STR_MAX]; /* auto | cpu | cuda | cuda:N (dt_device_resolve) */
         int64_t log_every, eval_every;
@@ -169,6 +175,7 @@ enum {
     DT_CFG_HAS_MAX = 1 << 1,
     DT_CFG_MIN_OPEN = 1 << 2, /* value > min rather than >= */
     DT_CFG_MAX_OPEN = 1 << 3, /* value < max rather than <= */
+    DT_CFG_REPEATS = 1 << 4,  /* LIST: an item may repeat (lists of numbers) */
 };
 
 typedef struct dt_config_key {
@@ -203,6 +210,9 @@ dt_status dt_config_set(dt_config *c, const char *key, const char *value);
  * max positive integer weights, "3,1" or "[3, 1]" (*n of them into w). Errors name the key and
  * what is wrong. */
 dt_status dt_config_batch_shares(const char *s, int64_t *w, int max, int *n);
+/* A list key's items as numbers ("0.08", "3/4"): at most max into out, *n of them; an item
+ * that is not a finite number (or fraction) is an error naming `key`. */
+dt_status dt_config_numbers(const dt_config_list *l, const char *key, double *out, int max, int *n);
 /* 1 when dist.batch_shares is "auto": the trainer measures each worker's speed and re-balances
  * at dist.rebalance_step. */
 int dt_config_shares_auto(const char *s);

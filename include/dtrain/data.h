@@ -208,6 +208,16 @@ typedef struct dt_loader_config {
     int augment;      /* random crop (with crop_padding zero padding) and horizontal flip */
     int crop_padding; /* pixels of padding for the random crop (default 4) */
     int hflip;        /* 1: flip with probability 1/2 (when augment) */
+    /* encoded images (kind encoded-image; docs/data.md): each decoded and transformed to f32
+     * [3, image_size, image_size]. augment: RandomResizedCrop(image_size, crop_scale,
+     * crop_ratio) + hflip + ColorJitter(jitter); otherwise Resize(resize) + CenterCrop.
+     * dct_scaling: JPEGs decoded at 1/2, 1/4 or 1/8 where the box still covers the output
+     * (faster; not torchvision-exact pixels); 0 decodes at full size (torchvision-exact). */
+    int image_size;                      /* default 224 */
+    int resize;                          /* 0: image_size * 8 / 7 (256 for 224) */
+    double crop_scale[2], crop_ratio[2]; /* default (0.08, 1), (3/4, 4/3) */
+    float jitter[3];                     /* brightness, contrast, saturation (0: off) */
+    int dct_scaling;                     /* default 1 */
     /* tokens */
     int64_t seq_len; /* T: inputs and targets are [batch, T] */
     dt_pack_mode pack;
@@ -248,6 +258,9 @@ int64_t dt_loader_dataset_samples(const dt_loader *l);
 double dt_loader_pack_efficiency(const dt_loader *l);
 /* Samples this rank sees per epoch. */
 int64_t dt_loader_rank_samples(const dt_loader *l);
+/* The shape of one sample of an image loader: channels, height, width (encoded images:
+ * 3 x image_size x image_size; image datasets: the stored shape). */
+void dt_loader_image_shape(const dt_loader *l, int *c, int *h, int *w);
 void dt_loader_close(dt_loader *l);
 
 /* Where a loader is: the next batch it will return, and what it must be resumed with. */

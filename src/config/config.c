@@ -228,7 +228,7 @@ dt_status dt_cfg_list_append(dt_config *c, int k, const char *item, int line) {
     }
     if (key->choices && choice_index(key->choices, v, len) < 0)
         return choice_error(c, k, line, "list item ", tmp);
-    for (int i = 0; i < l->n; i++)
+    for (int i = 0; !(key->range & DT_CFG_REPEATS) && i < l->n; i++)
         if (!strcmp(l->item[i], tmp)) {
             snprintf(prob, sizeof prob, "item '%s' appears twice", tmp);
             return bad_value(c, k, line, DT_ERR_INVALID, prob);
@@ -693,5 +693,26 @@ dt_status dt_config_share_from_rates(int64_t G, const double *rates, int n, int6
                 if (parts[k] > parts[big]) big = k;
             parts[big]--, parts[i]++;
         }
+    return DT_OK;
+}
+
+dt_status dt_config_numbers(const dt_config_list *l, const char *key, double *out, int max,
+                            int *n) {
+    *n = 0;
+    if (l->n > max)
+        return dt_error_set(DT_ERR_INVALID, "%s: %d numbers, at most %d", key, l->n, max);
+    for (int i = 0; i < l->n; i++) {
+        const char *t = l->item[i];
+        char *e;
+        double v = strtod(t, &e);
+        if (e != t && *e == '/') { /* a fraction: 3/4 */
+            const char *q = e + 1;
+            double den = strtod(q, &e);
+            v = e != q && den != 0 ? v / den : NAN;
+        }
+        if (e == t || *e || !isfinite(v))
+            return dt_error_set(DT_ERR_INVALID, "%s: item %d '%s' is not a number", key, i + 1, t);
+        out[(*n)++] = v;
+    }
     return DT_OK;
 }

@@ -59,7 +59,7 @@ static dt_status image_size(const dt_config *c, int64_t *side) {
     dt_status st = dt_dataset_open(dir, 0, &d);
     if (st) return st;
     const dt_dataset_info *in = dt_dataset_get_info(d);
-    *side = in->kind == DT_DATA_IMAGE ? in->height : 0;
+    *side = in->kind == DT_DATA_IMAGE ? in->height : in->kind == DT_DATA_ENCODED ? 224 : 0;
     dt_dataset_close(d);
     if (*side <= 0)
         return dt_error_set(DT_ERR_INVALID, "plan: %s is not an image dataset (data.train)", dir);

@@ -21,6 +21,53 @@ static dt_status cross(const dt_config *c, const char *key, const char *fmt, ...
     return dt_error_set(DT_ERR_INVALID, "%s: %s", where, msg);
 }
 
+/* The photo transform keys (data.crop_scale ... data.std): counts and ranges. */
+static dt_status image_keys(const dt_config *c) {
+    const dt_config_values *v = &c->v;
+    double a[4], m[4], sd[4];
+    int n, nm, ns;
+    struct {
+        const dt_config_list *l;
+        const char *key;
+    } pairs[2] = {{&v->data.crop_scale, "data.crop_scale"},
+                  {&v->data.crop_ratio, "data.crop_ratio"}};
+    for (int i = 0; i < 2; i++) {
+        if (dt_config_numbers(pairs[i].l, pairs[i].key, a, 4, &n) != DT_OK) {
+            char e[512];
+            snprintf(e, sizeof e, "%s", dt_last_error());
+            return cross(c, pairs[i].key, "%s", e);
+        }
+        if (n != 2 || !(a[0] > 0 && a[0] <= a[1]) || (i == 0 && a[1] > 1))
+            return cross(c, pairs[i].key, "%s: need two numbers [min, max] with 0 < min <= max%s",
+                         pairs[i].key, i == 0 ? " <= 1" : "");
+    }
+    if (dt_config_numbers(&v->data.jitter, "data.jitter", a, 4, &n) != DT_OK || n != 3 ||
+        !(a[0] >= 0 && a[1] >= 0 && a[2] >= 0))
+        return cross(c, "data.jitter",
+                     "data.jitter: need three numbers >= 0 (brightness, contrast, saturation)");
+    if (dt_config_numbers(&v->data.mean, "data.mean", m, 4, &nm) != DT_OK ||
+        dt_config_numbers(&v->data.std, "data.std", sd, 4, &ns) != DT_OK) {
+        char e[512];
+        snprintf(e, sizeof e, "%s", dt_last_error());
+        return cross(c, strstr(e, "data.std") ? "data.std" : "data.mean", "%s", e);
+    }
+    if (nm != ns || (nm != 0 && nm != 1 && nm != 3))
+        return cross(c, "data.mean",
+                     "data.mean has %d numbers, data.std %d: give both with one per channel (1 "
+                     "or 3), or neither",
+                     nm, ns);
+    for (int i = 0; i < ns; i++)
+        if (!(sd[i] > 0))
+            return cross(c, "data.std", "data.std: item %d is %g, not > 0", i + 1, sd[i]);
+    int64_t size = v->data.image_size ? v->data.image_size : 224;
+    if (v->data.resize && v->data.resize < size)
+        return cross(c, "data.resize",
+                     "data.resize %lld is below the image size %lld (the centre crop needs "
+                     "resize >= size)",
+                     (long long)v->data.resize, (long long)size);
+    return DT_OK;
+}
+
 dt_status dt_config_validate(const dt_config *c) {
     if (!c) return dt_error_set(DT_ERR_INVALID, "config validate: NULL config");
     const dt_config_values *v = &c->v;
@@ -90,6 +137,8 @@ dt_status dt_config_validate(const dt_config *c) {
     if (decays && v->schedule.min_lr > v->optim.lr)
         return cross(c, "schedule.min_lr", "schedule.min_lr %g is above optim.lr %g",
                      v->schedule.min_lr, v->optim.lr);
+    dt_status ist = image_keys(c);
+    if (ist != DT_OK) return ist;
     const char *r = v->ckpt.resume;
     if (strcmp(r, "auto") && strcmp(r, "never")) {
         const char *p = r[0] ? dt_cfg_uri_problem(r) : "empty";

@@ -147,6 +147,12 @@ size_t dt_transform_scratch(const dt_transform_cfg *cfg, int max_w, int max_h) {
     return sample_bytes(cfg) + dt_resize_scratch(m, m, r, r, s, s);
 }
 
+size_t dt_transform_plan_scratch(const dt_transform_cfg *cfg, const dt_transform_plan *p) {
+    int s = cfg->size;
+    return sample_bytes(cfg) +
+           dt_resize_scratch(p->box.width, p->box.height, p->out_w, p->out_h, s, s);
+}
+
 dt_status dt_transform_check(const dt_transform_cfg *cfg) {
     if (cfg->size < 1 || (!cfg->train && cfg->resize < cfg->size))
         return dt_error_set(DT_ERR_INVALID,
@@ -171,12 +177,47 @@ dt_status dt_transform_check(const dt_transform_cfg *cfg) {
     return DT_OK;
 }
 
-dt_status dt_transform_apply(const dt_transform_cfg *cfg, const uint8_t *img, int img_w, int img_h,
-                             int stride, uint64_t seed, uint64_t epoch, uint64_t index, float *out,
-                             void *scratch, size_t scratch_bytes) {
+void dt_transform_plan_for(const dt_transform_cfg *cfg, int img_w, int img_h, uint64_t seed,
+                           uint64_t epoch, uint64_t index, dt_transform_plan *p) {
     int s = cfg->size;
-    dt_status cs = dt_transform_check(cfg);
-    if (cs != DT_OK) return cs;
+    memset(p, 0, sizeof *p);
+    if (cfg->train) {
+        dt_rrc_box(&cfg->rrc, img_w, img_h, seed, epoch, index, &p->box, &p->flip);
+        p->flip &= cfg->hflip != 0;
+        p->out_w = p->out_h = s;
+    } else {
+        p->box = (dt_box){0, 0, img_h, img_w};
+        eval_geometry(cfg, img_w, img_h, &p->out_w, &p->out_h, &p->win_x, &p->win_y);
+    }
+}
+
+int dt_transform_dct_denom(const dt_transform_plan *p, int max_denom) {
+    int d = 1;
+    /* the box at 1/(2d) must still cover the resized size: never an upscale after scaling */
+    while (2 * d <= max_denom && 2 * d <= 8 && (int64_t)p->box.width >= (int64_t)2 * d * p->out_w &&
+           (int64_t)p->box.height >= (int64_t)2 * d * p->out_h)
+        d *= 2;
+    return d;
+}
+
+void dt_transform_plan_scale(dt_transform_plan *p, int img_w, int img_h, int denom) {
+    if (denom <= 1) return;
+    /* the decoded image is ceil(side / denom) (libjpeg's scaled output); the box keeps every
+     * pixel it covered: [floor(x0 / d), ceil(x1 / d)) */
+    int sw = (img_w + denom - 1) / denom, sh = (img_h + denom - 1) / denom;
+    int x0 = p->box.left / denom, y0 = p->box.top / denom;
+    int x1 = (p->box.left + p->box.width + denom - 1) / denom;
+    int y1 = (p->box.top + p->box.height + denom - 1) / denom;
+    if (x1 > sw) x1 = sw;
+    if (y1 > sh) y1 = sh;
+    p->box = (dt_box){y0, x0, y1 - y0, x1 - x0};
+}
+
+dt_status dt_transform_run(const dt_transform_cfg *cfg, const dt_transform_plan *p,
+                           const uint8_t *img, int img_w, int img_h, int stride, uint64_t seed,
+                           uint64_t epoch, uint64_t index, float *out, void *scratch,
+                           size_t scratch_bytes) {
+    int s = cfg->size;
     if (!img || !out)
         return dt_error_set(DT_ERR_INVALID, "image_transform: %s is NULL", img ? "out" : "img");
     if (img_w < 1 || img_h < 1)
@@ -186,33 +227,33 @@ dt_status dt_transform_apply(const dt_transform_cfg *cfg, const uint8_t *img, in
         return dt_error_set(DT_ERR_INVALID, "image_transform: scratch of %zu bytes, %zu needed",
                             scratch_bytes, sb);
     uint8_t *sample = scratch; /* [s, s, 3] */
-    void *rs = (char *)scratch + sb;
-    size_t rsb = scratch_bytes - sb;
-    int flip = 0;
-    dt_status st;
-    if (cfg->train) {
-        dt_box box;
-        dt_rrc_box(&cfg->rrc, img_w, img_h, seed, epoch, index, &box, &flip);
-        flip &= cfg->hflip != 0;
-        st = dt_resize_bilinear_aa(img, img_w, img_h, stride, box, s, s, 0, 0, s, s, sample, s * 3,
-                                   rs, rsb);
-        if (st != DT_OK) return st;
-        dt_jitter_params j = cfg->jitter;
-        if (j.brightness > 0 || j.contrast > 0 || j.saturation > 0) {
-            dt_aug_rng r;
-            dt_jitter_draw d;
-            dt_aug_rng_init(&r, seed, epoch, index, DT_AUG_JITTER);
-            dt_jitter_sample(&j, &r, &d);
-            dt_jitter_apply(&d, sample, s, s, s * 3);
-        }
-    } else {
-        int rw, rh, wx, wy;
-        eval_geometry(cfg, img_w, img_h, &rw, &rh, &wx, &wy);
-        dt_box all = {0, 0, img_h, img_w};
-        st = dt_resize_bilinear_aa(img, img_w, img_h, stride, all, rw, rh, wx, wy, s, s, sample,
-                                   s * 3, rs, rsb);
-        if (st != DT_OK) return st;
+    dt_status st = dt_resize_bilinear_aa(img, img_w, img_h, stride, p->box, p->out_w, p->out_h,
+                                         p->win_x, p->win_y, s, s, sample, s * 3,
+                                         (char *)scratch + sb, scratch_bytes - sb);
+    if (st != DT_OK) return st;
+    dt_jitter_params j = cfg->jitter;
+    if (cfg->train && (j.brightness > 0 || j.contrast > 0 || j.saturation > 0)) {
+        dt_aug_rng r;
+        dt_jitter_draw d;
+        dt_aug_rng_init(&r, seed, epoch, index, DT_AUG_JITTER);
+        dt_jitter_sample(&j, &r, &d);
+        dt_jitter_apply(&d, sample, s, s, s * 3);
     }
-    dt_normalize_chw(sample, s, s, s * 3, &cfg->norm, flip, out);
+    dt_normalize_chw(sample, s, s, s * 3, &cfg->norm, p->flip, out);
     return DT_OK;
+}
+
+dt_status dt_transform_apply(const dt_transform_cfg *cfg, const uint8_t *img, int img_w, int img_h,
+                             int stride, uint64_t seed, uint64_t epoch, uint64_t index, float *out,
+                             void *scratch, size_t scratch_bytes) {
+    dt_status cs = dt_transform_check(cfg);
+    if (cs != DT_OK) return cs;
+    if (!img || !out)
+        return dt_error_set(DT_ERR_INVALID, "image_transform: %s is NULL", img ? "out" : "img");
+    if (img_w < 1 || img_h < 1)
+        return dt_error_set(DT_ERR_SHAPE, "image_transform: empty image %dx%d", img_w, img_h);
+    dt_transform_plan p;
+    dt_transform_plan_for(cfg, img_w, img_h, seed, epoch, index, &p);
+    return dt_transform_run(cfg, &p, img, img_w, img_h, stride, seed, epoch, index, out, scratch,
+                            scratch_bytes);
 }

@@ -152,4 +152,36 @@ dt_status dt_transform_apply(const dt_transform_cfg *cfg, const uint8_t *img, in
                              int stride, uint64_t seed, uint64_t epoch, uint64_t index, float *out,
                              void *scratch, size_t scratch_bytes);
 
+/* ---- The same in steps (the loader: decode scaled, then resize) ---- */
+
+/* One sample's geometry: the source box (in the pixels of the image as decoded), the size the
+ * box is resized to, the size x size window of that kept, and the flip. Train: the
+ * RandomResizedCrop box, out = size x size, window (0, 0); eval: the whole image, out = the
+ * Resize(resize) size, the centre window. */
+typedef struct dt_transform_plan {
+    dt_box box;
+    int out_w, out_h, win_x, win_y;
+    int flip;
+} dt_transform_plan;
+/* The plan for an image of img_w x img_h (full size, as displayed), keyed by (seed, epoch,
+ * index) as dt_transform_apply draws it. cfg must pass dt_transform_check. */
+void dt_transform_plan_for(const dt_transform_cfg *cfg, int img_w, int img_h, uint64_t seed,
+                           uint64_t epoch, uint64_t index, dt_transform_plan *p);
+/* The JPEG DCT scale for the plan: the largest d in {1, 2, 4, 8}, d <= max_denom, with
+ * box.width >= d * out_w and box.height >= d * out_h -- the box decoded at 1/d still covers
+ * the resized size, so the resize stays a downscale (or 1:1). */
+int dt_transform_dct_denom(const dt_transform_plan *p, int max_denom);
+/* Maps the plan's box to the image decoded at 1/denom (sides ceil(img / denom)): rows
+ * [floor(top / d), ceil((top + height) / d)), columns likewise, clamped to the image. out and
+ * window stay (the resized size is the full-size image's). */
+void dt_transform_plan_scale(dt_transform_plan *p, int img_w, int img_h, int denom);
+/* Scratch bytes dt_transform_run needs for this plan. */
+size_t dt_transform_plan_scratch(const dt_transform_cfg *cfg, const dt_transform_plan *p);
+/* Resize (box -> out, window kept), jitter (train; its draws keyed by seed, epoch, index), flip
+ * and normalise into out f32 [3, size, size]. img is [img_h, img_w, 3] as decoded. */
+dt_status dt_transform_run(const dt_transform_cfg *cfg, const dt_transform_plan *p,
+                           const uint8_t *img, int img_w, int img_h, int stride, uint64_t seed,
+                           uint64_t epoch, uint64_t index, float *out, void *scratch,
+                           size_t scratch_bytes);
+
 #endif

@@ -16,6 +16,7 @@
 #include <immintrin.h>
 #endif
 #include "data/dataset.h"
+#include "data/loader_image.h"
 #include "data/sampler.h"
 #include "dtrain/rng.h"
 
@@ -41,6 +42,11 @@ typedef struct piece {
     int64_t doc, start, len;
 } piece;
 
+typedef struct worker_arg {
+    struct dt_loader *l;
+    int idx; /* which scratch: the thread's own */
+} worker_arg;
+
 struct dt_loader {
     const dt_dataset *d;
     dt_loader_config c;
@@ -48,6 +54,12 @@ struct dt_loader {
     /* images */
     int C, H, W;
     float scale[4], bias[4];
+    /* encoded images: the transform, each prefetch thread's decode buffers (the caller's
+     * thread uses [0] when there are none) */
+    dt_transform_cfg tc;
+    dt_enc_scratch scr[MAX_THREADS];
+    worker_arg args[MAX_THREADS];
+    _Atomic int64_t undecodable; /* images that failed to decode (on_corrupt=skip) */
     /* tokens */
     int64_t T;
     piece *pieces;
@@ -89,6 +101,10 @@ void dt_loader_config_default(dt_loader_config *c) {
     c->queue_depth = 4;
     c->crop_padding = 4;
     c->hflip = 1;
+    c->image_size = 224;
+    c->crop_scale[0] = 0.08, c->crop_scale[1] = 1.0;
+    c->crop_ratio[0] = 3.0 / 4.0, c->crop_ratio[1] = 4.0 / 3.0;
+    c->dct_scaling = 1;
     for (int i = 0; i < 4; i++) c->mean[i] = 0.0f, c->std[i] = 1.0f;
     c->seq_len = 256;
     c->pack = DT_PACK_CONCAT;
@@ -242,6 +258,41 @@ static dt_status fill_images(dt_loader *l, slot *s, int64_t epoch, int64_t n) {
     return DT_OK;
 }
 
+/* Encoded images: decode + transform each sample into its place in the slot. With
+ * skip_corrupt, a record in a corrupt block or one that does not decode is replaced by the next
+ * one that does (its draws stay keyed by the sample's id, as for stored images). */
+static dt_status fill_encoded(dt_loader *l, slot *s, int64_t epoch, int64_t n,
+                              dt_enc_scratch *scr) {
+    const dt_loader_config *c = &l->c;
+    const int64_t chw = (int64_t)l->C * l->H * l->W, records = l->d->info.records;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t id = s->samples[i], src = id;
+        for (int64_t tries = 0;; tries++) {
+            int undecodable;
+            dt_status st = dt_enc_sample(l->d, &l->tc, c->dct_scaling, c->seed, epoch, id, src, scr,
+                                         s->images + i * chw, &s->labels[i], &undecodable);
+            if (st == DT_OK) break;
+            if (st == DT_ERR_NOMEM || !c->skip_corrupt) return st;
+            if (undecodable) {
+                /* intact bytes that are not an image: warned about for the first few */
+                int64_t k = atomic_fetch_add(&l->undecodable, 1);
+                if (k < 8)
+                    fprintf(stderr,
+                            "dtrain: warning: %s; using the next record "
+                            "(data.on_corrupt=skip)%s\n",
+                            dt_last_error(), k == 7 ? "; further ones not reported" : "");
+                dt_error_clear();
+            } else if ((st = corrupt(l, st)) != DT_OK) {
+                return st;
+            }
+            if (tries + 1 >= records)
+                return dt_error_set(DT_ERR_FORMAT, "%s: no record decodes", l->d->dir);
+            src = (src + 1) % records;
+        }
+    }
+    return DT_OK;
+}
+
 /* ---- tokens ---- */
 
 /* Document-relative position of global token t: finds its document. */
@@ -348,17 +399,19 @@ static dt_status fill_tokens(dt_loader *l, slot *s, int64_t n) {
     return DT_OK;
 }
 
-static dt_status fill(dt_loader *l, slot *s, int64_t seq) {
+static dt_status fill(dt_loader *l, slot *s, int64_t seq, dt_enc_scratch *scr) {
     int64_t g = l->start_batch + seq;
     int64_t epoch = l->start_epoch + g / l->bpe, index = g % l->bpe, n;
     batch_samples(l, epoch, index, s->samples, &n);
-    dt_status st =
-        l->d->info.kind == DT_DATA_IMAGE ? fill_images(l, s, epoch, n) : fill_tokens(l, s, n);
+    dt_data_kind kind = l->d->info.kind;
+    dt_status st = kind == DT_DATA_IMAGE     ? fill_images(l, s, epoch, n)
+                   : kind == DT_DATA_ENCODED ? fill_encoded(l, s, epoch, n, scr)
+                                             : fill_tokens(l, s, n);
     dt_batch *b = &s->b;
     memset(b, 0, sizeof *b);
     b->epoch = epoch, b->index = index, b->n = n;
     b->samples = s->samples;
-    if (l->d->info.kind == DT_DATA_IMAGE) {
+    if (kind != DT_DATA_TOKENS) {
         b->images = s->images, b->labels = s->labels;
     } else {
         b->inputs = s->inputs, b->targets = s->targets;
@@ -371,7 +424,8 @@ static dt_status fill(dt_loader *l, slot *s, int64_t seq) {
 /* ---- threads ---- */
 
 static void *worker(void *arg) {
-    dt_loader *l = arg;
+    dt_loader *l = ((worker_arg *)arg)->l;
+    dt_enc_scratch *scr = &l->scr[((worker_arg *)arg)->idx];
     pthread_mutex_lock(&l->mu);
     for (;;) {
         while (!l->stop && l->slots[l->next_produce % l->Q].state != SLOT_FREE)
@@ -382,7 +436,7 @@ static void *worker(void *arg) {
         s->state = SLOT_FILLING;
         s->seq = k;
         pthread_mutex_unlock(&l->mu);
-        dt_status st = fill(l, s, k);
+        dt_status st = fill(l, s, k, scr);
         pthread_mutex_lock(&l->mu);
         s->st = st;
         s->state = SLOT_READY;
@@ -407,7 +461,8 @@ static dt_status start_threads(dt_loader *l) {
     l->next_consume = l->next_produce = 0;
     l->held = -1;
     for (int i = 0; i < l->c.prefetch_threads; i++) {
-        if (pthread_create(&l->threads[i], NULL, worker, l) != 0) {
+        l->args[i] = (worker_arg){l, i};
+        if (pthread_create(&l->threads[i], NULL, worker, &l->args[i]) != 0) {
             stop_threads(l);
             return dt_error_set(DT_ERR_INTERNAL, "loader: cannot start prefetch thread %d", i);
         }
@@ -465,11 +520,6 @@ dt_status dt_loader_open(const dt_dataset *d, const dt_loader_config *cfg, dt_lo
     if (c.prefetch_threads < 0 || c.prefetch_threads > MAX_THREADS)
         return dt_error_set(DT_ERR_INVALID, "loader: prefetch threads %d outside [0, %d]",
                             c.prefetch_threads, MAX_THREADS);
-    if (in->kind == DT_DATA_ENCODED)
-        return dt_error_set(DT_ERR_INVALID,
-                            "loader: %s holds encoded images (kind encoded-image), which the "
-                            "loader does not decode yet",
-                            d->dir);
     if (c.queue_depth <= 0) c.queue_depth = 4;
     if (c.queue_depth < c.prefetch_threads + 1) c.queue_depth = c.prefetch_threads + 1;
     if (in->kind == DT_DATA_IMAGE && c.augment && (c.crop_padding < 0 || c.crop_padding > 1024))
@@ -484,7 +534,11 @@ dt_status dt_loader_open(const dt_dataset *d, const dt_loader_config *cfg, dt_lo
     if (!l) return dt_error_set(DT_ERR_NOMEM, "loader: out of memory");
     l->d = d, l->c = c, l->Q = c.queue_depth, l->held = -1;
     dt_status st = DT_OK;
-    if (in->kind == DT_DATA_IMAGE) {
+    if (in->kind == DT_DATA_ENCODED) {
+        l->n = in->records;
+        st = dt_enc_transform_cfg(&c, &l->tc);
+        l->C = 3, l->H = l->W = l->tc.size;
+    } else if (in->kind == DT_DATA_IMAGE) {
         l->n = in->records;
         l->C = in->channels, l->H = in->height, l->W = in->width;
         for (int ch = 0; ch < l->C; ch++) {
@@ -535,7 +589,7 @@ dt_status dt_loader_open(const dt_dataset *d, const dt_loader_config *cfg, dt_lo
         slot *s = &l->slots[i];
         s->samples = malloc((size_t)B * 8);
         int ok = s->samples != NULL;
-        if (in->kind == DT_DATA_IMAGE) {
+        if (in->kind != DT_DATA_TOKENS) {
             s->images = malloc((size_t)(B * l->C * l->H * l->W) * 4);
             s->labels = malloc((size_t)B * 4);
             ok = ok && s->images && s->labels;
@@ -588,7 +642,7 @@ dt_status dt_loader_next(dt_loader *l, dt_batch *b) {
     s = &l->slots[k % l->Q];
     if (l->n_threads == 0) {
         pthread_mutex_unlock(&l->mu);
-        s->st = fill(l, s, k);
+        s->st = fill(l, s, k, &l->scr[0]);
         pthread_mutex_lock(&l->mu);
         s->state = SLOT_READY;
         l->next_produce = k + 1;
@@ -622,6 +676,9 @@ int64_t dt_loader_dataset_samples(const dt_loader *l) {
 int64_t dt_loader_rank_samples(const dt_loader *l) {
     return l->per_rank;
 }
+void dt_loader_image_shape(const dt_loader *l, int *c, int *h, int *w) {
+    *c = l->C, *h = l->H, *w = l->W;
+}
 
 void dt_loader_close(dt_loader *l) {
     if (!l) return;
@@ -629,6 +686,7 @@ void dt_loader_close(dt_loader *l) {
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv_ready);
     pthread_cond_destroy(&l->cv_free);
+    for (int i = 0; i < MAX_THREADS; i++) dt_enc_scratch_free(&l->scr[i]);
     for (int i = 0; i < l->Q; i++) {
         slot *s = &l->slots[i];
         free(s->samples), free(s->images), free(s->labels), free(s->inputs), free(s->targets);

@@ -53,7 +53,7 @@ static dt_status open_data(dt_trainer *t, const dt_config *cfg) {
             return dt_error_set(DT_ERR_INVALID,
                                 "data.val: does not match data.train (kind or image shape)");
     }
-    t->task = ti->kind == DT_DATA_IMAGE ? DT_TASK_IMAGE : DT_TASK_LM;
+    t->task = ti->kind == DT_DATA_TOKENS ? DT_TASK_LM : DT_TASK_IMAGE;
     return DT_OK;
 }
 
@@ -96,8 +96,37 @@ static dt_status open_train_loader(dt_trainer *t, dt_loader_config *lc_out, dt_l
                                                     are the one-process batch k of world x b */
     if (t->uneven) lc.global_batch = t->G, lc.global_offset = t->share_off; /* contiguous parts */
     if (t->task == DT_TASK_IMAGE) {
-        image_stats(t->train_ds, in, lc.mean, lc.std);
-        lc.augment = t->v.data.augment;
+        const dt_config_values *v = &t->v;
+        double m[4], sd[4], a[4];
+        int nm = 0, ns = 0, n;
+        /* the lists were checked by dt_config_validate */
+        dt_config_numbers(&v->data.mean, "data.mean", m, 4, &nm);
+        dt_config_numbers(&v->data.std, "data.std", sd, 4, &ns);
+        if (nm > 0) {
+            for (int c = 0; c < 4; c++)
+                lc.mean[c] = (float)m[nm == 1  ? 0
+                                      : c < nm ? c
+                                               : 0],
+                lc.std[c] = (float)sd[ns == 1  ? 0
+                                      : c < ns ? c
+                                               : 0];
+        } else if (in->kind == DT_DATA_ENCODED) {
+            /* torchvision's ImageNet normalisation */
+            const float im[3] = {0.485f, 0.456f, 0.406f}, is[3] = {0.229f, 0.224f, 0.225f};
+            for (int c = 0; c < 3; c++) lc.mean[c] = im[c], lc.std[c] = is[c];
+        } else {
+            image_stats(t->train_ds, in, lc.mean, lc.std);
+        }
+        lc.augment = v->data.augment;
+        lc.image_size = (int)t->H;
+        lc.resize = (int)v->data.resize;
+        lc.dct_scaling = v->data.dct_scaling;
+        dt_config_numbers(&v->data.crop_scale, "data.crop_scale", a, 4, &n);
+        if (n == 2) lc.crop_scale[0] = a[0], lc.crop_scale[1] = a[1];
+        dt_config_numbers(&v->data.crop_ratio, "data.crop_ratio", a, 4, &n);
+        if (n == 2) lc.crop_ratio[0] = a[0], lc.crop_ratio[1] = a[1];
+        dt_config_numbers(&v->data.jitter, "data.jitter", a, 4, &n);
+        for (int c = 0; c < 3 && c < n; c++) lc.jitter[c] = (float)a[c];
     }
     if (lc_out) *lc_out = lc;
     return dt_loader_open(t->train_ds, &lc, out) != DT_OK ? DT_ERR_INVALID : DT_OK;
@@ -199,7 +228,9 @@ static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
     const dt_config_values *v = &t->v;
     if (t->task == DT_TASK_IMAGE) {
         t->C = in->channels, t->H = in->height, t->W = in->width, t->classes = in->classes;
-        if (v->data.image_size && (v->data.image_size != t->H || v->data.image_size != t->W))
+        if (in->kind == DT_DATA_ENCODED) /* decoded and transformed to 3 x size x size */
+            t->C = 3, t->H = t->W = v->data.image_size ? v->data.image_size : 224;
+        else if (v->data.image_size && (v->data.image_size != t->H || v->data.image_size != t->W))
             return dt_error_set(DT_ERR_INVALID,
                                 "data.image_size: %lld, but the images are %dx%d (resizing is "
                                 "not supported; use 0)",
@@ -289,7 +320,7 @@ dt_status dt_train_build_graph(dt_trainer *t) {
         const dt_tensor *ls = dt_graph_shape(g, t->logits);
         flat = dt_reshape(g, t->logits, 2, (int64_t[]){t->B * t->T, ls->shape[ls->ndim - 1]});
     }
-    t->loss = dt_cross_entropy(g, flat, t->y, 0.0f, -100);
+    t->loss = dt_cross_entropy(g, flat, t->y, (float)v->train.label_smoothing, -100);
     if (t->loss < 0 || dt_graph_keep(g, t->logits) != DT_OK) return DT_ERR_INVALID;
     /* ZeRO shards are equal slices of the flat buffers padded to world x shard elements. */
     dt_graph_opts go = {0};

@@ -7,3 +7,9 @@ dt_test(NAME config_plan_compare SOURCES config/test_plan_compare.c ${PROJECT_SO
         LABELS unit ARGS ${PROJECT_SOURCE_DIR})
 # dist.batch_shares: parsing, auto, and the split of measured rates into parts
 dt_test(NAME config_shares SOURCES config/test_shares.c LABELS unit)
+# examples/resnet152-imagenet.yaml validates and plans (its data paths are placeholders: the
+# plan reads the image size from the config).
+add_test(NAME config_plan_resnet152_imagenet COMMAND dtrain plan
+         ${PROJECT_SOURCE_DIR}/examples/resnet152-imagenet.yaml)
+set_tests_properties(config_plan_resnet152_imagenet PROPERTIES LABELS unit TIMEOUT 60
+                     PASS_REGULAR_EXPRESSION "resnet-152: stock stem.*batch 64 x 224x224 images")

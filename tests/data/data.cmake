@@ -63,3 +63,12 @@ dt_ref_venv(NAME ref_chat_templates SCRIPT tests/ref/ref_chat_templates.py TIMEO
 set_tests_properties(ref_chat_templates PROPERTIES LABELS "parity;data")
 dt_test(NAME test_chat_parity SOURCES data/test_chat_parity.c LABELS parity data
         ARGS ${DT_REF_DIR} FIXTURES_REQUIRED ref_chat_templates TIMEOUT 60)
+# The loader on encoded images: threads, resume, DCT-scaled decode, eval, corrupt records.
+dt_test(NAME test_loader_images SOURCES data/test_loader_images.c LABELS unit data TIMEOUT 60)
+# Encoded photos end to end: the loader's batches against torchvision on the same boxes (with
+# and without DCT scaling), import -> train -> resume bit-exact (the venv's; skipped without it).
+add_test(NAME data_loader_images COMMAND ${PROJECT_SOURCE_DIR}/tests/data/loader_images.sh
+         $<TARGET_FILE:dtrain> $<TARGET_FILE:test_loader_images> ${PROJECT_SOURCE_DIR}
+         ${CMAKE_CURRENT_BINARY_DIR})
+set_tests_properties(data_loader_images PROPERTIES LABELS "e2e;data;parity" TIMEOUT 180
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "DT_VENV_PYTHON=${DT_VENV_PYTHON}")

@@ -38,6 +38,14 @@ case_ channels "model.in_channels" "$ex" "${base[@]}" model.in_channels=3
 case_ classes "model.num_classes" "$ex" "${base[@]}" model.num_classes=5
 case_ model-data-kind "model.kind" "$ex" "${base[@]}" model.kind=llama model.hf_path=$repo/examples/llama-tiny
 case_ lora-resnet "lora" "$ex" "${base[@]}" lora.enabled=true
+# the photo transform keys
+case_ crop-scale "data.crop_scale: need two numbers [min, max] with 0 < min <= max <= 1" "$ex" "${base[@]}" data.crop_scale=0.5,1.5
+case_ crop-ratio "data.crop_ratio: item 2 'x' is not a number" "$ex" "${base[@]}" data.crop_ratio=3/4,x
+case_ jitter "data.jitter: need three numbers >= 0" "$ex" "${base[@]}" data.jitter=0.4,0.4
+case_ mean-std "data.mean has 3 numbers, data.std 0" "$ex" "${base[@]}" data.mean=0.5,0.5,0.5
+case_ std-zero "data.std: item 2 is 0, not > 0" "$ex" "${base[@]}" data.mean=0,0,0 data.std=1,0,1
+case_ resize "data.resize 200 is below the image size 224" "$ex" "${base[@]}" data.image_size=224 data.resize=200
+case_ label-smoothing "train.label_smoothing" "$ex" "${base[@]}" train.label_smoothing=1
 # a short run with the example's warmup: the message says what to set
 case_ short-warmup "e.g. schedule.warmup_steps=2, or a later end, schedule.total_steps=51" "$ex" "${base[@]}" train.steps=20 schedule.warmup_steps=50
 # bf16 on a CPU without bf16 instructions and without the test hook (DT_CPU_BF16=none: as such
