@@ -3,8 +3,8 @@
  * errors, timeouts, 5xx and throttling, error classification, and a minimal XML reader for the
  * few S3 responses we parse. Everything here is thread-safe: a failure message is returned in
  * the response (worker threads cannot use the thread-local dt_error_set). */
-#ifndef DT_CKPT_S3_HTTP_H
-#define DT_CKPT_S3_HTTP_H
+#ifndef DT_STORE_S3_HTTP_H
+#define DT_STORE_S3_HTTP_H
 
 #include <curl/curl.h>
 #include "dtrain/storage.h"

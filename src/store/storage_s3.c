@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include "ckpt/s3_http.h"
+#include "store/s3_http.h"
 #include "core/fsmode.h"
-#include "ckpt/storage_impl.h"
+#include "store/storage_impl.h"
 
 enum { POOL = 32 };
 #define MIN_PART ((size_t)5 << 20) /* S3 refuses smaller parts (except the last) */

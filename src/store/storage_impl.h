@@ -1,7 +1,7 @@
 /* Internal storage interface: a vtable per backend (POSIX, S3). storage.c checks keys and
  * arguments before a backend sees them. */
-#ifndef DT_CKPT_STORAGE_IMPL_H
-#define DT_CKPT_STORAGE_IMPL_H
+#ifndef DT_STORE_STORAGE_IMPL_H
+#define DT_STORE_STORAGE_IMPL_H
 
 #include "dtrain/storage.h"
 

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
-#include "ckpt/s3_http.h"
+#include "store/s3_http.h"
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc;

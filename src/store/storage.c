@@ -3,7 +3,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "ckpt/storage_impl.h"
+#include "store/storage_impl.h"
 
 dt_store_opts dt_store_opts_default(void) {
     dt_store_opts o = {.multipart_threshold = (size_t)64 << 20,

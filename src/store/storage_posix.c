@@ -23,7 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "ckpt/storage_impl.h"
+#include "store/storage_impl.h"
 #include "core/fsinfo.h"
 #include "core/file.h"
 #include "core/fsmode.h"
