@@ -322,6 +322,11 @@ dt_status dt_s3_do(CURL *h, const s3_conf *c, const s3_req *r, s3_resp *out) {
         if (!(t = curl_slist_append(hdr, line))) goto nomem;
         hdr = t;
     }
+    if (r->range) {
+        snprintf(line, sizeof line, "Range: %s", r->range);
+        if (!(t = curl_slist_append(hdr, line))) goto nomem;
+        hdr = t;
+    }
     if (c->session_token[0]) {
         snprintf(line, sizeof line, "x-amz-security-token: %s", c->session_token);
         if (!(t = curl_slist_append(hdr, line))) goto nomem;

@@ -29,7 +29,8 @@ typedef struct s3_req {
     const void *body;   /* request body (PUT, POST) */
     size_t n;
     const char *content_type; /* or NULL */
-    int error_in_200; /* a 200 whose body is an <Error> is an error (CompleteMultipartUpload) */
+    int error_in_200;  /* a 200 whose body is an <Error> is an error (CompleteMultipartUpload) */
+    const char *range; /* "bytes=A-B" (a ranged GET), or NULL */
 } s3_req;
 
 typedef struct s3_resp {
