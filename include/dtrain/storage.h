@@ -78,6 +78,11 @@ typedef dt_status (*dt_store_chunk_fn)(void *ud, size_t off, const void *p, size
  * dt_store_get's, naming the key. */
 dt_status dt_store_get_stream(dt_store *s, const char *key, size_t max_bytes, dt_store_chunk_fn fn,
                               void *ud, size_t *total);
+/* Reads bytes [off, off + len) of an object into buf [len] (S3: one GET with a Range header,
+ * retried as dt_store_get; POSIX: pread), so that a reader fetches just the blocks it needs.
+ * The range must lie inside the object: a short one is DT_ERR_RANGE naming the key and the
+ * bytes asked. len 0 reads nothing. */
+dt_status dt_store_get_range(dt_store *s, const char *key, uint64_t off, size_t len, void *buf);
 /* Size of an object; DT_ERR_NOTFOUND if it does not exist. */
 dt_status dt_store_stat(dt_store *s, const char *key, size_t *n);
 /* Every key under prefix ("" = all; a prefix ending in '/' lists a "directory" recursively),

@@ -203,7 +203,7 @@ static int writer_idle(dt_ckpt_saver *s) {
 /* ---- snapshot ----------------------------------------------------------------------------- */
 
 /* Snapshot buffers start on a 4096-byte boundary, so that the POSIX store writes them with
- * O_DIRECT (no page-cache copy: see src/ckpt/storage_posix.c). */
+ * O_DIRECT (no page-cache copy: see src/store/storage_posix.c). */
 enum { SNAP_ALIGN = 4096 };
 
 /* Grows a reused buffer (kept across saves: the pages are touched once). `touch`: write every

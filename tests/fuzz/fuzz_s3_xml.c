@@ -1,4 +1,4 @@
-/* Fuzz target: the S3 replies dtrain parses (src/ckpt/storage_s3.c, src/ckpt/s3_http.c):
+/* Fuzz target: the S3 replies dtrain parses (src/store/storage_s3.c, src/store/s3_http.c):
  * ListObjectsV2 pages (keys as XML text with entities, IsTruncated, continuation tokens), the
  * UploadId of CreateMultipartUpload, CompleteMultipartUpload's reply (an <Error> inside a 200),
  * and <Error><Code>/<Message> bodies of failed requests.

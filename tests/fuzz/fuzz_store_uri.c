@@ -1,5 +1,5 @@
-/* Fuzz target: storage URLs and object keys (src/ckpt/storage.c: the scheme dispatch and the key
- * checks that keep keys inside the store's root; src/ckpt/storage_s3.c: s3://BUCKET/PREFIX and
+/* Fuzz target: storage URLs and object keys (src/store/storage.c: the scheme dispatch and the key
+ * checks that keep keys inside the store's root; src/store/storage_s3.c: s3://BUCKET/PREFIX and
  * the AWS_* environment it reads when opening; src/config/config.c: dt_cfg_uri_problem, the
  * config's check of ckpt.dir-style URIs). Nothing here touches the network: opening an s3://
  * store only parses and checks; no request is made.

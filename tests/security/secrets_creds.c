@@ -1,4 +1,4 @@
-/* S3 credentials from the shared credentials file (src/ckpt/storage_s3.c), through
+/* S3 credentials from the shared credentials file (src/store/storage_s3.c), through
  * dt_store_open("s3://..."), and which key a request is then signed with: a one-shot HTTP
  * server in this process reads the request's Authorization header (SigV4:
  * "Credential=KEYID/date/region/s3/aws4_request") and answers 404 to the HEAD of dt_store_stat.

@@ -1,4 +1,4 @@
-# Checkpoint storage (src/ckpt/storage*.c, s3_http.c). test_storage runs the same contract
+# Checkpoint storage (src/store/storage*.c, s3_http.c). test_storage runs the same contract
 # checks on any backend: POSIX on a temporary directory (unit), and S3 against a real SeaweedFS
 # cluster (master, volume server, filer, S3 gateway) that tests/storage/seaweed.sh starts on
 # 127.0.0.1 for each test and stops afterwards (storage;e2e; SKIP when the weed binary from

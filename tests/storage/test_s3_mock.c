@@ -16,7 +16,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-#include "ckpt/s3_http.h"
+#include "store/s3_http.h"
 #include "dtrain/storage.h"
 #include "harness.h"
 

@@ -13,6 +13,7 @@
  * same bandwidth. */
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -23,7 +24,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "ckpt/storage_impl.h"
+#include "store/storage_impl.h"
 #include "core/fsinfo.h"
 #include "core/file.h"
 #include "core/fsmode.h"
@@ -259,6 +260,28 @@ static dt_status posix_get_into(dt_store *s, const char *key, void *buf, size_t 
     if ((st = read_all(s, key, fd, buf, size)) != DT_OK) return st;
     *n = size;
     return DT_OK;
+}
+
+static dt_status posix_get_range(dt_store *s, const char *key, uint64_t off, size_t len, void *buf,
+                                 size_t *got) {
+    int fd;
+    size_t size;
+    dt_status st = open_read(s, key, &fd, &size);
+    if (st != DT_OK) return st;
+    size_t want = off >= size ? 0 : (size - off < len ? size - (size_t)off : len);
+    *got = 0;
+    while (*got < want) {
+        ssize_t r = pread(fd, (char *)buf + *got, want - *got, (off_t)(off + *got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            st = dt_error_set(DT_ERR_IO, "storage get: %s: %s: read at byte %" PRIu64 ": %s",
+                              s->url, key, off + *got, r < 0 ? strerror(errno) : "file shrank");
+            break;
+        }
+        *got += (size_t)r;
+    }
+    close(fd);
+    return st;
 }
 
 static dt_status posix_get(dt_store *s, const char *key, void **data, size_t *n) {
@@ -532,9 +555,9 @@ static void posix_close(dt_store *s) {
     free(p);
 }
 
-static const dt_store_ops posix_ops = {"posix",     posix_put,      posix_get,
-                                       posix_stat,  posix_list,     posix_del,
-                                       posix_close, posix_get_into, posix_get_stream};
+static const dt_store_ops posix_ops = {
+    "posix",   posix_put,   posix_get,      posix_stat,       posix_list,
+    posix_del, posix_close, posix_get_into, posix_get_stream, posix_get_range};
 
 dt_status dt_store_posix_open(dt_store *s, const char *path) {
     if (!*path) return dt_error_set(DT_ERR_INVALID, "storage open: %s: empty path", s->url);

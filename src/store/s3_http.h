@@ -3,8 +3,8 @@
  * errors, timeouts, 5xx and throttling, error classification, and a minimal XML reader for the
  * few S3 responses we parse. Everything here is thread-safe: a failure message is returned in
  * the response (worker threads cannot use the thread-local dt_error_set). */
-#ifndef DT_CKPT_S3_HTTP_H
-#define DT_CKPT_S3_HTTP_H
+#ifndef DT_STORE_S3_HTTP_H
+#define DT_STORE_S3_HTTP_H
 
 #include <curl/curl.h>
 #include "dtrain/storage.h"
@@ -29,7 +29,8 @@ typedef struct s3_req {
     const void *body;   /* request body (PUT, POST) */
     size_t n;
     const char *content_type; /* or NULL */
-    int error_in_200; /* a 200 whose body is an <Error> is an error (CompleteMultipartUpload) */
+    int error_in_200;  /* a 200 whose body is an <Error> is an error (CompleteMultipartUpload) */
+    const char *range; /* "bytes=A-B" (a ranged GET), or NULL */
 } s3_req;
 
 typedef struct s3_resp {

@@ -1,9 +1,10 @@
 /* Storage front end: URL dispatch, key checks, sorted listings. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "ckpt/storage_impl.h"
+#include "store/storage_impl.h"
 
 dt_store_opts dt_store_opts_default(void) {
     dt_store_opts o = {.multipart_threshold = (size_t)64 << 20,
@@ -152,6 +153,22 @@ dt_status dt_store_get_stream(dt_store *s, const char *key, size_t max_bytes, dt
     if (st == DT_OK) *total = len;
     free(data);
     return st;
+}
+
+dt_status dt_store_get_range(dt_store *s, const char *key, uint64_t off, size_t len, void *buf) {
+    if (!s || (len && !buf)) return dt_error_set(DT_ERR_INVALID, "storage get: NULL argument");
+    dt_status st = check_key(s, "get", key, 0);
+    if (st != DT_OK || !len) return st;
+    if (off > UINT64_MAX - len)
+        return dt_error_set(DT_ERR_RANGE, "storage get: %s/%s: range overflows", s->url, key);
+    size_t got = 0;
+    if ((st = s->ops->get_range(s, key, off, len, buf, &got)) != DT_OK) return st;
+    if (got != len)
+        return dt_error_set(DT_ERR_RANGE,
+                            "storage get: %s/%s: bytes %" PRIu64 "-%" PRIu64
+                            " asked, the object has only %zu of them",
+                            s->url, key, off, off + len - 1, got);
+    return DT_OK;
 }
 
 dt_status dt_store_stat(dt_store *s, const char *key, size_t *n) {

@@ -1,7 +1,7 @@
 /* Internal storage interface: a vtable per backend (POSIX, S3). storage.c checks keys and
  * arguments before a backend sees them. */
-#ifndef DT_CKPT_STORAGE_IMPL_H
-#define DT_CKPT_STORAGE_IMPL_H
+#ifndef DT_STORE_STORAGE_IMPL_H
+#define DT_STORE_STORAGE_IMPL_H
 
 #include "dtrain/storage.h"
 
@@ -24,6 +24,10 @@ typedef struct dt_store_ops {
      * uses get, then hands the buffer over in chunks. */
     dt_status (*get_stream)(dt_store *s, const char *key, size_t max_bytes, size_t chunk,
                             dt_store_chunk_fn fn, void *ud, size_t *total);
+    /* bytes [off, off + len) into buf; *got: how many the object had there (< len: it ends
+     * first) */
+    dt_status (*get_range)(dt_store *s, const char *key, uint64_t off, size_t len, void *buf,
+                           size_t *got);
 } dt_store_ops;
 
 struct dt_store {

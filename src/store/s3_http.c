@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
-#include "ckpt/s3_http.h"
+#include "store/s3_http.h"
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc;
@@ -319,6 +319,11 @@ dt_status dt_s3_do(CURL *h, const s3_conf *c, const s3_req *r, s3_resp *out) {
     hdr = t;
     if (r->content_type) {
         snprintf(line, sizeof line, "Content-Type: %s", r->content_type);
+        if (!(t = curl_slist_append(hdr, line))) goto nomem;
+        hdr = t;
+    }
+    if (r->range) {
+        snprintf(line, sizeof line, "Range: %s", r->range);
         if (!(t = curl_slist_append(hdr, line))) goto nomem;
         hdr = t;
     }
