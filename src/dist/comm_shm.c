@@ -335,6 +335,7 @@ size_t dt_comm_peer_rss(void) {
 }
 
 #else
+#include "dtrain/dist.h" /* size_t; without MPI there are no peer ranks on this host */
 size_t dt_comm_peer_rss(void) {
     return 0;
 }
