@@ -7,7 +7,11 @@
 # Made for a machine with no network: nothing is downloaded. It needs nvcc, CMake, ninja and a C
 # compiler, and the Debian libraries dtrain's CPU side links (oneDNN, OpenBLAS, cJSON, PCRE2,
 # xxHash, libyaml, zlib, libcurl, OpenSSL, SQLite, libmicrohttpd, TurboJPEG, libpng, libwebp):
-# either installed, or unpacked under DT_DEPS_PREFIX (a folder with usr/include, usr/lib/...).
+# either installed, or unpacked under DT_DEPS_PREFIX (a folder with usr/include, usr/lib/...),
+# or, without DT_DEPS_PREFIX, the bundle that scripts/gpu-bundle.sh makes in .gpu-deps (carried
+# as .gpu-deps/carry, unpacked here into .gpu-deps/root). MPI is left out (-DCMAKE_DISABLE_FIND_
+# PACKAGE_MPI=ON) and so is the CLI (-DDT_CLI=OFF: no cairo needed). DT_GPU_BUILD names the build
+# folder (default build-gpu), DT_GPU_JOBS the parallel jobs (default: every core).
 # It builds only the device tests and the library (not the CLI or the other tests), for sm_90
 # only, then runs ctest -L gpu, then compares the GEMM speed with PyTorch's on the same GPU when
 # python3 has torch. Every step's output goes to OUT_DIR; the summary is OUT_DIR/summary.txt.
@@ -17,7 +21,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-${OUT:-$PWD/gpu-check-out}}
 mkdir -p "$out"
 build=${DT_GPU_BUILD:-$repo/build-gpu}
-jobs=$(nproc 2>/dev/null || echo 4)
+jobs=${DT_GPU_JOBS:-$(nproc 2>/dev/null || echo 4)}
 sum=$out/summary.txt
 : >"$sum"
 say() { echo "$*" | tee -a "$sum"; }
@@ -37,16 +41,55 @@ if [[ -z "$nvcc_bin" ]]; then
 fi
 say "nvcc: $("$nvcc_bin" --version | tail -1)"
 
-# Libraries from a carried prefix (unpacked .deb files), if given.
+# Libraries from a carried prefix (unpacked .deb files, scripts/gpu-bundle.sh). Without
+# DT_DEPS_PREFIX, the bundle in .gpu-deps is used when there is one: .gpu-deps/root, else
+# .gpu-deps/carry/root.tar.xz (what `run` carries), unpacked into .gpu-deps/root first.
+bundle=$repo/.gpu-deps
+if [[ -z "${DT_DEPS_PREFIX:-}" && ! -d $bundle/root && -f $bundle/carry/root.tar.xz ]]; then
+  if ! tar -C "$bundle" -xJf "$bundle/carry/root.tar.xz" 2>"$out/unpack.log"; then
+    say "FAIL: could not unpack $bundle/carry/root.tar.xz (see unpack.log)"
+    exit 1
+  fi
+fi
+if [[ -z "${DT_DEPS_PREFIX:-}" && -d $bundle/root ]]; then
+  DT_DEPS_PREFIX=$bundle/root
+fi
 cm_extra=()
+lib_path=
 if [[ -n "${DT_DEPS_PREFIX:-}" ]]; then
-  p=$DT_DEPS_PREFIX
-  cm_extra+=("-DCMAKE_PREFIX_PATH=$p/usr;$p/usr/lib/x86_64-linux-gnu"
+  p=$(cd "$DT_DEPS_PREFIX" && pwd)
+  lib=$p/usr/lib/x86_64-linux-gnu
+  ob=$lib/openblas-openmp
+  lib_path=$lib:$ob
+  # pkg-config of the prefix only (its .pc files say /usr: the sysroot puts $p in front). The
+  # bundle's pkgconf, through a wrapper that finds its libpkgconf, when the prefix has one.
+  export PKG_CONFIG_LIBDIR=$lib/pkgconfig:$p/usr/share/pkgconfig PKG_CONFIG_SYSROOT_DIR=$p
+  unset PKG_CONFIG_PATH
+  if [[ -x $p/usr/bin/pkgconf ]]; then
+    mkdir -p "$build"
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$lib" "$p/usr/bin/pkgconf" \
+      >"$build/dt-pkg-config"
+    chmod +x "$build/dt-pkg-config"
+    cm_extra+=("-DPKG_CONFIG_EXECUTABLE=$build/dt-pkg-config")
+  fi
+  # OpenBLAS and cblas.h are looked for at fixed Debian paths (CMakeLists.txt): named here. The
+  # libraries' own dependencies (libcurl's libnghttp2, ...) are in the prefix too: -rpath-link
+  # for the linker, and an RPATH (DT_RPATH, which also serves the libraries' dependencies,
+  # unlike RUNPATH) so that the tests run without LD_LIBRARY_PATH.
+  cm_extra+=("-DCMAKE_PREFIX_PATH=$p/usr;$lib"
              "-DCMAKE_INCLUDE_PATH=$p/usr/include;$p/usr/include/x86_64-linux-gnu"
-             "-DCMAKE_LIBRARY_PATH=$p/usr/lib/x86_64-linux-gnu;$p/usr/lib")
-  export LD_LIBRARY_PATH=$p/usr/lib/x86_64-linux-gnu:$p/usr/lib/x86_64-linux-gnu/openblas-openmp:${LD_LIBRARY_PATH:-}
-  export PKG_CONFIG_PATH=$p/usr/lib/x86_64-linux-gnu/pkgconfig:$p/usr/share/pkgconfig:${PKG_CONFIG_PATH:-}
+             "-DCMAKE_LIBRARY_PATH=$lib;$p/usr/lib"
+             "-DOPENBLAS_LIB=$ob/libopenblas.so"
+             "-DCBLAS_INCLUDE=$p/usr/include/x86_64-linux-gnu/openblas-openmp"
+             "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags,-rpath,$lib_path,-rpath-link,$lib"
+             "-DCMAKE_SHARED_LINKER_FLAGS=-Wl,--disable-new-dtags,-rpath,$lib_path,-rpath-link,$lib")
   say "dependencies from DT_DEPS_PREFIX=$p"
+  # The bundle is Debian 12's: its libraries need glibc 2.36 or newer (docs/gpu.md).
+  gv=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
+  if [[ -n $gv ]] && ! printf '2.36\n%s\n' "$gv" | sort -C -V; then
+    say "FAIL: glibc $gv here; the Debian 12 libraries of DT_DEPS_PREFIX need 2.36 or newer"
+    exit 1
+  fi
 fi
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
@@ -54,13 +97,17 @@ command -v ninja >/dev/null && gen=(-G Ninja)
 # Configure: Release, CUDA on, sm_90 machine code only (the PTX is not needed to run here).
 tc=$(date +%s)
 if ! cmake -S "$repo" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DDT_CUDA=ON \
-    -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DCMAKE_CUDA_ARCHITECTURES=90-real "${cm_extra[@]}" \
+    -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DCMAKE_CUDA_ARCHITECTURES=90-real -DDT_CLI=OFF \
+    -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON "${cm_extra[@]}" \
     >"$out/configure.log" 2>&1; then
   say "FAIL: configure (see configure.log); the first missing piece:"
   grep -m3 -E "Could NOT find|not found|NOTFOUND|Error" "$out/configure.log" | tee -a "$sum"
   say "hint: install the Debian packages of scripts/install-deps.sh, or carry them unpacked and set DT_DEPS_PREFIX"
   exit 1
 fi
+# Where the main libraries were found (the bundle's, when one is used).
+say "libraries: $(grep -E '^(DNNL_LIB|OPENBLAS_LIB|CURL_LIBRARY_RELEASE|SQLite3_LIBRARY):' \
+  "$build/CMakeCache.txt" | sed 's/:[A-Z]*=/=/' | tr '\n' ' ')"
 targets=(device_cpu cuda_device cuda_optim cuda_nn cuda_gemm)
 if ! cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$out/build.log" 2>&1; then
   say "FAIL: build (see build.log):"
@@ -70,12 +117,12 @@ fi
 say "configure + build: $(($(date +%s) - tc)) s"
 
 # The device tests (label gpu) and the CPU device test; skipped counts as a failure here.
-(cd "$build" && ctest -R '^(device_cpu|cuda_device|cuda_optim|cuda_nn|cuda_gemm)$' \
+(cd "$build" && LD_LIBRARY_PATH=$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ctest -R '^(device_cpu|cuda_device|cuda_optim|cuda_nn|cuda_gemm)$' \
    --output-on-failure --timeout 300) >"$out/ctest.log" 2>&1
 rc=$?
 grep -E "Test +#|tests passed|Skipped|Failed" "$out/ctest.log" | tee -a "$sum"
 for t in cuda_device cuda_optim cuda_nn cuda_gemm; do
-  "$build/tests/$t" >"$out/$t.log" 2>&1
+  LD_LIBRARY_PATH=$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$build/tests/$t" >"$out/$t.log" 2>&1
 done
 gemm=$(grep -m1 "^GEMM" "$out/cuda_gemm.log" || true)
 say "dtrain cuBLASLt: ${gemm:-no timing (see cuda_gemm.log)}"
