@@ -385,15 +385,22 @@ dt_status dt_sweep_run(const dt_sweep_spec *spec, const dt_sweep_opts *o, dt_swe
         return dt_error_set(DT_ERR_INVALID, "sweep name '%s': letters, digits, '.', '_', '-'",
                             o->name);
     }
-    snprintf(s->dir, sizeof s->dir, "%s/%s/%s", s->out_dir, s->experiment, s->id);
-    snprintf(s->json, sizeof s->json, "%s/sweep.json", s->dir);
+    /* a path that does not fit is an error, not a silently shortened folder */
+    int nd = snprintf(s->dir, sizeof s->dir, "%s/%s/%s", s->out_dir, s->experiment, s->id);
+    int nj = nd >= 0 && (size_t)nd < sizeof s->dir
+                 ? snprintf(s->json, sizeof s->json, "%s/sweep.json", s->dir)
+                 : -1;
+    if (nj < 0 || (size_t)nj >= sizeof s->json) {
+        free(s);
+        return dt_error_set(DT_ERR_INVALID, "output.dir: the sweep's folder path is too long");
+    }
     if (dt_path_exists(s->json)) {
         st = dt_error_set(DT_ERR_INVALID, "%s exists: continue it with dtrain sweep --resume %s",
                           s->json, s->id);
         return free(s), st;
     }
-    char mk[4200];
-    snprintf(mk, sizeof mk, "%s/%s", s->out_dir, s->experiment);
+    char mk[sizeof s->dir]; /* a prefix of s->dir, which fitted */
+    if (snprintf(mk, sizeof mk, "%s/%s", s->out_dir, s->experiment) >= (int)sizeof mk) mk[0] = 0;
     mkdir(s->out_dir, 0755), mkdir(mk, 0755);
     if (mkdir(s->dir, 0755) != 0 && errno != EEXIST) {
         st = dt_error_set(DT_ERR_IO, "%s: cannot create: %s", s->dir, strerror(errno));
