@@ -104,7 +104,7 @@ FUZZ_SMOKE_SECONDS ?= 5
 .PHONY: fuzz-build fuzz-smoke fuzz
 fuzz-build: deps
 	@test -f $(FUZZ_BUILD)/CMakeCache.txt || cmake -S . -B $(FUZZ_BUILD) $(GEN) -DCMAKE_BUILD_TYPE=Release \
-	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DDT_FUZZ=ON
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DDT_FUZZ=ON -DDT_CUDA=OFF
 	cmake --build $(FUZZ_BUILD) --target fuzz_all -j $(JOBS)
 
 fuzz-smoke: fuzz-build
