@@ -1,16 +1,59 @@
 /* Loader throughput on an encoded-image dataset: decode + RandomResizedCrop(224) + flip +
  * normalise into f32 batches, images/s with T prefetch threads over S seconds (after one warm-up
- * batch), with and without DCT-scaled decoding (bench/bench_loader.sh).
+ * batch), with and without DCT-scaled decoding; then the raw libjpeg-turbo figure on the same
+ * files, the loader's ceiling: every JPEG decoded whole to RGB by tjDecompress2 in one thread,
+ * nothing else (bench/bench_loader.sh).
  *   bench_loader DATASET THREADS SECONDS */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <turbojpeg.h>
 #include "dtrain/data.h"
 
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Whole-image decodes of the dataset's JPEGs, in record order, for `secs`: images/s. */
+static int raw_decode(dt_dataset *d, double secs) {
+    const dt_dataset_info *in = dt_dataset_get_info(d);
+    tjhandle h = tjInitDecompress();
+    unsigned char *rgb = NULL;
+    size_t cap = 0;
+    int64_t n = 0, i = 0, jpegs = 0;
+    double t0 = now(), t;
+    while (h && (t = now()) - t0 < secs) {
+        const uint8_t *b;
+        size_t len;
+        int32_t lab, w, hh;
+        if (dt_dataset_encoded(d, i, &b, &len, &lab, &w, &hh) != DT_OK) {
+            fprintf(stderr, "bench_loader: %s\n", dt_last_error());
+            return 1;
+        }
+        i = (i + 1) % in->records;
+        if (b[0] != 0xFF) continue; /* PNG/WebP: not libjpeg-turbo's */
+        size_t need = (size_t)w * (size_t)hh * 3;
+        if (need > cap) {
+            free(rgb);
+            if (!(rgb = malloc(cap = need))) return 1;
+        }
+        if (tjDecompress2(h, b, (unsigned long)len, rgb, w, 0, hh, TJPF_RGB, 0)) {
+            fprintf(stderr, "bench_loader: record %lld: %s\n", (long long)i, tjGetErrorStr2(h));
+            return 1;
+        }
+        n++, jpegs++;
+    }
+    if (!jpegs) {
+        fprintf(stderr, "bench_loader: no JPEG in the dataset\n");
+        return 1;
+    }
+    printf("raw libjpeg-turbo decode (whole image, 1 thread): %.1f images/s\n",
+           (double)n / (t - t0));
+    free(rgb);
+    tjDestroy(h);
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -51,6 +94,7 @@ int main(int argc, char **argv) {
                threads, threads == 1 ? "" : "s", (double)n / (t - t0));
         dt_loader_close(l);
     }
+    int rc = raw_decode(d, secs);
     dt_dataset_close(d);
-    return 0;
+    return rc;
 }
