@@ -1,0 +1,251 @@
+/* The GPU memory plan of `dtrain plan --device NAME | --gpu-gib N` (docs/gpu.md): what one
+ * worker's GPU holds for a training step, against a card. A model, not a measurement: the CUDA
+ * engine does not train yet, so no figure here has been read off a GPU.
+ *
+ * Per worker (one GPU per process), in bytes:
+ *   - trainable parameters, gradients and optimizer state: f32, sharded by ZeRO exactly as the
+ *     CPU plan does (plan.c), the frozen base and batchnorm statistics as there too;
+ *   - under bf16, a bf16 copy of the trainable weights that the GEMMs read (2 bytes a weight,
+ *     sharded like the parameters under ZeRO-3), refreshed after each optimizer step;
+ *   - activations: the arena of the real training graph (plan_measure.c) compiled with one
+ *     thread (the CPU's per-thread scratch has no GPU counterpart) and without the CPU's bf16
+ *     rounding copies (cuBLASLt reads bf16 operands directly); under bf16 the arena counts at
+ *     DT_PLAN_GPU_BF16_ACT_FACTOR, except one copy of the logits [B, T, V], which stays f32
+ *     (the fused cross-entropy reads f32 logits: include/dtrain/device_cuda.h);
+ *   - the cuBLASLt workspace of the GEMM handle (DT_CUDA_GEMM_WORKSPACE_DEFAULT), the cuDNN
+ *     convolution workspace cap (ResNet only), the CUDA context, and the allocator's headroom. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "config/config_impl.h"
+#include "config/plan_impl.h"
+#include "dtrain/device.h"
+#include "dtrain/device_cuda.h"
+
+#define MIB ((int64_t)1 << 20)
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* The CUDA context with the kernels of the CUDA runtime, cuBLASLt and cuDNN loaded lazily
+ * (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2): about 500 MiB is what a process that
+ * has run a cuBLAS GEMM typically shows in nvidia-smi on an H100. Not measured by dtrain yet. */
+#define PLAN_GPU_CONTEXT_BYTES (500 * MIB)
+/* The workspace the engine is to let cuDNN's convolution algorithms use (the limit it passes
+ * to the algorithm search); an algorithm that wants more is not chosen. */
+#define PLAN_GPU_CUDNN_BYTES (256 * MIB)
+
+/* Memory as the driver reports it on the SXM / standard board of each (nvidia-smi's "Total",
+ * MiB): a few hundred MiB under the marketed size where ECC or the driver reserves it. */
+static const struct {
+    const char *name;
+    int64_t mib;
+} cards[] = {
+    {"h200", 143771},   {"h100", 81559}, {"a100-80", 81920},
+    {"a100-40", 40960}, {"l40s", 46068}, {"v100-32", 32768},
+};
+
+const char *dt_gpu_card_names(void) {
+    return "h200|h100|a100-80|a100-40|l40s|v100-32|cuda";
+}
+
+/* The visible GPU of spec ("cuda" or "cuda:N"). */
+static dt_status visible_card(const char *spec, dt_gpu_card *out) {
+    dt_device d;
+    int n = 0;
+    dt_status st = dt_device_parse(spec, &d, NULL);
+    if (st != DT_OK) return st;
+    if ((st = dt_device_count(DT_DEVICE_CUDA, &n)) != DT_OK) return st;
+    if (n == 0)
+        return dt_error_set(DT_ERR_INVALID,
+                            "plan: %s: no CUDA device visible to plan for: name the card "
+                            "(--device %s) or its memory (--gpu-gib N)",
+                            spec, dt_gpu_card_names());
+    if ((st = dt_device_resolve(spec, "plan", dt_device_local_rank(), &d)) != DT_OK) return st;
+    dt_device_info in;
+    if ((st = dt_device_query(d, &in)) != DT_OK) return st;
+    snprintf(out->name, sizeof out->name, "%s", in.name);
+    out->total_bytes = (int64_t)in.total_bytes;
+    return DT_OK;
+}
+
+dt_status dt_gpu_card_get(const char *spec, double gib, dt_gpu_card *out) {
+    if (!out) return dt_error_set(DT_ERR_INVALID, "plan: NULL card");
+    memset(out, 0, sizeof *out);
+    if (gib != 0 && !(isfinite(gib) && gib > 0 && gib <= 1e6))
+        return dt_error_set(DT_ERR_INVALID,
+                            "plan: GPU memory %g GiB (--gpu-gib): expected a size > 0 and <= 1e6",
+                            gib);
+    int cuda = !spec || !strcmp(spec, "cuda") || !strncmp(spec, "cuda:", 5);
+    if (cuda && gib > 0) { /* a card of that size, whatever is visible */
+        snprintf(out->name, sizeof out->name, "cuda");
+    } else if (cuda) {
+        dt_status st = visible_card(spec ? spec : "cuda", out);
+        if (st != DT_OK) return st;
+    } else {
+        size_t i = 0;
+        while (i < sizeof cards / sizeof cards[0] && strcmp(cards[i].name, spec)) i++;
+        if (i == sizeof cards / sizeof cards[0])
+            return dt_error_set(DT_ERR_INVALID, "plan: unknown GPU '%s' (expected %s or cuda:N)",
+                                spec, dt_gpu_card_names());
+        snprintf(out->name, sizeof out->name, "%s", cards[i].name);
+        out->total_bytes = cards[i].mib * MIB;
+    }
+    if (gib > 0) out->total_bytes = (int64_t)(gib * GIB);
+    return DT_OK;
+}
+
+dt_status dt_plan_gpu_compute(const dt_config *c, int world, const dt_gpu_card *card, dt_plan *p,
+                              dt_plan_gpu *g) {
+    if (!c || !card || !p || !g) return dt_error_set(DT_ERR_INVALID, "plan: NULL GPU plan input");
+    if (card->total_bytes <= 0)
+        return dt_error_set(DT_ERR_INVALID, "plan: GPU '%s' has no memory size", card->name);
+    memset(g, 0, sizeof *g);
+    const dt_config_values *v = dt_config_get_values(c);
+    dt_status st = plan_compute_as(c, world, 1, 0, 1, p);
+    if (st != DT_OK) return st;
+    g->card = *card;
+    g->bf16 = v->train.precision == DT_CFG_PREC_BF16;
+    g->param_bytes = p->param_bytes;
+    g->grad_bytes = p->grad_bytes;
+    g->optim_bytes = p->optim_bytes;
+    g->frozen_bytes = p->frozen_bytes;
+    g->state_bytes = p->state_bytes;
+    /* the bf16 copy has the parameters' shard: 2 of their 4 bytes */
+    g->weight_bf16_bytes = g->bf16 ? p->param_bytes / 2 : 0;
+    g->activation_f32_bytes = p->activation_bytes;
+    if (g->bf16) {
+        int64_t keep =
+            p->logits_bytes < p->activation_bytes ? p->logits_bytes : p->activation_bytes;
+        g->activation_bytes = keep + (int64_t)ceil((double)(p->activation_bytes - keep) *
+                                                   DT_PLAN_GPU_BF16_ACT_FACTOR);
+    } else {
+        g->activation_bytes = p->activation_bytes;
+    }
+    g->cublaslt_bytes = (int64_t)DT_CUDA_GEMM_WORKSPACE_DEFAULT;
+    g->cudnn_bytes = v->model.kind == DT_CFG_MODEL_LLAMA ? 0 : PLAN_GPU_CUDNN_BYTES;
+    g->context_bytes = PLAN_GPU_CONTEXT_BYTES;
+    int64_t alloc = g->param_bytes + g->grad_bytes + g->optim_bytes + g->frozen_bytes +
+                    g->state_bytes + g->weight_bf16_bytes + g->activation_bytes +
+                    g->cublaslt_bytes + g->cudnn_bytes;
+    /* dtrain allocates its buffers once (the arena, the flat buffers, the workspaces), so there
+     * is no caching allocator's growth to allow for: the headroom covers cudaMalloc's 2 MiB
+     * rounding of each buffer and the driver's fragmentation between them */
+    g->headroom_bytes = (int64_t)ceil((double)alloc * DT_PLAN_GPU_HEADROOM);
+    g->total_bytes = alloc + g->context_bytes + g->headroom_bytes;
+    g->fits = g->total_bytes <= card->total_bytes;
+    return DT_OK;
+}
+
+/* 1 when data.batch = b fits (w: the config being varied); a plan that cannot be made at that
+ * batch (beyond what a plan counts) does not fit. */
+static int fits_at(dt_config *w, int world, const dt_gpu_card *card, int64_t b) {
+    dt_plan p;
+    dt_plan_gpu g;
+    w->v.data.batch = b;
+    int ok = dt_plan_gpu_compute(w, world, card, &p, &g) == DT_OK && g.fits;
+    dt_error_clear();
+    return ok;
+}
+
+dt_status dt_plan_gpu_max_batch(const dt_config *c, int world, const dt_gpu_card *card, int64_t max,
+                                int64_t *out) {
+    if (!c || !card || !out || max < 1)
+        return dt_error_set(DT_ERR_INVALID, "plan: GPU batch search: bad arguments");
+    *out = 0;
+    dt_config *w = malloc(sizeof *w);
+    if (!w) return dt_error_set(DT_ERR_NOMEM, "plan: out of memory");
+    *w = *c;
+    w->v.data.batch = 1;
+    dt_plan p;
+    dt_plan_gpu g;
+    dt_status st = dt_plan_gpu_compute(w, world, card, &p, &g);
+    if (st != DT_OK || !g.fits) { /* an error of the config itself, or not even one fits */
+        free(w);
+        return st;
+    }
+    /* a ResNet plan reads the image side from the dataset: once is enough */
+    if (p.kind != DT_CFG_MODEL_LLAMA) w->v.data.image_size = p.seq_len;
+    int64_t lo = 1, hi = 0; /* lo fits; hi > lo does not (0: none found yet) */
+    while (lo < max) {
+        int64_t next = lo > max / 2 ? max : 2 * lo;
+        if (!fits_at(w, world, card, next)) {
+            hi = next;
+            break;
+        }
+        lo = next;
+    }
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (fits_at(w, world, card, mid))
+            lo = mid;
+        else
+            hi = mid;
+    }
+    free(w);
+    *out = lo;
+    return DT_OK;
+}
+
+static double gib(int64_t b) {
+    return (double)b / GIB;
+}
+
+static void print_json(FILE *f, const dt_plan *p, const dt_plan_gpu *g, int64_t max_batch) {
+    plan_print_json_body(f, p);
+    char mb[32] = "null";
+    if (max_batch >= 0) snprintf(mb, sizeof mb, "%lld", (long long)max_batch);
+    fprintf(f,
+            ", \"device\": {\"card\": \"%s\", \"card_bytes\": %lld, \"precision\": \"%s\", "
+            "\"bf16_activation_factor\": %g, \"param_bytes\": %lld, \"weight_bf16_bytes\": %lld, "
+            "\"grad_bytes\": %lld, \"optim_bytes\": %lld, \"frozen_bytes\": %lld, "
+            "\"state_bytes\": %lld, \"activation_f32_bytes\": %lld, \"activation_bytes\": %lld, "
+            "\"cublaslt_workspace_bytes\": %lld, \"cudnn_workspace_bytes\": %lld, "
+            "\"context_bytes\": %lld, \"headroom_bytes\": %lld, \"total_bytes\": %lld, "
+            "\"fits\": %s, \"max_batch\": %s}}\n",
+            g->card.name, (long long)g->card.total_bytes, g->bf16 ? "bf16" : "fp32",
+            g->bf16 ? DT_PLAN_GPU_BF16_ACT_FACTOR : 1.0, (long long)g->param_bytes,
+            (long long)g->weight_bf16_bytes, (long long)g->grad_bytes, (long long)g->optim_bytes,
+            (long long)g->frozen_bytes, (long long)g->state_bytes,
+            (long long)g->activation_f32_bytes, (long long)g->activation_bytes,
+            (long long)g->cublaslt_bytes, (long long)g->cudnn_bytes, (long long)g->context_bytes,
+            (long long)g->headroom_bytes, (long long)g->total_bytes, g->fits ? "true" : "false",
+            mb);
+}
+
+void dt_plan_gpu_print(FILE *f, const dt_plan *p, const dt_plan_gpu *g, int64_t max_batch,
+                       int json) {
+    if (json) {
+        print_json(f, p, g, max_batch);
+        return;
+    }
+    char lbl[320];
+    snprintf(lbl, sizeof lbl, "GPU memory per worker (%s, %.2f GiB)", g->card.name,
+             gib(g->card.total_bytes));
+    /* the training state's rows are the plan's own (g copies them) */
+    plan_print_head(f, p, lbl, 50);
+    plan_print_rows(f, p, 50, g->bf16 ? g->weight_bf16_bytes : -1);
+    if (g->bf16)
+        snprintf(lbl, sizeof lbl, "  activations (arena; bf16: x%.2f, logits f32)",
+                 DT_PLAN_GPU_BF16_ACT_FACTOR);
+    else
+        snprintf(lbl, sizeof lbl, "  activations (planned arena, f32)");
+    fprintf(f, "%-50s %10.2f\n", lbl, gib(g->activation_bytes));
+    fprintf(f, "%-50s %10.2f\n", "  cuBLASLt workspace", gib(g->cublaslt_bytes));
+    if (g->cudnn_bytes)
+        fprintf(f, "%-50s %10.2f\n", "  cuDNN convolution workspace (cap)", gib(g->cudnn_bytes));
+    fprintf(f, "%-50s %10.2f\n", "  CUDA context and kernels (estimate)", gib(g->context_bytes));
+    snprintf(lbl, sizeof lbl, "  allocator headroom (%.0f%% of the buffers)",
+             100 * DT_PLAN_GPU_HEADROOM);
+    fprintf(f, "%-50s %10.2f\n", lbl, gib(g->headroom_bytes));
+    fprintf(f, "%-50s %10.2f\n", "  total", gib(g->total_bytes));
+    fprintf(f, "\n%s: %.2f of %.2f GiB on %s (a model: nothing here is measured on a GPU)\n",
+            g->fits ? "fits" : "does not fit", gib(g->total_bytes), gib(g->card.total_bytes),
+            g->card.name);
+    if (max_batch > 0)
+        fprintf(f, "largest data.batch that fits: %lld%s\n", (long long)max_batch,
+                max_batch == p->batch ? " (this one)" : "");
+    else if (max_batch == 0)
+        fprintf(f, "not even data.batch=1 fits: use ZeRO over more workers, LoRA, recompute or "
+                   "a larger card\n");
+    fprintf(f, "host memory (the loader, pinned batch buffers, checkpoint snapshots) is not in "
+               "these figures\n");
+}
