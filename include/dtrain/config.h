@@ -326,8 +326,9 @@ dt_status dt_plan_admit(const dt_config *c, int world, int local_ranks, char *wa
 
 /* A GPU to plan for: a known card by name, the visible one, or a size. */
 typedef struct dt_gpu_card {
-    char name[256];      /* "h200", "NVIDIA H200" (the visible device), or "cuda" (--gpu-gib) */
-    int64_t total_bytes; /* its memory */
+    char name[256];         /* "h200", "NVIDIA H200" (the visible device), or "cuda" (--gpu-gib) */
+    int64_t total_bytes;    /* its memory */
+    int cc_major, cc_minor; /* compute capability; 0.0 unknown (a card given by size alone) */
 } dt_gpu_card;
 
 /* "h200|h100|a100-80|a100-40|l40s|v100-32|cuda" (what --device takes besides cuda:N). */

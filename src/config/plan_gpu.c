@@ -38,9 +38,10 @@
 static const struct {
     const char *name;
     int64_t mib;
+    int cc_major, cc_minor;
 } cards[] = {
-    {"h200", 143771},   {"h100", 81559}, {"a100-80", 81920},
-    {"a100-40", 40960}, {"l40s", 46068}, {"v100-32", 32768},
+    {"h200", 143771, 9, 0},   {"h100", 81559, 9, 0}, {"a100-80", 81920, 8, 0},
+    {"a100-40", 40960, 8, 0}, {"l40s", 46068, 8, 9}, {"v100-32", 32768, 7, 0},
 };
 
 const char *dt_gpu_card_names(void) {
@@ -64,6 +65,7 @@ static dt_status visible_card(const char *spec, dt_gpu_card *out) {
     if ((st = dt_device_query(d, &in)) != DT_OK) return st;
     snprintf(out->name, sizeof out->name, "%s", in.name);
     out->total_bytes = (int64_t)in.total_bytes;
+    out->cc_major = in.cc_major, out->cc_minor = in.cc_minor;
     return DT_OK;
 }
 
@@ -88,6 +90,7 @@ dt_status dt_gpu_card_get(const char *spec, double gib, dt_gpu_card *out) {
                                 spec, dt_gpu_card_names());
         snprintf(out->name, sizeof out->name, "%s", cards[i].name);
         out->total_bytes = cards[i].mib * MIB;
+        out->cc_major = cards[i].cc_major, out->cc_minor = cards[i].cc_minor;
     }
     if (gib > 0) out->total_bytes = (int64_t)(gib * GIB);
     return DT_OK;
@@ -191,17 +194,19 @@ static double gib(int64_t b) {
 
 static void print_json(FILE *f, const dt_plan *p, const dt_plan_gpu *g, int64_t max_batch) {
     plan_print_json_body(f, p);
-    char mb[32] = "null";
+    char mb[32] = "null", cc[32] = "null";
+    if (g->card.cc_major) snprintf(cc, sizeof cc, "\"%d.%d\"", g->card.cc_major, g->card.cc_minor);
     if (max_batch >= 0) snprintf(mb, sizeof mb, "%lld", (long long)max_batch);
     fprintf(f,
-            ", \"device\": {\"card\": \"%s\", \"card_bytes\": %lld, \"precision\": \"%s\", "
+            ", \"device\": {\"card\": \"%s\", \"card_bytes\": %lld, \"compute_capability\": %s, "
+            "\"precision\": \"%s\", "
             "\"bf16_activation_factor\": %g, \"param_bytes\": %lld, \"weight_bf16_bytes\": %lld, "
             "\"grad_bytes\": %lld, \"optim_bytes\": %lld, \"frozen_bytes\": %lld, "
             "\"state_bytes\": %lld, \"activation_f32_bytes\": %lld, \"activation_bytes\": %lld, "
             "\"cublaslt_workspace_bytes\": %lld, \"cudnn_workspace_bytes\": %lld, "
             "\"context_bytes\": %lld, \"headroom_bytes\": %lld, \"total_bytes\": %lld, "
             "\"fits\": %s, \"max_batch\": %s}}\n",
-            g->card.name, (long long)g->card.total_bytes, g->bf16 ? "bf16" : "fp32",
+            g->card.name, (long long)g->card.total_bytes, cc, g->bf16 ? "bf16" : "fp32",
             g->bf16 ? DT_PLAN_GPU_BF16_ACT_FACTOR : 1.0, (long long)g->param_bytes,
             (long long)g->weight_bf16_bytes, (long long)g->grad_bytes, (long long)g->optim_bytes,
             (long long)g->frozen_bytes, (long long)g->state_bytes,
@@ -246,6 +251,18 @@ void dt_plan_gpu_print(FILE *f, const dt_plan *p, const dt_plan_gpu *g, int64_t 
     else if (max_batch == 0)
         fprintf(f, "not even data.batch=1 fits: use ZeRO over more workers, LoRA, recompute or "
                    "a larger card\n");
+    /* what the memory figure cannot say: the card cannot run the configuration at all */
+    int cc = g->card.cc_major * 10 + g->card.cc_minor;
+    if (cc && cc < 80 && g->bf16)
+        fprintf(f,
+                "note: %s (compute capability %d.%d) has no bf16 arithmetic: train.precision: "
+                "bf16 cannot run on it\n",
+                g->card.name, g->card.cc_major, g->card.cc_minor);
+    if (cc && cc < 90)
+        fprintf(f,
+                "note: dtrain's CUDA code is built for compute capability 9.0 and newer by "
+                "default: for %s build with -DCMAKE_CUDA_ARCHITECTURES=%d\n",
+                g->card.name, cc);
     fprintf(f, "host memory (the loader, pinned batch buffers, checkpoint snapshots) is not in "
                "these figures\n");
 }

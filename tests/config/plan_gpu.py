@@ -11,6 +11,7 @@ figure of `dtrain plan --json` (issue 30), from the command's JSON read with Pyt
   - Llama-3.1-8B LoRA bf16 fits an h200 and an 80 GiB card; its full finetuning in f32 does not
     fit 80 GiB (16 bytes a parameter alone exceed it);
   - the largest data.batch reported fits and the next one does not;
+  - notes for cards that cannot run the config (bf16 on a V100, the sm_90 default build);
   - refusals (exit 2, one line naming the culprit): unknown --device, bad --gpu-gib,
     train.device=cuda with no GPU visible and no card given, --compare with --device;
   - the JSON's "host": N x the total, less N-1 frozen bases when lora.share_base shares it.
@@ -52,7 +53,7 @@ def plan(*args):
 DEVICE_PARTS = ["param_bytes", "weight_bf16_bytes", "grad_bytes", "optim_bytes", "frozen_bytes",
                 "state_bytes", "activation_bytes", "cublaslt_workspace_bytes",
                 "cudnn_workspace_bytes", "context_bytes", "headroom_bytes"]
-DEVICE_KEYS = DEVICE_PARTS + ["card", "card_bytes", "precision", "bf16_activation_factor",
+DEVICE_KEYS = DEVICE_PARTS + ["card", "card_bytes", "compute_capability", "precision", "bf16_activation_factor",
                               "activation_f32_bytes", "total_bytes", "fits", "max_batch"]
 
 
@@ -141,6 +142,18 @@ check(not device(plan(L8, "--device", "h200", f"data.batch={mb + 1}"), "past max
 rc, out, err = run(L8, "--device", "h200")
 check(rc == 0 and "GPU memory per worker (h200" in out and "fits:" in out and
       f"largest data.batch that fits: {mb}" in out, "text table: " + out)
+
+# 5b. what the card cannot run: bf16 before compute capability 8.0, the sm_90 default build
+rc, out, err = run(R18, "--device", "v100-32", "train.precision=bf16")
+check(rc == 0 and "no bf16 arithmetic" in out and "CMAKE_CUDA_ARCHITECTURES=70" in out,
+      "v100 bf16 notes: " + out)
+rc, out, err = run(R18, "--device", "a100-80", "train.precision=bf16")
+check(rc == 0 and "no bf16" not in out and "CMAKE_CUDA_ARCHITECTURES=80" in out, "a100: " + out)
+rc, out, err = run(R18, "--device", "h200", "train.precision=bf16")
+check(rc == 0 and "note:" not in out, "h200: no notes: " + out)
+check(device(plan(R18, "--device", "l40s"), "l40s")["compute_capability"] == "8.9", "l40s cc")
+check(device(plan(R18, "--gpu-gib", "8"), "8 GiB")["compute_capability"] is None,
+      "a card given by size has no compute capability")
 
 # 6. refusals: exit 2 and one line naming the culprit
 for args, want in [(("--device", "h300"), "h300"), (("--device", "h300"), "h200|h100"),
