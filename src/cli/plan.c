@@ -42,10 +42,11 @@ static void usage(FILE *f) {
             "                  nothing fits, names the worker count (up to %d) at which the\n"
             "                  first configuration in that order would fit.\n"
             "  --budget-gib G  memory per worker for --compare, GiB (default 24)\n"
-            "  --device D      plan GPU memory per worker (one GPU each) for the card D: %s\n"
-            "                  (the visible GPU), cuda:N, or cpu (the host plan even when the\n"
-            "                  config has train.device: cuda, which otherwise plans the visible\n"
-            "                  GPU); says whether it fits and the largest data.batch that does\n"
+            "  --device D      plan GPU memory per worker (one GPU each) on card D, one of\n"
+            "                  %s (cuda: the visible GPU), cuda:N,\n"
+            "                  or cpu (the host plan, also when the config has train.device:\n"
+            "                  cuda, which otherwise plans the visible GPU); says whether it\n"
+            "                  fits and the largest data.batch that does (a model: docs/gpu.md)\n"
             "  --gpu-gib N     the card's memory in GiB (alone: a card of that size)\n"
             "Prints per-worker memory (GiB) of a training step; no weights are loaded.\n",
             DT_PLAN_COMPARE_MAX_WORKERS, dt_gpu_card_names());

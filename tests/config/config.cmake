@@ -17,4 +17,4 @@ set_tests_properties(config_plan_resnet152_imagenet PROPERTIES LABELS unit TIMEO
 # host figure, read with Python's json (tests/config/plan_gpu.py).
 add_test(NAME config_plan_gpu COMMAND python3 ${PROJECT_SOURCE_DIR}/tests/config/plan_gpu.py
          $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR})
-set_tests_properties(config_plan_gpu PROPERTIES LABELS unit TIMEOUT 120)
+set_tests_properties(config_plan_gpu PROPERTIES LABELS unit TIMEOUT 300)
