@@ -375,10 +375,18 @@ dt_status dt_plan_gpu_compute(const dt_config *c, int world, const dt_gpu_card *
  * with the batch: a doubling search, then a bisection (a few graph compilations). */
 dt_status dt_plan_gpu_max_batch(const dt_config *c, int world, const dt_gpu_card *card, int64_t max,
                                 int64_t *out);
+/* Worker counts the GPU plan searches (dt_plan_gpu_min_workers). */
+#define DT_PLAN_GPU_MAX_WORKERS 1024
+/* The fewest workers in 1..max at which c under ZeRO-3 (the config's data.batch; p: its GPU
+ * plan, resharded, not compiled again) fits one card each; 0 when none does (what ZeRO does not
+ * shard -- activations, the frozen base -- is too large alone). */
+dt_status dt_plan_gpu_min_workers(const dt_config *c, const dt_plan *p, const dt_gpu_card *card,
+                                  int max, int *out);
 /* The table (GiB), or with json the plan's JSON object with a "device" object added; max_batch
- * as dt_plan_gpu_max_batch found it (< 0: not searched, left out). */
+ * as dt_plan_gpu_max_batch found it, min_workers as dt_plan_gpu_min_workers (< 0: not searched,
+ * null in the JSON). */
 void dt_plan_gpu_print(FILE *f, const dt_plan *p, const dt_plan_gpu *g, int64_t max_batch,
-                       int json);
+                       int min_workers, int json);
 
 /* 1234567 -> "1,234,567" in buf [n] (the plan tables' parameter counts); returns buf. */
 const char *dt_plan_group_digits(int64_t x, char *buf, size_t n);

@@ -343,14 +343,17 @@ static int run_gpu(const dt_config *cfg, int world, const char *device, double g
     dt_plan p;
     dt_plan_gpu g;
     int64_t max_batch = -1;
+    int min_workers = -1;
     if (st == DT_OK) st = dt_plan_gpu_compute(cfg, world, &card, &p, &g);
     if (st == DT_OK) st = dt_plan_gpu_max_batch(cfg, world, &card, PLAN_GPU_MAX_BATCH, &max_batch);
+    if (st == DT_OK)
+        st = dt_plan_gpu_min_workers(cfg, &p, &card, DT_PLAN_GPU_MAX_WORKERS, &min_workers);
     if (st != DT_OK) {
         fprintf(stderr, "dtrain plan: %s%s\n", dt_last_error(),
                 device || gpu_gib > 0 ? "" : " (train.device in the config)");
         return st == DT_ERR_NOMEM || st == DT_ERR_INTERNAL ? 1 : 2;
     }
-    dt_plan_gpu_print(stdout, &p, &g, max_batch, json);
+    dt_plan_gpu_print(stdout, &p, &g, max_batch, min_workers, json);
     return 0;
 }
 

@@ -96,15 +96,10 @@ dt_status dt_gpu_card_get(const char *spec, double gib, dt_gpu_card *out) {
     return DT_OK;
 }
 
-dt_status dt_plan_gpu_compute(const dt_config *c, int world, const dt_gpu_card *card, dt_plan *p,
-                              dt_plan_gpu *g) {
-    if (!c || !card || !p || !g) return dt_error_set(DT_ERR_INVALID, "plan: NULL GPU plan input");
-    if (card->total_bytes <= 0)
-        return dt_error_set(DT_ERR_INVALID, "plan: GPU '%s' has no memory size", card->name);
+/* The device figures of p (a plan of the graph compiled for the device) for c on card. */
+static void device_figures(const dt_config_values *v, const dt_plan *p, const dt_gpu_card *card,
+                           dt_plan_gpu *g) {
     memset(g, 0, sizeof *g);
-    const dt_config_values *v = dt_config_get_values(c);
-    dt_status st = plan_compute_as(c, world, 1, 0, 1, p);
-    if (st != DT_OK) return st;
     g->card = *card;
     g->bf16 = v->train.precision == DT_CFG_PREC_BF16;
     g->param_bytes = p->param_bytes;
@@ -135,16 +130,78 @@ dt_status dt_plan_gpu_compute(const dt_config *c, int world, const dt_gpu_card *
     g->headroom_bytes = (int64_t)ceil((double)alloc * DT_PLAN_GPU_HEADROOM);
     g->total_bytes = alloc + g->context_bytes + g->headroom_bytes;
     g->fits = g->total_bytes <= card->total_bytes;
+}
+
+dt_status dt_plan_gpu_compute(const dt_config *c, int world, const dt_gpu_card *card, dt_plan *p,
+                              dt_plan_gpu *g) {
+    if (!c || !card || !p || !g) return dt_error_set(DT_ERR_INVALID, "plan: NULL GPU plan input");
+    if (card->total_bytes <= 0)
+        return dt_error_set(DT_ERR_INVALID, "plan: GPU '%s' has no memory size", card->name);
+    dt_status st = plan_compute_as(c, world, 1, 0, 1, p);
+    if (st != DT_OK) return st;
+    device_figures(dt_config_get_values(c), p, card, g);
     return DT_OK;
 }
 
-/* 1 when data.batch = b fits (w: the config being varied); a plan that cannot be made at that
- * batch (beyond what a plan counts) does not fit. */
-static int fits_at(dt_config *w, int world, const dt_gpu_card *card, int64_t b) {
+/* What a search varies: the config w (its batch or ZeRO stage), the plan p0 (resharded), the
+ * card, the worker count. */
+typedef struct search {
+    dt_config *w;
+    const dt_plan *p0;
+    const dt_gpu_card *card;
+    int world;
+} search;
+
+/* The last x in [lo, hi) for which pred holds, given that it holds at lo and not at hi (pred
+ * monotone in between): a bisection. */
+static int64_t last_true(const search *s, int64_t lo, int64_t hi,
+                         int (*pred)(const search *s, int64_t x)) {
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (pred(s, mid))
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* 1 when s->p0 resharded for s->w on `world` workers does not fit s->card. */
+static int too_few(const search *s, int64_t world) {
+    dt_plan p = *s->p0;
+    dt_plan_gpu g;
+    if (dt_plan_reshard(s->w, (int)world, &p) != DT_OK) {
+        dt_error_clear();
+        return 1;
+    }
+    device_figures(dt_config_get_values(s->w), &p, s->card, &g);
+    return !g.fits;
+}
+
+dt_status dt_plan_gpu_min_workers(const dt_config *c, const dt_plan *p, const dt_gpu_card *card,
+                                  int max, int *out) {
+    if (!c || !p || !card || !out || max < 1)
+        return dt_error_set(DT_ERR_INVALID, "plan: GPU worker search: bad arguments");
+    *out = 0;
+    dt_config *w = malloc(sizeof *w);
+    if (!w) return dt_error_set(DT_ERR_NOMEM, "plan: out of memory");
+    *w = *c;
+    w->v.dist.zero_stage = 3;
+    /* the total does not grow with the worker count (shards are ceil(n / workers), the rest
+     * does not depend on it), so "too few" holds up to the fewest that fit (0: too few) */
+    search s = {w, p, card, 0};
+    if (!too_few(&s, max)) *out = (int)last_true(&s, 0, max, too_few) + 1;
+    free(w);
+    return DT_OK;
+}
+
+/* 1 when data.batch = b of s->w fits s->card; a plan that cannot be made at that batch (beyond
+ * what a plan counts) does not fit. */
+static int fits_at(const search *s, int64_t b) {
     dt_plan p;
     dt_plan_gpu g;
-    w->v.data.batch = b;
-    int ok = dt_plan_gpu_compute(w, world, card, &p, &g) == DT_OK && g.fits;
+    s->w->v.data.batch = b;
+    int ok = dt_plan_gpu_compute(s->w, s->world, s->card, &p, &g) == DT_OK && g.fits;
     dt_error_clear();
     return ok;
 }
@@ -167,21 +224,15 @@ dt_status dt_plan_gpu_max_batch(const dt_config *c, int world, const dt_gpu_card
     }
     /* a ResNet plan reads the image side from the dataset: once is enough */
     if (p.kind != DT_CFG_MODEL_LLAMA) w->v.data.image_size = p.seq_len;
-    int64_t lo = 1, hi = 0; /* lo fits; hi > lo does not (0: none found yet) */
+    search s = {w, NULL, card, world};
+    int64_t lo = 1; /* fits; doubled until the next does not, then bisected */
     while (lo < max) {
         int64_t next = lo > max / 2 ? max : 2 * lo;
-        if (!fits_at(w, world, card, next)) {
-            hi = next;
+        if (!fits_at(&s, next)) {
+            lo = last_true(&s, lo, next, fits_at);
             break;
         }
         lo = next;
-    }
-    while (hi - lo > 1) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (fits_at(w, world, card, mid))
-            lo = mid;
-        else
-            hi = mid;
     }
     free(w);
     *out = lo;
@@ -192,11 +243,14 @@ static double gib(int64_t b) {
     return (double)b / GIB;
 }
 
-static void print_json(FILE *f, const dt_plan *p, const dt_plan_gpu *g, int64_t max_batch) {
+static void print_json(FILE *f, const dt_plan *p, const dt_plan_gpu *g, int64_t max_batch,
+                       int min_workers) {
     plan_print_json_body(f, p);
     char mb[32] = "null", cc[32] = "null";
     if (g->card.cc_major) snprintf(cc, sizeof cc, "\"%d.%d\"", g->card.cc_major, g->card.cc_minor);
     if (max_batch >= 0) snprintf(mb, sizeof mb, "%lld", (long long)max_batch);
+    char mw[16] = "null";
+    if (min_workers > 0) snprintf(mw, sizeof mw, "%d", min_workers);
     fprintf(f,
             ", \"device\": {\"card\": \"%s\", \"card_bytes\": %lld, \"compute_capability\": %s, "
             "\"precision\": \"%s\", "
@@ -205,21 +259,21 @@ static void print_json(FILE *f, const dt_plan *p, const dt_plan_gpu *g, int64_t 
             "\"state_bytes\": %lld, \"activation_f32_bytes\": %lld, \"activation_bytes\": %lld, "
             "\"cublaslt_workspace_bytes\": %lld, \"cudnn_workspace_bytes\": %lld, "
             "\"context_bytes\": %lld, \"headroom_bytes\": %lld, \"total_bytes\": %lld, "
-            "\"fits\": %s, \"max_batch\": %s}}\n",
+            "\"fits\": %s, \"max_batch\": %s, \"min_workers_zero3\": %s}}\n",
             g->card.name, (long long)g->card.total_bytes, cc, g->bf16 ? "bf16" : "fp32",
             g->bf16 ? DT_PLAN_GPU_BF16_ACT_FACTOR : 1.0, (long long)g->param_bytes,
             (long long)g->weight_bf16_bytes, (long long)g->grad_bytes, (long long)g->optim_bytes,
             (long long)g->frozen_bytes, (long long)g->state_bytes,
             (long long)g->activation_f32_bytes, (long long)g->activation_bytes,
             (long long)g->cublaslt_bytes, (long long)g->cudnn_bytes, (long long)g->context_bytes,
-            (long long)g->headroom_bytes, (long long)g->total_bytes, g->fits ? "true" : "false",
-            mb);
+            (long long)g->headroom_bytes, (long long)g->total_bytes, g->fits ? "true" : "false", mb,
+            mw);
 }
 
 void dt_plan_gpu_print(FILE *f, const dt_plan *p, const dt_plan_gpu *g, int64_t max_batch,
-                       int json) {
+                       int min_workers, int json) {
     if (json) {
-        print_json(f, p, g, max_batch);
+        print_json(f, p, g, max_batch, min_workers);
         return;
     }
     char lbl[320];
@@ -251,6 +305,14 @@ void dt_plan_gpu_print(FILE *f, const dt_plan *p, const dt_plan_gpu *g, int64_t 
     else if (max_batch == 0)
         fprintf(f, "not even data.batch=1 fits: use ZeRO over more workers, LoRA, recompute or "
                    "a larger card\n");
+    if (!g->fits && min_workers > 0)
+        fprintf(f, "with dist.zero_stage=3 data.batch=%lld fits on %d GPUs of %.2f GiB (-n %d)\n",
+                (long long)p->batch, min_workers, gib(g->card.total_bytes), min_workers);
+    else if (!g->fits && min_workers == 0)
+        fprintf(f,
+                "with dist.zero_stage=3 data.batch=%lld fits on no worker count up to %d: what "
+                "ZeRO does not shard (activations, frozen weights) is too large alone\n",
+                (long long)p->batch, DT_PLAN_GPU_MAX_WORKERS);
     /* what the memory figure cannot say: the card cannot run the configuration at all */
     int cc = g->card.cc_major * 10 + g->card.cc_minor;
     if (cc && cc < 80 && g->bf16)

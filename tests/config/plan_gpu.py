@@ -10,7 +10,8 @@ figure of `dtrain plan --json` (issue 30), from the command's JSON read with Pyt
     plus one f32 copy of the logits); the graph compiled for the device is the same in both;
   - Llama-3.1-8B LoRA bf16 fits an h200 and an 80 GiB card; its full finetuning in f32 does not
     fit 80 GiB (16 bytes a parameter alone exceed it);
-  - the largest data.batch reported fits and the next one does not;
+  - the largest data.batch reported fits and the next one does not; the fewest ZeRO-3 workers
+    reported fit and one fewer do not;
   - notes for cards that cannot run the config (bf16 on a V100, the sm_90 default build);
   - refusals (exit 2, one line naming the culprit): unknown --device, bad --gpu-gib,
     train.device=cuda with no GPU visible and no card given, --compare with --device;
@@ -60,7 +61,8 @@ DEVICE_PARTS = ["param_bytes", "weight_bf16_bytes", "grad_bytes", "optim_bytes",
                 "state_bytes", "activation_bytes", "cublaslt_workspace_bytes",
                 "cudnn_workspace_bytes", "context_bytes", "headroom_bytes"]
 DEVICE_KEYS = DEVICE_PARTS + ["card", "card_bytes", "compute_capability", "precision", "bf16_activation_factor",
-                              "activation_f32_bytes", "total_bytes", "fits", "max_batch"]
+                              "activation_f32_bytes", "total_bytes", "fits", "max_batch",
+                              "min_workers_zero3"]
 
 
 def device(j, what):
@@ -136,6 +138,18 @@ check(not d["fits"] and d["total_bytes"] > 80 * GIB, "8B full finetuning f32 doe
 check(d["max_batch"] == 0, "8B full finetuning f32: not even batch 1")
 rc, out, err = run(L8, "--gpu-gib", "80", "lora.enabled=false", "train.precision=fp32")
 check(rc == 0 and "does not fit" in out and "not even data.batch=1" in out, "text: " + out)
+# ... but ZeRO-3 over enough 80 GiB cards: the fewest named fit, one fewer does not
+mw = d["min_workers_zero3"]
+check(isinstance(mw, int) and 1 < mw <= 1024, f"8B full f32: ZeRO-3 workers {mw}")
+if isinstance(mw, int) and mw > 1:
+    for n, want in [(mw, True), (mw - 1, False)]:
+        dz = device(plan(L8, "--gpu-gib", "80", "lora.enabled=false", "train.precision=fp32",
+                         "-n", str(n), "dist.zero_stage=3"), f"8B full ZeRO-3 n{n}")
+        check(dz["fits"] == want, f"8B full f32 ZeRO-3 on {n} x 80 GiB: fits {dz['fits']}")
+    check(f"fits on {mw} GPUs" in out, "text names the ZeRO-3 worker count: " + out)
+# the frozen base is not sharded: 8B LoRA never fits 16 GiB cards
+d16 = device(plan(L8, "--gpu-gib", "16"), "8b lora 16 GiB")
+check(not d16["fits"] and d16["min_workers_zero3"] is None, "8B LoRA on 16 GiB: no worker count")
 
 # 5. the largest batch: it fits, the next does not
 d = device(plan(L8, "--device", "h200"), "8b h200")
