@@ -291,6 +291,7 @@ typedef struct dt_plan {
      * pretrained base: mapped from the files or converted once per host, docs/lora.md); each
      * worker's total still counts it, as each maps it. */
     int base_shared;
+    int gpu; /* 1: the graph compiled for a GPU plan (dt_plan_gpu_compute), 0: for this CPU */
     /* The same before sharding (world 1), for the table. */
     int64_t param_bytes_1, grad_bytes_1, optim_bytes_1;
     char model_desc[200]; /* e.g. "llama: 32 layers, hidden 4096, ..." */
@@ -321,6 +322,72 @@ void dt_plan_print(FILE *f, const dt_plan *p, int json);
  * of the limit also writes warn. A config the plan cannot describe, or a host whose memory cannot
  * be read, passes. warn[0] is '\0' when there is nothing to say. */
 dt_status dt_plan_admit(const dt_config *c, int world, int local_ranks, char *warn, size_t n);
+/* ---- GPU memory plan (`dtrain plan --device`, docs/gpu.md) ------------------------------ */
+
+/* A GPU to plan for: a known card by name, the visible one, or a size. */
+typedef struct dt_gpu_card {
+    char name[256];         /* "h200", "NVIDIA H200" (the visible device), or "cuda" (--gpu-gib) */
+    int64_t total_bytes;    /* its memory */
+    int cc_major, cc_minor; /* compute capability; 0.0 unknown (a card given by size alone) */
+} dt_gpu_card;
+
+/* "h200|h100|a100-80|a100-40|l40s|v100-32|cuda" (what --device takes besides cuda:N). */
+const char *dt_gpu_card_names(void);
+/* The card of spec: a known name (the memory the driver reports on that board, a table in
+ * src/config/plan_gpu.c), or "cuda" / "cuda:N": the visible GPU, queried (its name and total
+ * memory). gib > 0 sets the size instead (spec NULL or "cuda": a card of gib GiB; with a name:
+ * that card, resized). Errors name the spec and what is accepted: an unknown name, gib not in
+ * (0, 1e6], or "cuda" with no GPU visible and no gib (the message names --device and
+ * --gpu-gib). */
+dt_status dt_gpu_card_get(const char *spec, double gib, dt_gpu_card *out);
+
+/* Per-worker (per-GPU: one GPU per process) device memory of one training step of c, a model:
+ * nothing here is measured on a GPU. The components sum to total_bytes. */
+typedef struct dt_plan_gpu {
+    dt_gpu_card card;
+    int bf16; /* train.precision: bf16 */
+    /* As the CPU plan, sharded the same way by ZeRO (dt_plan). */
+    int64_t param_bytes, grad_bytes, optim_bytes, frozen_bytes, state_bytes;
+    /* bf16: the GEMMs' bf16 copy of the trainable weights (2 bytes each, /N under ZeRO-3) */
+    int64_t weight_bf16_bytes;
+    /* the arena of the graph compiled for the device (one thread's scratch, no bf16 rounding
+     * copies): activation_f32_bytes; under bf16 every activation but one f32 copy of the
+     * logits is counted at DT_PLAN_GPU_BF16_ACT_FACTOR of it */
+    int64_t activation_f32_bytes, activation_bytes;
+    int64_t cublaslt_bytes; /* the GEMM handle's workspace (src/device/cuda_gemm.c) */
+    int64_t cudnn_bytes;    /* convolution workspace cap (models with convolutions) */
+    int64_t context_bytes;  /* CUDA context and loaded kernels: DT_PLAN_GPU_CONTEXT_BYTES */
+    int64_t headroom_bytes; /* allocator rounding: DT_PLAN_GPU_HEADROOM of the allocations */
+    int64_t total_bytes;
+    int fits; /* total_bytes <= card.total_bytes */
+} dt_plan_gpu;
+
+/* Factor of the bf16 activations against f32 (2 of 4 bytes per element). */
+#define DT_PLAN_GPU_BF16_ACT_FACTOR 0.5
+/* Fraction of the device allocations added for the allocator (see plan_gpu.c). */
+#define DT_PLAN_GPU_HEADROOM 0.05
+
+/* The plan of c on `world` workers for one GPU each of `card`: *p is the plan of the graph as
+ * compiled for the device (dt_plan's figures, p->gpu = 1), *g its device memory. */
+dt_status dt_plan_gpu_compute(const dt_config *c, int world, const dt_gpu_card *card, dt_plan *p,
+                              dt_plan_gpu *g);
+/* The largest data.batch (1..max) whose GPU plan fits card; 0 when not even 1 does. Plans grow
+ * with the batch: a doubling search, then a bisection (a few graph compilations). */
+dt_status dt_plan_gpu_max_batch(const dt_config *c, int world, const dt_gpu_card *card, int64_t max,
+                                int64_t *out);
+/* Worker counts the GPU plan searches (dt_plan_gpu_min_workers). */
+#define DT_PLAN_GPU_MAX_WORKERS 1024
+/* The fewest workers in 1..max at which c under ZeRO-3 (the config's data.batch; p: its GPU
+ * plan, resharded, not compiled again) fits one card each; 0 when none does (what ZeRO does not
+ * shard -- activations, the frozen base -- is too large alone). */
+dt_status dt_plan_gpu_min_workers(const dt_config *c, const dt_plan *p, const dt_gpu_card *card,
+                                  int max, int *out);
+/* The table (GiB), or with json the plan's JSON object with a "device" object added; max_batch
+ * as dt_plan_gpu_max_batch found it, min_workers as dt_plan_gpu_min_workers (< 0: not searched,
+ * null in the JSON). */
+void dt_plan_gpu_print(FILE *f, const dt_plan *p, const dt_plan_gpu *g, int64_t max_batch,
+                       int min_workers, int json);
+
 /* 1234567 -> "1,234,567" in buf [n] (the plan tables' parameter counts); returns buf. */
 const char *dt_plan_group_digits(int64_t x, char *buf, size_t n);
 

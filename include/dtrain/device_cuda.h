@@ -98,7 +98,11 @@ typedef enum dt_gemm_mode {
 } dt_gemm_mode;
 
 typedef struct dt_cuda_gemm dt_cuda_gemm;
-/* A cuBLASLt handle and a workspace of workspace_bytes on device d (32 MiB if 0). */
+/* The workspace a GEMM handle takes when asked for 0: 32 MiB, what cuBLAS recommends for
+ * Hopper (and what `dtrain plan --device` counts). */
+#define DT_CUDA_GEMM_WORKSPACE_DEFAULT ((size_t)32 << 20)
+/* A cuBLASLt handle and a workspace of workspace_bytes on device d
+ * (DT_CUDA_GEMM_WORKSPACE_DEFAULT if 0). */
 dt_status dt_cuda_gemm_create(dt_device d, size_t workspace_bytes, dt_cuda_gemm **out);
 void dt_cuda_gemm_destroy(dt_cuda_gemm *h);
 /* Row-major C [M, N] = alpha * op(A) op(B) + beta * C with op(A) [M, K], op(B) [K, N];

@@ -6,8 +6,8 @@
 #include "dtrain/config.h"
 #include "dtrain/status.h"
 
-/* dtrain plan CONFIG [-n N] [--json] [--compare [--budget-gib G]] [section.key=value ...];
- * argv[0] is "plan". */
+/* dtrain plan CONFIG [-n N] [--json] [--compare [--budget-gib G]] [--device D] [--gpu-gib N]
+ * [section.key=value ...]; argv[0] is "plan". */
 int dt_cli_plan(int argc, char **argv);
 /* Prints every config key, its type, default and meaning to stdout. */
 int dt_cli_help_config(void);

@@ -1,4 +1,5 @@
-/* dtrain plan CONFIG [-n N] [--json] [--compare [--budget-gib G]] [section.key=value ...]
+/* dtrain plan CONFIG [-n N] [--json] [--compare [--budget-gib G]] [--device D] [--gpu-gib N]
+ *              [section.key=value ...]
  *
  * Prints the memory one worker needs for a training step of the configured model, without
  * loading weights: parameters, gradients, optimizer state, frozen weights and activations,
@@ -6,7 +7,11 @@
  *
  * --compare plans the config 16 ways (full finetuning or LoRA, recompute off or on, ZeRO stage
  * 0..3) by overriding those keys on fresh copies of the config, and names the first that fits a
- * per-worker budget in a preference order of training cost (see usage()). */
+ * per-worker budget in a preference order of training cost (see usage()).
+ *
+ * --device / --gpu-gib (or train.device: cuda in the config) plan the GPU memory of a worker
+ * instead (src/config/plan_gpu.c): a model of the device buffers against a card, with the
+ * largest data.batch that fits. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,11 +19,12 @@
 #include "cli/cli_plan.h"
 #include "core/meminfo.h"
 #include "dtrain/config.h"
+#include "dtrain/device.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dtrain plan CONFIG [-n N] [--json] [--compare [--budget-gib G]] "
-            "[section.key=value ...]\n"
+            "[--device D] [--gpu-gib N] [section.key=value ...]\n"
             "  -n N            workers (data-parallel ranks; default 1)\n"
             "  --json          one JSON object with every figure in bytes (with --compare: a\n"
             "                  JSON array, one object per configuration)\n"
@@ -36,8 +42,14 @@ static void usage(FILE *f) {
             "                  nothing fits, names the worker count (up to %d) at which the\n"
             "                  first configuration in that order would fit.\n"
             "  --budget-gib G  memory per worker for --compare, GiB (default 24)\n"
+            "  --device D      plan GPU memory per worker (one GPU each) on card D, one of\n"
+            "                  %s (cuda: the visible GPU), cuda:N,\n"
+            "                  or cpu (the host plan, also when the config has train.device:\n"
+            "                  cuda, which otherwise plans the visible GPU); says whether it\n"
+            "                  fits and the largest data.batch that does (a model: docs/gpu.md)\n"
+            "  --gpu-gib N     the card's memory in GiB (alone: a card of that size)\n"
             "Prints per-worker memory (GiB) of a training step; no weights are loaded.\n",
-            DT_PLAN_COMPARE_MAX_WORKERS);
+            DT_PLAN_COMPARE_MAX_WORKERS, dt_gpu_card_names());
 }
 
 static int parse_world(const char *s, int *out) {
@@ -318,10 +330,49 @@ static void warn_machine(const dt_plan *p, int world) {
                 world, (double)dt_plan_host_bytes(p, world) / GIB, m.per_worker / GIB, src);
 }
 
+/* The largest data.batch the GPU batch search tries. */
+#define PLAN_GPU_MAX_BATCH 65536
+
+/* The GPU plan of cfg for `device` (NULL: train.device's cuda) and gpu_gib (0: the card's). */
+static int run_gpu(const dt_config *cfg, int world, const char *device, double gpu_gib, int json) {
+    dt_gpu_card card;
+    const char *spec = device        ? device
+                       : gpu_gib > 0 ? NULL
+                                     : dt_config_get_values(cfg)->train.device;
+    dt_status st = dt_gpu_card_get(spec, gpu_gib, &card);
+    dt_plan p;
+    dt_plan_gpu g;
+    int64_t max_batch = -1;
+    int min_workers = -1;
+    if (st == DT_OK) st = dt_plan_gpu_compute(cfg, world, &card, &p, &g);
+    if (st == DT_OK) st = dt_plan_gpu_max_batch(cfg, world, &card, PLAN_GPU_MAX_BATCH, &max_batch);
+    if (st == DT_OK)
+        st = dt_plan_gpu_min_workers(cfg, &p, &card, DT_PLAN_GPU_MAX_WORKERS, &min_workers);
+    if (st != DT_OK) {
+        fprintf(stderr, "dtrain plan: %s%s\n", dt_last_error(),
+                device || gpu_gib > 0 ? "" : " (train.device in the config)");
+        return st == DT_ERR_NOMEM || st == DT_ERR_INTERNAL ? 1 : 2;
+    }
+    dt_plan_gpu_print(stdout, &p, &g, max_batch, min_workers, json);
+    return 0;
+}
+
+/* 1 when the config asks for a CUDA device (train.device: cuda or cuda:N; auto plans the CPU,
+ * where training runs until the CUDA engine exists). */
+static int config_cuda(const dt_config *cfg) {
+    dt_device d;
+    int is_auto = 0;
+    if (dt_device_parse(dt_config_get_values(cfg)->train.device, &d, &is_auto) != DT_OK) {
+        dt_error_clear();
+        return 0;
+    }
+    return !is_auto && d.kind == DT_DEVICE_CUDA;
+}
+
 int dt_cli_plan(int argc, char **argv) {
-    const char *path = NULL;
+    const char *path = NULL, *device = NULL;
     int world = 1, json = 0, n_over = 0, compare = 0, budget_set = 0;
-    double budget_gib = 24;
+    double budget_gib = 24, gpu_gib = 0;
     char **over = calloc((size_t)argc + 1, sizeof *over);
     if (!over) {
         fprintf(stderr, "dtrain plan: out of memory\n");
@@ -346,6 +397,20 @@ int dt_cli_plan(int argc, char **argv) {
                 goto done;
             }
             budget_set = 1;
+        } else if (!strcmp(a, "--gpu-gib") || !strncmp(a, "--gpu-gib=", 10)) {
+            const char *s = a[9] == '=' ? a + 10 : i + 1 < argc ? argv[++i] : NULL;
+            if (!s || parse_budget(s, &gpu_gib)) {
+                fprintf(stderr, "dtrain plan: --gpu-gib needs a size in GiB > 0 (got '%s')\n",
+                        s ? s : "");
+                goto done;
+            }
+        } else if (!strcmp(a, "--device") || !strncmp(a, "--device=", 9)) {
+            device = a[8] == '=' ? a + 9 : i + 1 < argc ? argv[++i] : NULL;
+            if (!device || !device[0]) {
+                fprintf(stderr, "dtrain plan: --device needs a GPU (%s, cuda:N) or cpu\n",
+                        dt_gpu_card_names());
+                goto done;
+            }
         } else if (!strcmp(a, "-n") || !strcmp(a, "--workers")) {
             if (i + 1 >= argc || parse_world(argv[++i], &world)) {
                 fprintf(stderr, "dtrain plan: %s needs a number of workers >= 1\n", a);
@@ -377,6 +442,16 @@ int dt_cli_plan(int argc, char **argv) {
         fprintf(stderr, "dtrain plan: --budget-gib is used only with --compare\n");
         goto done;
     }
+    int cpu = device && !strcmp(device, "cpu");
+    if (cpu && gpu_gib > 0) {
+        fprintf(stderr, "dtrain plan: --gpu-gib sizes a GPU: it does not go with --device cpu\n");
+        goto done;
+    }
+    if (compare && (gpu_gib > 0 || (device && !cpu))) {
+        fprintf(stderr, "dtrain plan: --compare plans host memory only: it does not take "
+                        "--device or --gpu-gib yet\n");
+        goto done;
+    }
     if (compare) {
         rc = run_compare(path, n_over, over, world, budget_gib, json);
         goto done;
@@ -384,6 +459,11 @@ int dt_cli_plan(int argc, char **argv) {
     dt_config *cfg;
     if (dt_config_from_args(path, n_over, over, &cfg) != DT_OK) {
         fprintf(stderr, "dtrain plan: %s\n", dt_last_error());
+        goto done;
+    }
+    if (!cpu && (device || gpu_gib > 0 || config_cuda(cfg))) {
+        rc = run_gpu(cfg, world, device, gpu_gib, json);
+        dt_config_free(cfg);
         goto done;
     }
     dt_plan p;

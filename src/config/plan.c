@@ -76,18 +76,25 @@ static dt_status too_large(double bound, const char *what) {
 }
 
 dt_status dt_plan_compute(const dt_config *c, int world, dt_plan *p) {
-    if (!c || !p) return dt_error_set(DT_ERR_INVALID, "plan: NULL config or output");
-    if (world < 1) return dt_error_set(DT_ERR_INVALID, "plan: %d workers (expected >= 1)", world);
-    memset(p, 0, sizeof *p);
+    if (!c) return dt_error_set(DT_ERR_INVALID, "plan: NULL config or output");
     const dt_config_values *v = dt_config_get_values(c);
     /* the trainer's thread count (train.threads, 0: every CPU), which per-thread scratch follows */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = v->train.threads > 0 ? (int)v->train.threads : (cpus > 0 ? (int)cpus : 1);
+    return plan_compute_as(c, world, threads, v->train.precision == DT_CFG_PREC_BF16, 0, p);
+}
+
+dt_status plan_compute_as(const dt_config *c, int world, int threads, int bf16, int gpu,
+                          dt_plan *p) {
+    if (!c || !p) return dt_error_set(DT_ERR_INVALID, "plan: NULL config or output");
+    if (world < 1) return dt_error_set(DT_ERR_INVALID, "plan: %d workers (expected >= 1)", world);
+    memset(p, 0, sizeof *p);
+    const dt_config_values *v = dt_config_get_values(c);
     int64_t batch = v->data.batch;
     dt_status st;
     plan_figures f;
-    int bf16 = v->train.precision == DT_CFG_PREC_BF16;
     p->kind = v->model.kind;
+    p->gpu = gpu;
     p->batch = batch;
     if (v->model.kind == DT_CFG_MODEL_LLAMA) {
         char path[DT_CFG_STR_MAX];
@@ -182,9 +189,10 @@ dt_status dt_plan_reshard(const dt_config *c, int world, dt_plan *p) {
                  (long long)p->batch, (long long)p->seq_len, (long long)p->seq_len);
     size_t j = strlen(p->run_desc);
     snprintf(p->run_desc + j, sizeof p->run_desc - j, ", %s, %s, %d worker%s, ZeRO stage %d%s%s",
-             !bf16                                 ? "fp32"
-             : dt_bf16_gemm_mode() == DT_BF16_NONE ? "bf16 (this CPU has no bf16 instructions)"
-                                                   : "bf16",
+             !bf16 ? "fp32"
+             : !p->gpu && dt_bf16_gemm_mode() == DT_BF16_NONE
+                 ? "bf16 (this CPU has no bf16 instructions)"
+                 : "bf16",
              v->optim.name == DT_CFG_OPTIM_ADAMW ? "AdamW" : "SGD", world, world > 1 ? "s" : "", z,
              lora_desc, v->model.recompute ? ", recompute" : "");
     return DT_OK;
@@ -210,27 +218,7 @@ int64_t dt_plan_host_bytes(const dt_plan *p, int local) {
     return local * p->total_bytes - (p->base_shared ? (local - 1) * p->frozen_bytes : 0);
 }
 
-void dt_plan_print(FILE *f, const dt_plan *p, int json) {
-    if (json) {
-        fprintf(
-            f,
-            "{\"model\": \"%s\", \"kind\": \"%s\", \"world\": %d, \"zero_stage\": %d, "
-            "\"batch\": %lld, \"seq_len\": %lld, \"params_total\": %lld, "
-            "\"params_trainable\": %lld, \"params_frozen\": %lld, \"optim_states\": %d, "
-            "\"param_bytes\": %lld, \"grad_bytes\": %lld, \"optim_bytes\": %lld, "
-            "\"frozen_bytes\": %lld, \"state_bytes\": %lld, \"activation_bytes\": %lld, "
-            "\"saved_bytes\": %lld, \"logits_bytes\": %lld, \"total_bytes\": %lld, "
-            "\"unsharded\": {\"param_bytes\": %lld, \"grad_bytes\": %lld, "
-            "\"optim_bytes\": %lld}}\n",
-            p->model_desc, p->kind == DT_CFG_MODEL_LLAMA ? "llama" : "resnet", p->world,
-            p->zero_stage, (long long)p->batch, (long long)p->seq_len, (long long)p->params_total,
-            (long long)p->params_trainable, (long long)p->params_frozen, p->optim_states,
-            (long long)p->param_bytes, (long long)p->grad_bytes, (long long)p->optim_bytes,
-            (long long)p->frozen_bytes, (long long)p->state_bytes, (long long)p->activation_bytes,
-            (long long)p->saved_bytes, (long long)p->logits_bytes, (long long)p->total_bytes,
-            (long long)p->param_bytes_1, (long long)p->grad_bytes_1, (long long)p->optim_bytes_1);
-        return;
-    }
+void plan_print_head(FILE *f, const dt_plan *p, const char *title, int width) {
     char a[40], b[40], c[40];
     fprintf(f, "model:  %s\n", p->model_desc);
     fprintf(f, "run:    %s\n", p->run_desc);
@@ -238,29 +226,69 @@ void dt_plan_print(FILE *f, const dt_plan *p, int json) {
             dt_plan_group_digits(p->params_trainable, b, sizeof b));
     if (p->params_frozen)
         fprintf(f, ", %s frozen", dt_plan_group_digits(p->params_frozen, c, sizeof c));
-    fprintf(f, "\n\n%-44s %10s %10s\n", "memory per worker", "GiB", "unsharded");
+    fprintf(f, "\n\n%-*s %10s %10s\n", width, title, "GiB", "unsharded");
+}
+
+void plan_print_rows(FILE *f, const dt_plan *p, int width, int64_t weight_bf16_bytes) {
     const char *z = p->zero_stage ? "(sharded)" : "";
     char lbl[64];
     snprintf(lbl, sizeof lbl, "  trainable parameters (f32) %s", p->zero_stage >= 3 ? z : "");
-    fprintf(f, "%-44s %10.2f %10.2f\n", lbl, gib(p->param_bytes), gib(p->param_bytes_1));
+    fprintf(f, "%-*s %10.2f %10.2f\n", width, lbl, gib(p->param_bytes), gib(p->param_bytes_1));
+    if (weight_bf16_bytes >= 0)
+        fprintf(f, "%-*s %10.2f\n", width, "  bf16 copy of them for the GEMMs",
+                gib(weight_bf16_bytes));
     snprintf(lbl, sizeof lbl, "  gradients (f32) %s", p->zero_stage >= 2 ? z : "");
-    fprintf(f, "%-44s %10.2f %10.2f\n", lbl, gib(p->grad_bytes), gib(p->grad_bytes_1));
+    fprintf(f, "%-*s %10.2f %10.2f\n", width, lbl, gib(p->grad_bytes), gib(p->grad_bytes_1));
     snprintf(lbl, sizeof lbl, "  optimizer state (%dx f32) %s", p->optim_states,
              p->zero_stage >= 1 ? z : "");
-    fprintf(f, "%-44s %10.2f %10.2f\n", lbl, gib(p->optim_bytes), gib(p->optim_bytes_1));
+    fprintf(f, "%-*s %10.2f %10.2f\n", width, lbl, gib(p->optim_bytes), gib(p->optim_bytes_1));
     if (p->params_frozen)
-        fprintf(f, "%-44s %10.2f\n",
+        fprintf(f, "%-*s %10.2f\n", width,
                 /* bf16 matrices; the frozen norms (a few thousandths of it) stay f32 */
                 p->frozen_bytes < 3 * p->params_frozen ? "  frozen base weights (bf16)"
                                                        : "  frozen base weights (f32)",
                 gib(p->frozen_bytes));
-    if (p->state_bytes) fprintf(f, "%-44s %10.2f\n", "  batchnorm statistics", gib(p->state_bytes));
+    if (p->state_bytes)
+        fprintf(f, "%-*s %10.2f\n", width, "  batchnorm statistics", gib(p->state_bytes));
+}
+
+void plan_print_json_body(FILE *f, const dt_plan *p) {
+    fprintf(f,
+            "{\"model\": \"%s\", \"kind\": \"%s\", \"world\": %d, \"zero_stage\": %d, "
+            "\"batch\": %lld, \"seq_len\": %lld, \"params_total\": %lld, "
+            "\"params_trainable\": %lld, \"params_frozen\": %lld, \"optim_states\": %d, "
+            "\"param_bytes\": %lld, \"grad_bytes\": %lld, \"optim_bytes\": %lld, "
+            "\"frozen_bytes\": %lld, \"state_bytes\": %lld, \"activation_bytes\": %lld, "
+            "\"saved_bytes\": %lld, \"logits_bytes\": %lld, \"total_bytes\": %lld, "
+            "\"unsharded\": {\"param_bytes\": %lld, \"grad_bytes\": %lld, "
+            "\"optim_bytes\": %lld}, \"host\": {\"workers\": %d, \"base_shared\": %s, "
+            "\"total_bytes\": %lld}",
+            p->model_desc, p->kind == DT_CFG_MODEL_LLAMA ? "llama" : "resnet", p->world,
+            p->zero_stage, (long long)p->batch, (long long)p->seq_len, (long long)p->params_total,
+            (long long)p->params_trainable, (long long)p->params_frozen, p->optim_states,
+            (long long)p->param_bytes, (long long)p->grad_bytes, (long long)p->optim_bytes,
+            (long long)p->frozen_bytes, (long long)p->state_bytes, (long long)p->activation_bytes,
+            (long long)p->saved_bytes, (long long)p->logits_bytes, (long long)p->total_bytes,
+            (long long)p->param_bytes_1, (long long)p->grad_bytes_1, (long long)p->optim_bytes_1,
+            p->world, p->base_shared ? "true" : "false",
+            (long long)dt_plan_host_bytes(p, p->world));
+}
+
+void dt_plan_print(FILE *f, const dt_plan *p, int json) {
+    if (json) {
+        plan_print_json_body(f, p);
+        fprintf(f, "}\n");
+        return;
+    }
+    plan_print_head(f, p, "memory per worker", 44);
+    plan_print_rows(f, p, 44, -1);
     fprintf(f, "%-44s %10.2f\n", "  activations (planned arena)", gib(p->activation_bytes));
     fprintf(f, "%-44s %10.2f\n", "    kept from forward for backward", gib(p->saved_bytes));
     if (p->logits_bytes)
         fprintf(f, "%-44s %10.2f\n", "    logits [B, T, V] f32 (one copy)", gib(p->logits_bytes));
     fprintf(f, "%-44s %10.2f\n", "  total", gib(p->total_bytes));
     if (p->base_shared && p->world > 1) { /* lora.share_base: one base per host */
+        char lbl[64];
         snprintf(lbl, sizeof lbl, "  all %d on one host, sharing the base", p->world);
         fprintf(f, "%-44s %10.2f\n", lbl, gib(dt_plan_host_bytes(p, p->world)));
     }

@@ -4,6 +4,7 @@
 #define DT_CONFIG_PLAN_IMPL_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include "dtrain/config.h"
 #include "dtrain/models.h"
 
@@ -24,5 +25,19 @@ dt_status dt_plan_measure_llama(const dt_llama_config *c, int64_t batch, int64_t
                                 int threads, int bf16, plan_figures *f);
 dt_status dt_plan_measure_resnet(const dt_resnet_config *c, int64_t batch, int64_t side,
                                  int threads, int bf16, plan_figures *f);
+
+/* dt_plan_compute with the compile's thread count and bf16 rounding copies chosen by the caller,
+ * and gpu: 1 when the plan is for a GPU (plan_gpu.c; the run line then names no CPU's bf16
+ * support). dt_plan_compute is this with the trainer's threads and train.precision. */
+dt_status plan_compute_as(const dt_config *c, int world, int threads, int bf16, int gpu,
+                          dt_plan *p);
+/* The text table's head (model, run and params lines, the column titles under `title`) and its
+ * rows of the training state (parameters, with the bf16 copy when weight_bf16_bytes >= 0,
+ * gradients, optimizer state, frozen weights, batchnorm statistics), labels `width` wide. */
+void plan_print_head(FILE *f, const dt_plan *p, const char *title, int width);
+void plan_print_rows(FILE *f, const dt_plan *p, int width, int64_t weight_bf16_bytes);
+/* The plan's JSON object (dt_plan_print's) without its closing brace, for a caller that adds
+ * keys (the GPU plan's "device"). */
+void plan_print_json_body(FILE *f, const dt_plan *p);
 
 #endif

@@ -32,7 +32,7 @@ dt_status dt_cuda_gemm_create(dt_device d, size_t workspace_bytes, dt_cuda_gemm 
     dt_cuda_gemm *h = calloc(1, sizeof *h);
     if (!h) return dt_error_set(DT_ERR_NOMEM, "cuda gemm create: no memory");
     h->dev = d;
-    h->ws_bytes = workspace_bytes ? workspace_bytes : (size_t)32 << 20;
+    h->ws_bytes = workspace_bytes ? workspace_bytes : DT_CUDA_GEMM_WORKSPACE_DEFAULT;
     st = lt_check(cublasLtCreate(&h->lt), "create");
     if (st == DT_OK) st = dt_device_alloc(d, h->ws_bytes, &h->ws);
     if (st != DT_OK) {

@@ -13,3 +13,8 @@ add_test(NAME config_plan_resnet152_imagenet COMMAND dtrain plan
          ${PROJECT_SOURCE_DIR}/examples/resnet152-imagenet.yaml)
 set_tests_properties(config_plan_resnet152_imagenet PROPERTIES LABELS unit TIMEOUT 60
                      PASS_REGULAR_EXPRESSION "resnet-152: stock stem.*batch 64 x 224x224 images")
+# `dtrain plan --device / --gpu-gib` (the GPU memory plan, a model: no GPU needed) and the JSON's
+# host figure, read with Python's json (tests/config/plan_gpu.py).
+add_test(NAME config_plan_gpu COMMAND python3 ${PROJECT_SOURCE_DIR}/tests/config/plan_gpu.py
+         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR})
+set_tests_properties(config_plan_gpu PROPERTIES LABELS unit TIMEOUT 300)
