@@ -24,3 +24,6 @@ add_test(NAME serve_sweep COMMAND python3 ${PROJECT_SOURCE_DIR}/tests/serve/swee
 set_tests_properties(serve_sweep PROPERTIES LABELS "e2e;sweep" TIMEOUT 180 RUN_SERIAL TRUE
                      SKIP_RETURN_CODE 77 FIXTURES_REQUIRED fortunes_data
                      ENVIRONMENT "OMP_NUM_THREADS=1")
+# /api/sweeps/ID on a hand-written store: resumed, failed, stopped, diverged and running
+# trials, the best among them, a sweep of the same id in another experiment
+dt_test(NAME test_sweep_api SOURCES serve/test_sweep_api.c LABELS "unit;sweep" TIMEOUT 60)
