@@ -9,6 +9,7 @@
  * trial finished or was stopped early, 1 a trial failed (or the store could not be read), 2
  * the sweep file or the options are wrong (nothing was started), 75 stopped by SIGTERM/SIGINT
  * (trials checkpointed: --resume continues). */
+#include <cjson/cJSON.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,16 +45,33 @@ static void stop(int sig) {
     dt_sweep_request_stop();
 }
 
+/* Prints `o` on one line and frees it; cJSON escapes the strings (a path or value may hold
+ * quotes or backslashes) and writes NaN as null. */
+static void print_obj(cJSON *o) {
+    char *t = o ? cJSON_PrintUnformatted(o) : NULL;
+    if (t) printf("%s\n", t);
+    free(t);
+    cJSON_Delete(o);
+}
+
 static void print_json(const dt_sweep_result *r) {
-    printf("{\"id\": \"%s\", \"dir\": \"%s\", \"trials\": %d, \"done\": %d, \"stopped\": %d, "
-           "\"failed\": %d, \"interrupted\": %s, \"best\": ",
-           r->id, r->dir, r->trials, r->done, r->stopped, r->failed,
-           r->interrupted ? "true" : "false");
-    if (r->best < 0)
-        printf("null}\n");
-    else
-        printf("{\"trial\": %d, \"run\": \"%s\", \"value\": %.17g}}\n", r->best, r->best_run,
-               r->best_value);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", r->id);
+    cJSON_AddStringToObject(o, "dir", r->dir);
+    cJSON_AddNumberToObject(o, "trials", r->trials);
+    cJSON_AddNumberToObject(o, "done", r->done);
+    cJSON_AddNumberToObject(o, "stopped", r->stopped);
+    cJSON_AddNumberToObject(o, "failed", r->failed);
+    cJSON_AddBoolToObject(o, "interrupted", r->interrupted);
+    if (r->best < 0) {
+        cJSON_AddNullToObject(o, "best");
+    } else {
+        cJSON *b = cJSON_AddObjectToObject(o, "best");
+        cJSON_AddNumberToObject(b, "trial", r->best);
+        cJSON_AddStringToObject(b, "run", r->best_run);
+        cJSON_AddNumberToObject(b, "value", r->best_value);
+    }
+    print_obj(o);
 }
 
 static int dry_run(const dt_sweep_spec *s, int json) {
@@ -63,21 +81,21 @@ static int dry_run(const dt_sweep_spec *s, int json) {
         fprintf(stderr, "dtrain sweep: %s\n", dt_last_error());
         return 2;
     }
-    if (json) printf("{\"trials\": [");
+    cJSON *o = json ? cJSON_CreateObject() : NULL,
+          *a = o ? cJSON_AddArrayToObject(o, "trials") : NULL;
     for (int i = 0; i < n; i++) {
-        if (json)
-            printf("%s{", i ? ", " : "");
-        else
-            printf("%d", i);
+        cJSON *p = a ? cJSON_CreateObject() : NULL;
+        if (a) cJSON_AddItemToArray(a, p);
+        if (!json) printf("%d", i);
         for (int k = 0; k < t[i].n; k++) {
             if (json)
-                printf("%s\"%s\": \"%s\"", k ? ", " : "", t[i].key[k], t[i].value[k]);
+                cJSON_AddStringToObject(p, t[i].key[k], t[i].value[k]);
             else
                 printf(" %s=%s", t[i].key[k], t[i].value[k]);
         }
-        printf(json ? "}" : "\n");
+        if (!json) printf("\n");
     }
-    if (json) printf("]}\n");
+    if (json) print_obj(o);
     free(t);
     return 0;
 }

@@ -59,6 +59,21 @@ if [ "$case" = sigterm ]; then
         [ ! -e "$tmp/runs" ] || fail "'$bad': something was created"
         echo "ok: refused: $(cat "$tmp/bad.err")"
     done
+    # --dry-run --json is JSON whatever the values hold (a quote, a backslash)
+    cat > "$tmp/quote.yaml" <<EOF
+base: $repo/examples/llama-tiny-fortunes.yaml
+parameters:
+  data.train: ['a"b', 'c\d']
+sampler: grid
+EOF
+    "$dtrain" sweep "$tmp/quote.yaml" --dry-run --json > "$tmp/quote.json" ||
+        fail "--dry-run --json of values with a quote and a backslash"
+    python3 - "$tmp/quote.json" <<'EOF' || { cat "$tmp/quote.json"; fail "--dry-run --json"; }
+import json, sys
+t = json.load(open(sys.argv[1]))["trials"]
+assert t == [{"data.train": 'a"b'}, {"data.train": "c\\d"}], t
+EOF
+    echo "ok: --dry-run --json escapes a quote and a backslash"
     sed -i 's/^early_stopping:.*//; s/^max_steps: 9/max_steps: 40/; s/^trials: 6/trials: 2/' \
         "$tmp/sweep.yaml"
     sed -i 's/^overrides:/overrides:\n  ckpt.every_steps: 2/' "$tmp/sweep.yaml"
