@@ -75,14 +75,17 @@ int dt_sv_api_store_error(dt_serve *s, sv_buf *b);
     "svg{background:#fff}\n" \
     ".err{color:#c62828}\n"
 /* The start of both pages' script: the token (?access_token=, sent on as a header), get(URL)
- * -> its JSON, esc(text) for HTML. */
+ * -> its JSON, esc(text) for HTML, page(PATH, HASH) -> a link to the other page that keeps the
+ * token (the header's links are rewritten so). */
 #define DT_SV_PAGE_SCRIPT \
     "<script>\n" \
     "\"use strict\";\n" \
     "var q=new URLSearchParams(location.search),tok=q.get(\"access_token\");\n" \
     "var hdr=tok?{headers:{Authorization:\"Bearer \"+tok}}:{};\n" \
     "function get(u){return fetch(u,hdr).then(function(r){if(!r.ok)throw new Error(u+\": HTTP \"+r.status);return r.json();});}\n" \
-    "function esc(s){return String(s).replace(/[&<>\"]/g,function(c){return{\"&\":\"&amp;\",\"<\":\"&lt;\",\">\":\"&gt;\",'\"':\"&quot;\"}[c];});}\n"
+    "function esc(s){return String(s).replace(/[&<>\"]/g,function(c){return{\"&\":\"&amp;\",\"<\":\"&lt;\",\">\":\"&gt;\",'\"':\"&quot;\"}[c];});}\n" \
+    "function page(p,h){return p+(tok?\"?access_token=\"+encodeURIComponent(tok):\"\")+(h||\"\");}\n" \
+    "Array.prototype.forEach.call(document.querySelectorAll(\"header a\"),function(a){a.href=page(a.getAttribute(\"href\"));});\n"
 /* clang-format on */
 /* The dashboard page, and the sweep page (dashboard_sweep.c). */
 extern const char dt_sv_dashboard_html[];

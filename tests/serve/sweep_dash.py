@@ -10,7 +10,8 @@ sqlite3 (each trial's metric at its last rung, the best: the lowest loss of the 
 reached the furthest step); then headless Chromium loads /sweeps and the DOM must show one
 parallel-coordinates line per trial (the stopped ones faded), one axis per parameter plus the
 metric (the learning rate's on a log scale), the trials table sorted by the metric with the
-store's best marked, and one curve per trial with as many points as the store has steps. A
+store's best marked, and one curve per trial with as many points as the store has steps; served
+with a token, the page opened with ?access_token= keeps it in its links to the runs. A
 screenshot goes to OUT_DIR/sweeps.png. Exit 77 (skipped) without chromium.
 """
 import json
@@ -189,6 +190,33 @@ curves = {int(n): int(p) for n, p in
           re.findall(r'<polyline class="curve[^"]*" data-trial="(\d+)" data-points="(\d+)"', html)}
 check(curves == {t["trial"]: len(store_loss(t["run"])) for t in state["trials"]},
       "one curve per trial, a point per stored step: %s" % curves)
+# with a token: the page is opened with ?access_token= and its links to the runs keep it
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+tport = s.getsockname()[1]
+s.close()
+tok = "sweep-view-token"
+tsrv = subprocess.Popen([dtrain, "serve", "--output-dir", runs, "--port", str(tport), "--token",
+                         tok], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+procs.append(tsrv)
+tbase = "http://127.0.0.1:%d" % tport
+for _ in range(100):
+    try:
+        if http(tbase + "/api/sweeps", tok)[0] == 200:
+            break
+    except OSError:
+        pass
+    time.sleep(0.1)
+check(http(tbase + "/sweeps")[0] == 401, "with a token set, /sweeps without it: 401")
+thtml = subprocess.run(common + ["--dump-dom", tbase + "/sweeps?access_token=" + tok +
+                                 "#sweep=llama-tiny-fortunes%2Fsw"],
+                       capture_output=True, text=True, timeout=120).stdout
+thtml = thtml[:thtml.find("<script")]
+links = re.findall(r'<a href="([^"]*)">sw-t\d+</a>', thtml)
+check('id="sweep-name">llama-tiny-fortunes/sw<' in thtml and len(links) == len(want) + 1 and
+      all(x.startswith("/?access_token=" + tok + "#run=") for x in links) and
+      '<a href="/?access_token=%s">runs</a>' % tok in thtml,
+      "with ?access_token=: the sweep shown, its run links keep the token: %s" % links[:2])
 shot = os.path.join(out_dir or tmp, "sweeps.png")
 os.makedirs(os.path.dirname(shot), exist_ok=True)
 subprocess.run(common + ["--screenshot=" + shot, url], capture_output=True, timeout=120)
