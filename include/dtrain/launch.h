@@ -62,6 +62,10 @@ typedef struct dt_launch_opts {
     int monitor_port; /* -1: off; 0: any free port */
     const char *monitor_addr, *monitor_token, *monitor_token_file;
     int monitor_insecure;
+    /* out (NULL: not wanted): the run directory (output.dir/experiment/run), set once the run is
+     * named, so a caller can read its launch.json and run.json afterwards */
+    char *run_dir_out;
+    size_t run_dir_out_n;
 } dt_launch_opts;
 
 /* Defaults: 1 thread per worker, 3 retries, 1 s backoff, mpirun from PATH, no monitor. */

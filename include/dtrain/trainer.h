@@ -101,6 +101,12 @@ typedef struct dt_export_opts {
 dt_status dt_trainer_export_checkpoint(const char *ckpt_dir, dt_export_opts *o, const char *out_dir,
                                        char *note, size_t note_n);
 const dt_train_progress *dt_trainer_progress(const dt_trainer *t);
+/* What the run produced, as one JSON object (malloc'd; rank 0, NULL on other ranks): run.json's
+ * fields (status "done", "preempted" or "failed" by run_status, steps, losses, eval, datasets,
+ * code revision), plus run_dir, run_name, run_id (the experiment store's, when tracking is on),
+ * checkpoint {step, url} (the newest this attempt committed) and export (the model's folder).
+ * Call it after dt_trainer_run, before dt_trainer_close. */
+char *dt_trainer_summary_json(dt_trainer *t, dt_status run_status);
 const dt_eval_result *dt_trainer_last_eval(const dt_trainer *t);
 /* The run directory (output.dir/experiment/run_name). */
 const char *dt_trainer_run_dir(const dt_trainer *t);

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "cli/cli_data.h"
+#include "cli/json_out.h"
 #include "core/file.h"
 #include "dtrain/data.h"
 #include "dtrain/status.h"
@@ -61,7 +62,11 @@ static void usage(FILE *f) {
         "  --max-side N          images: re-encode larger images as JPEG (quality 90) with\n"
         "                        their longer side N\n"
         "  --threads N           images: threads checking images (default: one per core)\n"
-        "  -q, --quiet           no progress lines\n");
+        "  -q, --quiet           no progress lines\n"
+        "  --json                one JSON object on stdout at the end: output, up_to_date,\n"
+        "                        splits (path, name, split, kind, records, classes, bytes,\n"
+        "                        tokens, fingerprint), exit_code; the rest goes to stderr\n"
+        "exit status: 0 imported (or up to date), 1 failed, 2 bad arguments or input\n");
 }
 
 static char *join(const char *a, const char *b) {
@@ -111,10 +116,32 @@ static void free_splits(char **s, int n) {
     for (int i = 0; i < n; i++) free(s[i]);
 }
 
+/* One split of an import, for --json. */
+static void add_split_json(cJSON *arr, const char *path, const dt_dataset_info *in) {
+    cJSON *x = cJSON_CreateObject();
+    if (!x || !cJSON_AddItemToArray(arr, x)) {
+        cJSON_Delete(x);
+        return;
+    }
+    cJSON_AddStringToObject(x, "path", path);
+    cJSON_AddStringToObject(x, "name", in->name);
+    cJSON_AddStringToObject(x, "split", in->split);
+    cJSON_AddStringToObject(x, "kind",
+                            in->kind == DT_DATA_TOKENS    ? "tokens"
+                            : in->kind == DT_DATA_ENCODED ? "encoded-image"
+                                                          : "image");
+    cJSON_AddNumberToObject(x, "records", (double)in->records);
+    if (in->kind != DT_DATA_TOKENS) cJSON_AddNumberToObject(x, "classes", in->classes);
+    if (in->kind == DT_DATA_ENCODED) cJSON_AddNumberToObject(x, "bytes", (double)in->bytes);
+    if (in->kind == DT_DATA_TOKENS) cJSON_AddNumberToObject(x, "tokens", (double)in->tokens);
+    cJSON_AddStringToObject(x, "fingerprint", in->fingerprint);
+}
+
 static int cmd_import(int argc, char **argv) {
     dt_import_options o;
     dt_import_options_default(&o);
     const char *kind = NULL, *out = NULL;
+    int want_json = 0;
     const char **srcs = calloc((size_t)argc + 1, sizeof *srcs);
     int ns = 0;
     if (!srcs) return 1;
@@ -161,6 +188,8 @@ static int cmd_import(int argc, char **argv) {
             o.threads = (int)v;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             o.quiet = 1;
+        } else if (!strcmp(a, "--json")) {
+            want_json = 1;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "dtrain data import: unknown or incomplete option %s\n", a);
             free(srcs);
@@ -182,14 +211,26 @@ static int cmd_import(int argc, char **argv) {
         free(srcs);
         return 2;
     }
+    if (want_json && dt_cli_json_begin("data import") != 0) {
+        free(srcs);
+        return 1;
+    }
     /* the same import again changes nothing: say so and succeed (a script may run it twice) */
     int current = dt_data_import_current(kind, srcs, ns, out, &o);
     dt_status st = current ? DT_OK : dt_data_import(kind, srcs, ns, out, &o);
     free(srcs);
     if (current) printf("%s: up to date (the same %s import of the same files)\n", out, kind);
     if (st) {
-        fprintf(stderr, "dtrain data import: %s\n", dt_last_error());
-        return st == DT_ERR_INVALID ? 2 : 1;
+        char m[2048];
+        snprintf(m, sizeof m, "%s", dt_last_error());
+        fprintf(stderr, "dtrain data import: %s\n", m);
+        return dt_cli_json_end(NULL, st == DT_ERR_INVALID ? 2 : 1, m);
+    }
+    cJSON *res = cJSON_CreateObject(), *arr = NULL;
+    if (res) {
+        cJSON_AddStringToObject(res, "output", out);
+        cJSON_AddBoolToObject(res, "up_to_date", current);
+        arr = cJSON_AddArrayToObject(res, "splits");
     }
     char *splits[8];
     int n = list_splits(out, splits, 8);
@@ -197,6 +238,7 @@ static int cmd_import(int argc, char **argv) {
         dt_dataset *d;
         if (dt_dataset_open(splits[i], 0, &d)) continue;
         const dt_dataset_info *in = dt_dataset_get_info(d);
+        add_split_json(arr, splits[i], in);
         printf("%s: %" PRId64 " %s", splits[i], in->records,
                in->kind == DT_DATA_TOKENS ? "documents" : "images");
         if (in->kind == DT_DATA_ENCODED)
@@ -206,7 +248,7 @@ static int cmd_import(int argc, char **argv) {
         dt_dataset_close(d);
     }
     free_splits(splits, n);
-    return 0;
+    return dt_cli_json_end(res, 0, NULL);
 }
 
 static void print_meta(const char *dir) {

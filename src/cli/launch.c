@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli/cli.h"
+#include "cli/json_out.h"
 #include "dtrain/dtrain.h"
 #include "dtrain/launch.h"
 
@@ -19,14 +20,19 @@ static int usage(FILE *f) {
             "                     [--threads-per-worker T] [--max-failures K] [--oversubscribe]\n"
             "                     [--mpirun PATH] [--mpirun-args \"ARGS\"] [--backoff SECONDS]\n"
             "                     [--monitor-port P [--monitor-addr A] [--monitor-token T]]\n"
-            "                     CONFIG.yaml [section.key=value ...]\n"
+            "                     CONFIG.yaml [section.key=value ...] [--json]\n"
             "Runs N workers of `dtrain train` through mpirun, restarts the job from its newest\n"
             "checkpoint when it fails (up to K times, default 3; -1 = no limit), forwards SIGTERM\n"
             "so that workers checkpoint before exiting (exit status 75). --monitor-port serves\n"
             "the run's dashboard at / and Prometheus metrics at /metrics (default address\n"
             "127.0.0.1; --monitor-token, DTRAIN_MONITOR_TOKEN or DTRAIN_MONITOR_TOKEN_FILE (a\n"
             "file private to its owner): bearer token required). Another address needs a token,\n"
-            "or DTRAIN_MONITOR_INSECURE=1 to serve it to anyone who can reach it.\n");
+            "or DTRAIN_MONITOR_INSECURE=1 to serve it to anyone who can reach it.\n"
+            "--json: one JSON object on stdout at the end: status, exit_code, run_dir, run_name,\n"
+            "launch (launch.json: the attempts) and run (run.json: steps, losses, eval,\n"
+            "checkpoint, export); everything else goes to stderr\n"
+            "exit status: 0 done, 1 failed, 2 refused before any worker started, 75 preempted\n"
+            "(a checkpoint was saved: the same command resumes)\n");
     return 2;
 }
 
@@ -39,7 +45,29 @@ static int parse_int(const char *s, int *out) {
     return 0;
 }
 
+/* The --json object: launch.json and run.json of the run directory. */
+static int json_result(const char *run_dir, int rc, const char *error) {
+    cJSON *o = cJSON_CreateObject();
+    char p[8400];
+    snprintf(p, sizeof p, "%s/launch.json", run_dir);
+    cJSON *l = run_dir[0] ? dt_cli_json_read(p) : NULL;
+    snprintf(p, sizeof p, "%s/run.json", run_dir);
+    cJSON *r = run_dir[0] ? dt_cli_json_read(p) : NULL;
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(l, "status");
+    if (o && cJSON_IsString(s)) cJSON_AddStringToObject(o, "status", s->valuestring);
+    if (o && run_dir[0]) {
+        cJSON_AddStringToObject(o, "run_dir", run_dir);
+        const char *nm = strrchr(run_dir, '/');
+        cJSON_AddStringToObject(o, "run_name", nm ? nm + 1 : run_dir);
+    }
+    if (o && l) cJSON_AddItemToObject(o, "launch", l), l = NULL;
+    if (o && r) cJSON_AddItemToObject(o, "run", r), r = NULL;
+    cJSON_Delete(l), cJSON_Delete(r);
+    return dt_cli_json_end(o, rc, error);
+}
+
 int dt_cli_launch(int argc, char **argv) {
+    int want_json = dt_cli_json_take(&argc, argv); /* before the config's overrides */
     dt_launch_opts o;
     dt_launch_opts_init(&o);
     o.monitor_token = getenv("DTRAIN_MONITOR_TOKEN");
@@ -111,13 +139,18 @@ int dt_cli_launch(int argc, char **argv) {
     }
     o.config = argv[i];
     o.n_over = argc - i - 1, o.over = argv + i + 1;
+    char run_dir[8192] = "";
+    o.run_dir_out = run_dir, o.run_dir_out_n = sizeof run_dir;
+    if (want_json && dt_cli_json_begin("launch") != 0) return 1;
 
     dt_cli_on_stop(dt_launch_stop);
     int code;
     dt_status st = dt_launch_run(&o, &code);
     if (st != DT_OK) {
-        fprintf(stderr, "dtrain launch: %s\n", dt_last_error());
-        return st == DT_ERR_INTERNAL ? 1 : 2;
+        char m[2048];
+        snprintf(m, sizeof m, "%s", dt_last_error());
+        fprintf(stderr, "dtrain launch: %s\n", m);
+        return json_result(run_dir, st == DT_ERR_INTERNAL ? 1 : 2, m);
     }
-    return code;
+    return json_result(run_dir, code, NULL);
 }

@@ -24,12 +24,13 @@
 #include "cli/cli.h"
 #include "cli/cli_models.h"
 #include "dtrain/dtrain.h"
+#include "dtrain/sweep.h"
 
 enum { MAX_POS = 8 };
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: dtrain models register RUN|CHECKPOINT --name NAME [--description TEXT]\n"
+            "usage: dtrain models register RUN|CHECKPOINT|sweep:ID --name NAME [--description T]\n"
             "       dtrain models ls [NAME]\n"
             "       dtrain models show NAME[@REF]\n"
             "       dtrain models diff NAME@REF NAME@REF\n"
@@ -41,6 +42,8 @@ static void usage(FILE *f) {
             "REF: a version number, latest, or an alias; NAME alone is the latest version.\n"
             "RUN: a run id, EXPERIMENT/NAME or a NAME unique in the store: its newest committed\n"
             "checkpoint that verifies. CHECKPOINT: a checkpoint folder (.../checkpoints/step-N).\n"
+            "sweep:ID: the best trial's run of the sweep ID (dtrain sweep --name ID) in the\n"
+            "output dir (--output-dir, the folder of --db, or runs).\n"
             "  register  a new, immutable version: the checkpoint's files and their xxh3, the\n"
             "            run's lineage, params and metrics at that step\n"
             "  ls        models (versions, latest, aliases), or the versions of NAME\n"
@@ -102,10 +105,37 @@ cJSON *dt_models_version_json(const dt_registry_version *v) {
 
 typedef struct reg_opts {
     const char *name, *description;
+    const char *sweeps; /* where sweep:ID is looked for: the output dir (runs by default) */
 } reg_opts;
+
+/* sweep:ID -> the sweep's best trial's run (its newest verified checkpoint is registered), into
+ * run[n]; 0, or -1 with the one line printed. */
+static int sweep_best(const char *id, const char *dir, char *run, size_t n) {
+    char path[PATH_MAX + 64];
+    dt_sweep_result r;
+    if (dt_sweep_find(dir, id, path, sizeof path) != DT_OK || dt_sweep_summary(path, &r) != DT_OK) {
+        fprintf(stderr, "dtrain models register: sweep:%s: %s\n", id, dt_last_error());
+        return -1;
+    }
+    if (r.best < 0) {
+        fprintf(stderr,
+                "dtrain models register: sweep:%s: no trial has reported its metric yet (%s)\n", id,
+                path);
+        return -1;
+    }
+    fprintf(stderr, "sweep %s: best trial %d, run %s (%.6g)\n", id, r.best, r.best_run,
+            r.best_value);
+    snprintf(run, n, "%s", r.best_run);
+    return 0;
+}
 
 static int cmd_register(dt_track *s, const char *ref, const reg_opts *ro, const dt_models_args *a) {
     int version = 0;
+    char best[300];
+    if (!strncmp(ref, "sweep:", 6)) {
+        if (sweep_best(ref + 6, ro->sweeps, best, sizeof best) != 0) return MODELS_BAD;
+        ref = best;
+    }
     dt_status st = dt_registry_register_ref(s, ro->name, ro->description, ref, stderr, &version);
     dt_registry_version v;
     char ref2[200];
@@ -307,6 +337,17 @@ int dt_cli_models(int argc, char **argv) {
         fprintf(stderr, "dtrain models %s: %s\n", a.cmd, dt_last_error());
         return MODELS_BAD;
     }
+    /* sweeps live beside the store: --output-dir, the folder of --db, else runs */
+    char sweeps[4200];
+    snprintf(sweeps, sizeof sweeps, "%s", dir ? dir : db ? db : "runs");
+    if (!dir && db) {
+        char *slash = strrchr(sweeps, '/');
+        if (slash)
+            *slash = 0;
+        else
+            snprintf(sweeps, sizeof sweeps, ".");
+    }
+    ro.sweeps = sweeps;
     int rc = c == 0   ? cmd_register(s, pos[0], &ro, &a)
              : c == 1 ? cmd_ls(s, n ? pos[0] : NULL, &a)
              : c == 2 ? dt_models_show(s, pos[0], &a)

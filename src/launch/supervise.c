@@ -258,6 +258,8 @@ dt_status dt_launch_run(const dt_launch_opts *o, int *exit_code) {
     dt_status st =
         prepare(&j, &trk, run_dir, sizeof run_dir, db, sizeof db, experiment, sizeof experiment);
     if (st != DT_OK) return st;
+    if (o->run_dir_out && o->run_dir_out_n)
+        snprintf(o->run_dir_out, o->run_dir_out_n, "%s", run_dir);
     snprintf(rec_path, sizeof rec_path, "%s/launch.json", run_dir);
 
     cJSON *rec = cJSON_CreateObject();

@@ -1,6 +1,7 @@
 /* The trainer's side of its checkpoints: opens the store (ckpt.dir, else output.dir), hands the
  * saver and the restore (include/dtrain/ckpt_run.h) a narrow context, gives them the step's
  * numbers, and turns their events into the progress line's "ckpt" and tracking records. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,9 @@ struct dt_train_ckpt {
     char root[1100]; /* "<experiment>/<run>/checkpoints" */
     dt_ckpt_ctx ctx;
     dt_ckpt_saver *saver;
+    pthread_mutex_t mu; /* the newest commit below: set by the writer thread, read at the end */
+    int64_t last_step;  /* -1: none committed by this attempt */
+    char last_url[2400];
 };
 
 /* From the saver's writer thread (committed, removed) or the training thread (failed). */
@@ -23,6 +27,10 @@ static void on_event(void *ud, const dt_ckpt_event *e) {
     dt_trainer *t = ud;
     if (e->kind == DT_CKPT_COMMITTED) {
         dt_train_progress_ckpt(t, e->step); /* the progress line's "ckpt" */
+        pthread_mutex_lock(&t->ck->mu);
+        t->ck->last_step = e->step;
+        snprintf(t->ck->last_url, sizeof t->ck->last_url, "%s/%s", e->store_url, e->dir);
+        pthread_mutex_unlock(&t->ck->mu);
         dt_train_track_ckpt(t, e->step, e->store_url, e->dir, e->state);
     } else if (e->kind == DT_CKPT_REMOVED) {
         dt_train_track_ckpt_removed(t, e->step, e->store_url, e->dir, e->message);
@@ -34,6 +42,8 @@ dt_status dt_train_ckpt_open(dt_trainer *t, const char *run_name) {
     dt_train_ckpt *c = calloc(1, sizeof *c);
     if (!c) return dt_error_set(DT_ERR_NOMEM, "checkpoint: out of memory");
     t->ck = c;
+    pthread_mutex_init(&c->mu, NULL);
+    c->last_step = -1;
     const char *url = v->ckpt.dir[0] ? v->ckpt.dir : v->output.dir;
     dt_status st = dt_store_open(url, NULL, &c->store);
     if (st != DT_OK) {
@@ -225,11 +235,22 @@ void dt_train_ckpt_where(dt_trainer *t, char *buf, size_t n) {
         snprintf(buf, n, "; no checkpoint of this run was committed: the trained weights are lost");
 }
 
+int64_t dt_train_ckpt_last(dt_trainer *t, char *url, size_t n) {
+    if (n) url[0] = 0;
+    if (!t->ck) return -1;
+    pthread_mutex_lock(&t->ck->mu);
+    int64_t step = t->ck->last_step;
+    snprintf(url, n, "%s", t->ck->last_url);
+    pthread_mutex_unlock(&t->ck->mu);
+    return step;
+}
+
 void dt_train_ckpt_close(dt_trainer *t) {
     dt_train_ckpt *c = t->ck;
     if (!c) return;
     dt_ckpt_saver_close(c->saver);
     dt_store_close(c->store);
+    pthread_mutex_destroy(&c->mu);
     free(c);
     t->ck = NULL;
 }

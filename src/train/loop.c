@@ -339,6 +339,7 @@ static void export_instead(dt_trainer *t, char *m, size_t n) {
     else if (dt_trainer_export(t, dir) == DT_OK) {
         snprintf(note, sizeof note, "the trained weights (step %lld) were exported to %s instead",
                  (long long)t->prog.step, dir);
+        snprintf(t->exported, sizeof t->exported, "%s", dir);
         dt_train_track_export(t, dir);
     } else {
         char e[1024];
@@ -440,6 +441,7 @@ dt_status dt_trainer_run(dt_trainer *t) {
             return dt_error_set(st, "%s", m);
         }
         if (t->log) fprintf(t->log, "model written to %s\n", dir);
+        snprintf(t->exported, sizeof t->exported, "%s", dir);
         dt_train_track_export(t, dir);
     }
     dt_train_track_end(t, "done", NULL);

@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include "core/fsmode.h"
 #include "dtrain/runtime.h"
@@ -24,9 +25,11 @@ static void add_dataset(cJSON *o, const char *key, const dt_dataset *d, const ch
     cJSON_AddNumberToObject(x, "records", (double)in->records);
 }
 
-dt_status dt_train_record(dt_trainer *t, const char *status) {
+/* What run.json and `dtrain train --json` say of the run. */
+static cJSON *run_object(dt_trainer *t, const char *status) {
     cJSON *o = cJSON_CreateObject();
-    char ts[64], path[4200], tmp[4300];
+    if (!o) return NULL;
+    char ts[64];
     time_t now = time(NULL);
     struct tm tmv;
     gmtime_r(&now, &tmv);
@@ -53,7 +56,23 @@ dt_status dt_train_record(dt_trainer *t, const char *status) {
         if (t->task == DT_TASK_LM) cJSON_AddNumberToObject(e, "perplexity", t->eval.perplexity);
         cJSON_AddNumberToObject(e, "samples", (double)t->eval.samples);
     }
-    char *txt = cJSON_Print(o);
+    char url[2400];
+    int64_t step = dt_train_ckpt_last(t, url, sizeof url);
+    if (step >= 0) {
+        cJSON *c = cJSON_AddObjectToObject(o, "checkpoint"); /* this attempt's newest commit */
+        cJSON_AddNumberToObject(c, "step", (double)step);
+        cJSON_AddStringToObject(c, "url", url);
+    }
+    if (t->exported[0]) cJSON_AddStringToObject(o, "export", t->exported);
+    int64_t id = dt_train_track_run_id(t); /* the experiment store's (dtrain runs, models) */
+    if (id > 0) cJSON_AddNumberToObject(o, "run_id", (double)id);
+    return o;
+}
+
+dt_status dt_train_record(dt_trainer *t, const char *status) {
+    char path[4200], tmp[4300];
+    cJSON *o = run_object(t, status);
+    char *txt = o ? cJSON_Print(o) : NULL;
     cJSON_Delete(o);
     if (!txt) return dt_error_set(DT_ERR_NOMEM, "run.json: out of memory");
     snprintf(path, sizeof path, "%s/run.json", t->run_dir);
@@ -67,6 +86,19 @@ dt_status dt_train_record(dt_trainer *t, const char *status) {
         return dt_error_set(DT_ERR_IO, "%s: cannot write", path);
     }
     return DT_OK;
+}
+
+char *dt_trainer_summary_json(dt_trainer *t, dt_status run_status) {
+    if (!t || t->rank != 0) return NULL;
+    const char *status = run_status != DT_OK ? "failed" : t->prog.preempted ? "preempted" : "done";
+    cJSON *o = run_object(t, status);
+    if (!o) return NULL;
+    cJSON_AddStringToObject(o, "run_dir", t->run_dir);
+    const char *name = strrchr(t->run_dir, '/');
+    cJSON_AddStringToObject(o, "run_name", name ? name + 1 : t->run_dir);
+    char *txt = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return txt;
 }
 
 void dt_train_rss(double *rss_mib, double *peak_mib) {

@@ -305,3 +305,7 @@ void dt_train_track_close(dt_trainer *t) {
     free(k);
     t->tk = NULL;
 }
+
+int64_t dt_train_track_run_id(const dt_trainer *t) {
+    return on(t) ? t->tk->run : 0;
+}

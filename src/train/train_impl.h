@@ -45,6 +45,7 @@ struct dt_trainer {
     dt_eval_result eval;
     int have_eval;
     char run_dir[4096];
+    char exported[4200]; /* rank 0: where the trained model was written ("" : not) */
     FILE *log;
     /* interval statistics for the log line */
     double t_start, t_last, wait_sum, step_time_sum;
@@ -139,6 +140,9 @@ void dt_train_ckpt_summary(dt_trainer *t);
 /* Rank 0, for a failed export's message: "; the trained weights are in the checkpoint of step N
  * under URL/ROOT" (or that none was committed), into buf[n]. */
 void dt_train_ckpt_where(dt_trainer *t, char *buf, size_t n);
+/* The newest checkpoint this attempt committed: its step (-1: none) and STORE_URL/KEY_PREFIX
+ * into url[n] (from any thread; the writer thread sets it). */
+int64_t dt_train_ckpt_last(dt_trainer *t, char *url, size_t n);
 void dt_train_ckpt_close(dt_trainer *t);
 
 /* The experiment store (tracking.uri; src/train/track_glue.c). Tracking never stops training:
@@ -157,6 +161,8 @@ void dt_train_track_ckpt_removed(dt_trainer *t, int64_t step, const char *store_
 void dt_train_track_export(dt_trainer *t, const char *dir); /* the exported model */
 void dt_train_track_end(dt_trainer *t, const char *status, const char *reason);
 void dt_train_track_close(dt_trainer *t); /* ends a run left open as failed; closes */
+/* The run's id in the experiment store (rank 0; 0: no tracking, or tracking went off). */
+int64_t dt_train_track_run_id(const dt_trainer *t);
 
 /* The progress line (train.progress; src/train/progress.c): rank 0, when the log is a terminal
  * (or train.progress=on), redraws one line in place after the steps. While it is on, t->log and

@@ -33,6 +33,7 @@ dt_test(NAME test_tok_unit SOURCES data/test_tok_unit.c LABELS unit data
 # The CLI code is compiled in directly (src/cli/data.c), so the test does not depend on how
 # src/cli/main.c dispatches.
 dt_test(NAME test_data_cli SOURCES data/test_data_cli.c ${PROJECT_SOURCE_DIR}/src/cli/data.c
+        ${PROJECT_SOURCE_DIR}/src/cli/json_out.c
         LABELS unit data ARGS ${DT_TOKENIZERS}/cl100k_base.tiktoken TIMEOUT 60)
 
 # Image transforms (RandomResizedCrop boxes, PIL bilinear resize, ToTensor+Normalize,

@@ -13,3 +13,12 @@ set_tests_properties(test_deploy PROPERTIES LABELS "unit;deploy" TIMEOUT 180)
 add_test(NAME install_deps_check COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/deploy/install_deps_check.sh
          ${PROJECT_SOURCE_DIR})
 set_tests_properties(install_deps_check PROPERTIES LABELS "unit;deploy" TIMEOUT 60)
+# deploy/argo/pipeline.yaml's steps run here in DAG order with Argo's substitutions (jsonpath of
+# each step's --json stdout): import -> train (dtrain launch -n 2) -> evaluate -> register ->
+# champion; a second submission resumes the run and its failed gate skips registration.
+if(MPI_FOUND)
+  add_test(NAME argo_pipeline COMMAND ${DT_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/deploy/argo_pipeline.py
+           --root ${PROJECT_SOURCE_DIR} --dtrain $<TARGET_FILE:dtrain>)
+  set_tests_properties(argo_pipeline PROPERTIES LABELS "e2e;deploy" TIMEOUT 240 RUN_SERIAL TRUE
+                       ENVIRONMENT "OMP_NUM_THREADS=1")
+endif()

@@ -143,6 +143,13 @@ echo "ok: killed with $1 trials unfinished, $2 of them running"
 "$dtrain" runs ls --output-dir "$tmp/runs" --sweep other > "$tmp/ls-other.txt"
 "$dtrain" sweep show sw --output-dir "$tmp/runs" --json > "$tmp/show.json"
 "$dtrain" sweep show sw --output-dir "$tmp/runs"
+# the best trial registered in one command (README): sweep:ID names its run
+"$dtrain" models register sweep:sw --name best --output-dir "$tmp/runs" --json > "$tmp/reg.json" ||
+    fail "models register sweep:sw failed"
+if "$dtrain" models register sweep:nosuch --name best --output-dir "$tmp/runs" 2> "$tmp/reg.err"; then
+    fail "models register sweep:nosuch succeeded"
+fi
+grep -q "sweep:nosuch" "$tmp/reg.err" || fail "sweep:nosuch: the error does not name it"
 for i in 0 1 2 3 4 5; do
     "$dtrain" runs show "sw-t00$i" --output-dir "$tmp/runs" > "$tmp/show-$i.txt"
 done
@@ -194,6 +201,10 @@ done = [t for t in trials if t["status"] == "done"]
 best = min(done, key=lambda t: t["metric"]) if done else None
 if not best or after["best"].get("run") != best["run"] or res["best"]["run"] != best["run"]:
     bad.append(f"best {after['best']} / {res['best']}, want {best and best['run']}")
+reg = json.load(open(f"{tmp}/reg.json"))
+if not best or reg["run"].split("/")[-1] != best["run"] or reg["step"] != best["step"]:
+    bad.append(f"models register sweep:sw registered {reg['run']} step {reg['step']}, want "
+               f"{best and best['run']} step {best and best['step']}")
 if "sw " not in open(f"{tmp}/ls.txt").read():
     bad.append("runs ls does not list the sweep sw")
 listed = sorted(attempts(f"{tmp}/ls-sweep.txt"))

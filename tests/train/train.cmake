@@ -148,3 +148,9 @@ dt_test(NAME train_bf16 SOURCES train/test_train_bf16.c LABELS e2e TIMEOUT 300
         ARGS ${DT_TRAIN_DATA} ${PROJECT_SOURCE_DIR} ENV DT_CPU_BF16=emulate)
 set_tests_properties(train_bf16 PROPERTIES WORKING_DIRECTORY ${CMAKE_BINARY_DIR}
                      FIXTURES_REQUIRED "fmnist_data;fortunes_data" RUN_SERIAL TRUE)
+# `dtrain train --json` (and `lora merge --json`): one JSON object on stdout agreeing with run.json,
+# the checkpoint and the export; refusals as objects with exit_code 2.
+add_test(NAME train_json_out COMMAND ${PROJECT_SOURCE_DIR}/tests/train/json_out.sh
+         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA})
+set_tests_properties(train_json_out PROPERTIES LABELS "train;e2e" TIMEOUT 120
+                     FIXTURES_REQUIRED fortunes_data ENVIRONMENT "OMP_NUM_THREADS=1")
