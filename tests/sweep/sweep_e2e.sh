@@ -59,6 +59,16 @@ if [ "$case" = sigterm ]; then
         [ ! -e "$tmp/runs" ] || fail "'$bad': something was created"
         echo "ok: refused: $(cat "$tmp/bad.err")"
     done
+    # --json: a refusal is an object too (status refused, exit_code 2), the error one line
+    rc=0
+    "$dtrain" sweep "$tmp/bad.yaml" --name bad --json > "$tmp/bad.json" 2> "$tmp/bad.err" || rc=$?
+    python3 - "$tmp/bad.json" <<'EOF' || fail "--json refusal: $(cat "$tmp/bad.json")"
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["status"] == "refused" and o["exit_code"] == 2 and "bad.yaml" in o["error"], o
+EOF
+    [ "$rc" = 2 ] && [ "$(wc -l < "$tmp/bad.err")" = 1 ] || fail "--json refusal: exit $rc"
+    echo "ok: --json refusal: $(cat "$tmp/bad.json")"
     # --dry-run --json is JSON whatever the values hold (a quote, a backslash)
     cat > "$tmp/quote.yaml" <<EOF
 base: $repo/examples/llama-tiny-fortunes.yaml
@@ -72,6 +82,8 @@ EOF
 import json, sys
 t = json.load(open(sys.argv[1]))["trials"]
 assert t == [{"data.train": 'a"b'}, {"data.train": "c\\d"}], t
+o = json.load(open(sys.argv[1]))
+assert o["status"] == "done" and o["exit_code"] == 0, o
 EOF
     echo "ok: --dry-run --json escapes a quote and a backslash"
     sed -i 's/^early_stopping:.*//; s/^max_steps: 9/max_steps: 40/; s/^trials: 6/trials: 2/' \
@@ -169,7 +181,8 @@ def attempts(path):
 att_killed, att = attempts(f"{tmp}/ls-killed.txt"), attempts(f"{tmp}/ls.txt")
 bad = []
 trials = after["trials"]
-if after["status"] != "done" or res["trials"] != 6 or res["failed"] != 0:
+if (after["status"] != "done" or after["exit_code"] != 0 or res["trials"] != 6
+        or res["failed"] != 0 or res["status"] != "done" or res["exit_code"] != 0):
     bad.append(f"sweep status {after['status']}, result {res}")
 for t in trials:
     b = before[t["run"]]
