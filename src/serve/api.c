@@ -17,24 +17,8 @@
 
 enum { MAX_LIST = 200 };
 
-static cJSON *run_json(const dt_track_run *r) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", (double)r->id);
-    cJSON_AddStringToObject(o, "experiment", r->experiment);
-    cJSON_AddStringToObject(o, "name", r->name);
-    cJSON_AddStringToObject(o, "status", r->lost ? "lost" : r->status);
-    cJSON_AddNumberToObject(o, "attempts", r->attempts);
-    cJSON_AddNumberToObject(o, "world", r->world);
-    cJSON_AddNumberToObject(o, "start", r->start_time);
-    cJSON_AddNumberToObject(o, "end", r->end_time);
-    cJSON_AddNumberToObject(o, "last_step", (double)r->last_step);
-    cJSON_AddNumberToObject(o, "n_metrics", (double)r->n_metrics);
-    cJSON_AddStringToObject(o, "hosts", r->hosts);
-    return o;
-}
-
 static int list_cb(void *ud, const dt_track_run *r) {
-    cJSON_AddItemToArray(ud, run_json(r));
+    cJSON_AddItemToArray(ud, dt_track_run_json(r));
     return cJSON_GetArraySize(ud) >= MAX_LIST;
 }
 
@@ -130,7 +114,7 @@ int dt_sv_api(dt_serve *s, const char *path, const char *key, const char *since,
         }
         return dt_sv_api_emit(b, o);
     }
-    cJSON *o = run_json(&r);
+    cJSON *o = dt_track_run_json(&r);
     cJSON_AddStringToObject(o, "exit_reason", r.exit_reason);
     char *yaml = NULL;
     rc = dt_track_config_yaml(st, r.id, &yaml);

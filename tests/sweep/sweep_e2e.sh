@@ -153,6 +153,7 @@ echo "ok: killed with $1 trials unfinished, $2 of them running"
 "$dtrain" runs ls --output-dir "$tmp/runs" > "$tmp/ls.txt"
 "$dtrain" runs ls --output-dir "$tmp/runs" --sweep sw > "$tmp/ls-sweep.txt"
 "$dtrain" runs ls --output-dir "$tmp/runs" --sweep other > "$tmp/ls-other.txt"
+"$dtrain" runs ls --output-dir "$tmp/runs" --sweep sw --json > "$tmp/ls-sweep.json"
 "$dtrain" sweep show sw --output-dir "$tmp/runs" --json > "$tmp/show.json"
 "$dtrain" sweep show sw --output-dir "$tmp/runs"
 # the best trial registered in one command (README): sweep:ID names its run
@@ -220,6 +221,11 @@ if not best or reg["run"].split("/")[-1] != best["run"] or reg["step"] != best["
                f"{best and best['run']} step {best and best['step']}")
 if "sw " not in open(f"{tmp}/ls.txt").read():
     bad.append("runs ls does not list the sweep sw")
+lsj = json.load(open(f"{tmp}/ls-sweep.json"))
+att_sweep = attempts(f"{tmp}/ls-sweep.txt")
+if (lsj["exit_code"] != 0 or {r["name"]: r["attempts"] for r in lsj["runs"]} != att_sweep
+        or any(r["status"] != "done" for r in lsj["runs"])):
+    bad.append(f"runs ls --sweep sw --json: {lsj}, the table's attempts {att_sweep}")
 listed = sorted(attempts(f"{tmp}/ls-sweep.txt"))
 if listed != ["sw"] + [f"sw-t00{i}" for i in range(6)] or attempts(f"{tmp}/ls-other.txt"):
     bad.append(f"runs ls --sweep sw lists {listed}")
