@@ -4,7 +4,9 @@
   sweep_dash.py DTRAIN REPO DATA_DIR [OUT_DIR]
 
 A real sweep (6 Sobol trials of the tiny Llama over a log-uniform learning rate and a list of
-weight decays, 9 steps, ASHA with rungs 1, 3, 9, 2 slots) is served by `dtrain serve`;
+weight decays, 9 steps, ASHA with rungs 1, 3, 9, 2 slots) is served by `dtrain serve`
+(started before it: while it runs, the API shows it running with trials running, at most the
+slots at a time, some before their first report);
 /api/sweeps/ID is checked against sweep.json (trials, statuses, rungs) and the store read with
 sqlite3 (each trial's metric at its last rung, the best: the lowest loss of the trials that
 reached the furthest step); then headless Chromium loads /sweeps and the DOM must show one
@@ -84,31 +86,47 @@ metric: train_loss
 early_stopping: {{rule: asha, grace_period: 1, reduction_factor: 3}}
 """)
 env = dict(os.environ, OMP_NUM_THREADS="1")
-t0 = time.time()
-r = subprocess.run([dtrain, "sweep", os.path.join(tmp, "sweep.yaml"), "--name", "sw", "--slots",
-                    "2", "--threads-per-slot", "1", "--json"], capture_output=True, text=True,
-                   env=env, timeout=300)
-if r.returncode != 0:
-    print(r.stderr)
-    die("the sweep failed (exit %d)" % r.returncode)
-print("ok:   the sweep ran in %.1f s" % (time.time() - t0))
-state = json.load(open(os.path.join(runs, "llama-tiny-fortunes", "sw", "sweep.json")))
-
 s = socket.socket()
 s.bind(("127.0.0.1", 0))
 port = s.getsockname()[1]
 s.close()
+os.makedirs(runs)
+# served from before the first run: the store appears when the sweep begins
 srv = subprocess.Popen([dtrain, "serve", "--output-dir", runs, "--port", str(port)],
                        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 procs.append(srv)
 base = "http://127.0.0.1:%d" % port
-for _ in range(100):
+t0 = time.time()
+sweep = subprocess.Popen([dtrain, "sweep", os.path.join(tmp, "sweep.yaml"), "--name", "sw",
+                          "--slots", "2", "--threads-per-slot", "1", "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+procs.append(sweep)
+# while it runs: the sweep "running" with running trials (a first segment is found by its
+# name, before the sweep tags it at its first report)
+live, first = [], set()
+while sweep.poll() is None and time.time() - t0 < 300:
     try:
-        if http(base + "/api/sweeps")[0] == 200:
-            break
-    except OSError:
+        code, body = http(base + "/api/sweeps/llama-tiny-fortunes%2Fsw")
+        if code == 200:
+            o = json.loads(body)
+            if o["status"] == "running":
+                live.append(sorted(t["trial"] for t in o["trials"] if t["status"] == "running"))
+                first |= {t["trial"] for t in o["trials"]
+                          if t["status"] == "running" and t["step"] == -1 and t["metric"] is None}
+    except (OSError, ValueError):
         pass
     time.sleep(0.1)
+out, err = sweep.communicate(timeout=300)
+if sweep.returncode != 0:
+    print(err)
+    die("the sweep failed (exit %d)" % sweep.returncode)
+print("ok:   the sweep ran in %.1f s" % (time.time() - t0))
+check(any(live) and all(len(x) <= 2 for x in live),
+      "while it ran: trials running, at most 2 (the slots) at a time: %s" %
+      sorted({tuple(x) for x in live})[:8])
+check(first, "trials %s seen running before their first report (untagged: found by name)" %
+      sorted(first))
+state = json.load(open(os.path.join(runs, "llama-tiny-fortunes", "sw", "sweep.json")))
 
 # ---- the API against sweep.json and the store ----------------------------------------------
 code, body = http(base + "/api/sweeps")
