@@ -131,9 +131,10 @@ static int trial_cb(void *ud, const dt_track_run *r) {
 static int running_cb(void *ud, const dt_track_run *r) {
     sweep_view *v = ud;
     size_t l = strlen(v->id);
+    if (strncmp(r->name, v->id, l) || strncmp(r->name + l, "-t", 2)) return 0;
     const char *num = r->name + l + 2;
-    if (strncmp(r->name, v->id, l) || strncmp(r->name + l, "-t", 2) || !*num ||
-        strspn(num, "0123456789") != strlen(num) || have_run(v, r->id) || v->n >= MAX_TRIALS)
+    if (!*num || strspn(num, "0123456789") != strlen(num) || have_run(v, r->id) ||
+        v->n >= MAX_TRIALS)
         return 0;
     v->t[v->n].run = *r, v->t[v->n++].trial = atoi(num);
     return 0;
@@ -270,7 +271,7 @@ int dt_sv_api_sweep(dt_serve *s, const char *ref, sv_buf *b) {
     cJSON *o = sweep_head(&r), *params = cJSON_AddArrayToObject(o, "params");
     cJSON_AddStringToObject(o, "metric", v->metric);
     cJSON_AddStringToObject(o, "mode", v->mode_max ? "max" : "min");
-    char ms[32];
+    char ms[32] = "";
     if (rc == DT_OK) rc = tag_of(st, r.id, "sweep.max_steps", ms, sizeof ms);
     cJSON_AddNumberToObject(o, "max_steps", atof(ms));
     for (int i = 0; i < v->n_params; i++) {
