@@ -102,9 +102,10 @@ const char dt_sv_sweep_html[] =
     "  sortDir=k===sortKey?-sortDir:1;sortKey=k;render(last);});});}\n"
     "function loadSweep(){var ref=sweepRef();if(!ref)return Promise.resolve();\n"
     " return get(\"/api/sweeps/\"+encodeURIComponent(ref)).then(function(s){\n"
-    "  return Promise.all(s.trials.map(function(t){return get(\"/api/runs/\"+t.run_id+\"/metrics?key=\"+encodeURIComponent(s.metric)+\"&since=-1\").then(function(r){curves[t.run_id]=r.points;});})).then(function(){last=s;render(s);});});}\n"
+    "  var live=s.status===\"running\"||(last&&last.status===\"running\");\n"
+    "  return Promise.all(s.trials.filter(function(t){return live||!curves[t.run_id];}).map(function(t){return get(\"/api/runs/\"+t.run_id+\"/metrics?key=\"+encodeURIComponent(s.metric)+\"&since=-1\").then(function(r){curves[t.run_id]=r.points;});})).then(function(){last=s;render(s);});});}\n"
     "function tick(){loadSweeps().then(loadSweep).catch(function(e){document.getElementById(\"msg\").textContent=e.message;}).then(function(){setTimeout(tick,2000);});}\n"
-    "window.addEventListener(\"hashchange\",function(){curves={};loadSweeps().then(loadSweep);});\n"
+    "window.addEventListener(\"hashchange\",function(){curves={};last=null;loadSweeps().then(loadSweep);});\n"
     "tick();\n"
     "</script></body></html>\n";
 /* clang-format on */
