@@ -13,6 +13,9 @@
  *   GET /api/runs                     runs, newest first (JSON)
  *   GET /api/runs/ID                  one run: status, attempts, config, params, artifacts
  *   GET /api/runs/ID/metrics?key=K&since=S   K's values at steps > S (latest attempt per step)
+ *   GET /sweeps                       the sweep page: trials, curves, parallel coordinates
+ *   GET /api/sweeps                   sweeps (runs tagged sweep.kind=sweep), newest first
+ *   GET /api/sweeps/ID                one sweep: its parameters and trials, the best so far
  *
  * Why the server reads the store instead of being fed by the trainer: the store already holds
  * every value rank 0 logs, is readable while a run writes (WAL), and so the same server works

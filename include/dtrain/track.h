@@ -192,6 +192,10 @@ typedef int (*dt_track_artifact_cb)(void *ud, const dt_track_artifact_row *a);
 /* Runs, newest first, optionally only of one experiment and/or one status (NULL or "": all). */
 dt_status dt_track_runs(dt_track *s, const char *experiment, const char *status, dt_track_run_cb cb,
                         void *ud);
+/* Runs whose tag `key` is `value` (one statement: e.g. a sweep's trials by sweep_id), newest
+ * first. */
+dt_status dt_track_runs_tagged(dt_track *s, const char *key, const char *value, dt_track_run_cb cb,
+                               void *ud);
 /* A run by reference: its numeric id (an all-digit reference is always an id),
  * "experiment/name", or a name unique across experiments. Not found (DT_ERR_NOTFOUND) and
  * ambiguous (DT_ERR_INVALID, listing the candidates) are errors naming the reference. */

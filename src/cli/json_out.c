@@ -1,5 +1,6 @@
 /* --json output of the producing commands (src/cli/json_out.h). */
 #include "cli/json_out.h"
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,7 @@ int dt_cli_json_take(int *argc, char **argv) {
 
 int dt_cli_json_begin(const char *cmd) {
     fflush(stdout);
-    saved_fd = dup(STDOUT_FILENO);
+    saved_fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 0); /* not inherited by children */
     if (saved_fd < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
         fprintf(stderr, "dtrain %s: --json: cannot redirect stdout\n", cmd);
         return -1;

@@ -21,32 +21,39 @@
 #include <time.h>
 #include "cli/cli.h"
 #include "cli/cli_runs.h"
+#include "cli/json_out.h"
 #include "dtrain/dtrain.h"
 #include "dtrain/registry.h"
+#include "track/track_json.h"
 
 enum { EXIT_GOOD = 0, EXIT_BAD = 1, EXIT_USAGE = 2, MAX_REFS = 64 };
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: dtrain runs ls [--experiment E] [--status S] [--sweep ID]\n"
-            "       dtrain runs show RUN\n"
-            "       dtrain runs compare RUN RUN [RUN ...]\n"
-            "       dtrain runs export RUN --format csv|json [-o FILE]\n"
-            "       dtrain runs export RUN --format mlflow -o DIR\n"
-            "       dtrain runs plot RUN[,RUN...] [--metric KEY[,KEY...]] -o FILE.svg|FILE.png\n"
-            "       dtrain runs rm [--force] RUN [RUN ...]\n"
-            "each with --db PATH, or --output-dir DIR for DIR/dtrain.db (default runs/dtrain.db,\n"
-            "where output.dir's default puts it; tracking.uri in the config moves it).\n"
-            "RUN: a run id, EXPERIMENT/NAME, or a NAME unique in the store.\n"
-            "  ls       runs, newest first; 'lost': running, but its process here is gone\n"
-            "  show     status, attempts, hosts, lineage, tags, metrics, artifacts, model\n"
-            "           versions registered from it (dtrain models), params\n"
-            "  compare  the params that differ (output.run_name aside) and every metric's final\n"
-            "           value and best (min loss/perplexity, max accuracy), side by side\n"
-            "  export   csv: key,step,wall,value,attempt per metric value; json: the whole run;\n"
-            "           mlflow: an MLflow file store in DIR (mlflow ui --backend-store-uri DIR)\n"
-            "  plot     metric curves (default loss) of the runs on one chart per metric\n"
-            "  rm       deletes runs from the store (files stay); a running one needs --force\n");
+    fprintf(
+        f,
+        "usage: dtrain runs ls [--experiment E] [--status S] [--sweep ID] [--json]\n"
+        "       dtrain runs show RUN\n"
+        "       dtrain runs compare RUN RUN [RUN ...]\n"
+        "       dtrain runs export RUN --format csv|json [-o FILE]\n"
+        "       dtrain runs export RUN --format mlflow -o DIR\n"
+        "       dtrain runs plot RUN[,RUN...] [--metric KEY[,KEY...]] -o FILE.svg|FILE.png\n"
+        "       dtrain runs rm [--force] RUN [RUN ...]\n"
+        "each with --db PATH, or --output-dir DIR for DIR/dtrain.db (default runs/dtrain.db,\n"
+        "where output.dir's default puts it; tracking.uri in the config moves it).\n"
+        "RUN: a run id, EXPERIMENT/NAME, or a NAME unique in the store.\n"
+        "  ls       runs, newest first; 'lost': running, but its process here is gone;\n"
+        "           --json: {\"runs\": [{id, experiment, name, status, attempts, world,\n"
+        "           start, end, last_step, n_metrics, hosts, duration, loss}], status, exit_code}\n"
+        "  show     status, attempts, hosts, lineage, tags, metrics, artifacts, model\n"
+        "           versions registered from it (dtrain models), params\n"
+        "  compare  the params that differ (output.run_name aside) and every metric's final\n"
+        "           value and best (min loss/perplexity, max accuracy), side by side\n"
+        "  export   csv: key,step,wall,value,attempt per metric value; json: the whole run;\n"
+        "           mlflow: an MLflow file store in DIR (mlflow ui --backend-store-uri DIR)\n"
+        "  plot     metric curves (default loss) of the runs on one chart per metric\n"
+        "  rm       deletes runs from the store (files stay); a running one needs --force\n"
+        "exit status: 0 done, 1 the store or a run cannot be read or written, 2 bad\n"
+        "arguments\n");
 }
 
 /* ---- helpers shared with runs_report.c ------------------------------------------------------ */
@@ -176,25 +183,46 @@ static int in_sweep(dt_track *s, int64_t run, const char *sweep) {
     return dt_track_tags(s, run, on_tag, &m) == DT_OK && m.found;
 }
 
-static int cmd_ls(dt_track *s, const char *experiment, const char *status, const char *sweep) {
+/* --json: one object {"runs": [...], "status", "exit_code"}, a run per row of the table. */
+static cJSON *run_obj(const dt_track_run *r, double loss) {
+    cJSON *o = dt_track_run_json(r);
+    cJSON_AddNumberToObject(o, "duration", duration(r));
+    cJSON_AddNumberToObject(o, "loss", loss); /* NaN (none) prints as null */
+    return o;
+}
+
+static int cmd_ls(dt_track *s, const char *experiment, const char *status, const char *sweep,
+                  int json) {
     run_list l = {0};
     if (dt_track_runs(s, experiment, status, run_add, &l) != DT_OK) {
-        fprintf(stderr, "dtrain runs ls: %s\n", dt_last_error());
+        char m[2048];
+        snprintf(m, sizeof m, "%s", dt_last_error());
+        fprintf(stderr, "dtrain runs ls: %s\n", m);
         free(l.r);
-        return EXIT_BAD;
+        return dt_cli_json_end(NULL, EXIT_BAD, m);
     }
-    printf("%-5s %-24s %-20s %-10s %-8s %-5s %-19s %-9s %-7s %s\n", "ID", "EXPERIMENT", "RUN",
-           "STATUS", "ATTEMPTS", "WORLD", "STARTED (UTC)", "DURATION", "STEP", "LOSS");
+    cJSON *out = json ? cJSON_CreateObject() : NULL;
+    cJSON *arr = out ? cJSON_AddArrayToObject(out, "runs") : NULL;
+    if (!json)
+        printf("%-5s %-24s %-20s %-10s %-8s %-5s %-19s %-9s %-7s %s\n", "ID", "EXPERIMENT", "RUN",
+               "STATUS", "ATTEMPTS", "WORLD", "STARTED (UTC)", "DURATION", "STEP", "LOSS");
+    int shown = 0;
     for (int i = 0; i < l.n; i++) {
         const dt_track_run *r = &l.r[i];
         if (sweep && !in_sweep(s, r->id, sweep)) continue;
+        shown++;
         dt_runs_summ sm;
         char start[32], dur[32], loss[32] = "-", step[32] = "-";
+        double lv = NAN;
         if (dt_runs_summ_load(s, r->id, &sm) == DT_OK) {
             const dt_track_summary *m = dt_runs_summ_find(&sm, "loss");
-            if (m) dt_runs_num(m->last, loss, sizeof loss);
+            if (m) dt_runs_num(m->last, loss, sizeof loss), lv = m->last;
         }
         dt_runs_summ_free(&sm);
+        if (arr) {
+            cJSON_AddItemToArray(arr, run_obj(r, lv));
+            continue;
+        }
         fmt_time(r->start_time, start, sizeof start);
         fmt_duration(duration(r), dur, sizeof dur);
         if (r->last_step >= 0) snprintf(step, sizeof step, "%lld", (long long)r->last_step);
@@ -202,14 +230,12 @@ static int cmd_ls(dt_track *s, const char *experiment, const char *status, const
                r->experiment, r->name, r->lost ? "lost" : r->status, r->attempts, r->world, start,
                dur, step, loss);
     }
-    int shown = 0;
-    for (int i = 0; i < l.n && !shown; i++) shown = !sweep || in_sweep(s, l.r[i].id, sweep);
-    if (!shown)
+    if (!shown && !json)
         printf("(no runs%s%s%s%s%s%s)\n", experiment ? " in experiment " : "",
                experiment ? experiment : "", status ? " with status " : "", status ? status : "",
                sweep ? " of sweep " : "", sweep ? sweep : "");
     free(l.r);
-    return EXIT_GOOD;
+    return dt_cli_json_end(out, EXIT_GOOD, NULL);
 }
 
 /* ---- show ----------------------------------------------------------------------------------- */
@@ -350,6 +376,7 @@ static int cmd_rm(dt_track *s, int n, char **refs, int force) {
 /* ---- dispatch ------------------------------------------------------------------------------- */
 
 int dt_cli_runs(int argc, char **argv) {
+    int json = dt_cli_json_take(&argc, argv);
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : EXIT_GOOD;
@@ -415,14 +442,24 @@ int dt_cli_runs(int argc, char **argv) {
         fprintf(stderr, "dtrain runs %s: give --db or --output-dir, not both\n", cmd);
         return EXIT_USAGE;
     }
+    if (json && want != 0) {
+        fprintf(stderr,
+                "dtrain runs %s: --json is for ls (one run as JSON: runs export RUN "
+                "--format json)\n",
+                cmd);
+        return EXIT_USAGE;
+    }
+    if (json && dt_cli_json_begin("runs ls") != 0) return EXIT_BAD;
     char path[4200];
     if (!db) snprintf(path, sizeof path, "%s/dtrain.db", dir ? dir : "runs");
     dt_track *s;
     if (dt_track_open_existing(db ? db : path, &s) != DT_OK) {
-        fprintf(stderr, "dtrain runs %s: %s\n", cmd, dt_last_error());
-        return EXIT_BAD;
+        char m[2048];
+        snprintf(m, sizeof m, "%s", dt_last_error());
+        fprintf(stderr, "dtrain runs %s: %s\n", cmd, m);
+        return dt_cli_json_end(NULL, EXIT_BAD, m);
     }
-    int rc = want == 0              ? cmd_ls(s, experiment, status, sweep)
+    int rc = want == 0              ? cmd_ls(s, experiment, status, sweep, json)
              : !strcmp(cmd, "show") ? cmd_show(s, refs[0])
              : !strcmp(cmd, "export") && !strcmp(format, "mlflow")
                  ? dt_runs_export_mlflow(s, refs[0], out)

@@ -5,6 +5,7 @@
  *                                 tags, lineage, metric keys, artifacts [{kind, uri, step,
  *                                 created, attempt, metrics}]
  *   runs/ID/metrics?key=K&since=S {key, points: [[step, value, wall], ...]} for steps > S
+ *   sweeps, sweeps/ID             the sweeps and one sweep's trials (api_sweep.c)
  * ID is a run id or "experiment/name". Errors are {"error": "..."} with 400/404/503. */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -16,24 +17,8 @@
 
 enum { MAX_LIST = 200 };
 
-static cJSON *run_json(const dt_track_run *r) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", (double)r->id);
-    cJSON_AddStringToObject(o, "experiment", r->experiment);
-    cJSON_AddStringToObject(o, "name", r->name);
-    cJSON_AddStringToObject(o, "status", r->lost ? "lost" : r->status);
-    cJSON_AddNumberToObject(o, "attempts", r->attempts);
-    cJSON_AddNumberToObject(o, "world", r->world);
-    cJSON_AddNumberToObject(o, "start", r->start_time);
-    cJSON_AddNumberToObject(o, "end", r->end_time);
-    cJSON_AddNumberToObject(o, "last_step", (double)r->last_step);
-    cJSON_AddNumberToObject(o, "n_metrics", (double)r->n_metrics);
-    cJSON_AddStringToObject(o, "hosts", r->hosts);
-    return o;
-}
-
 static int list_cb(void *ud, const dt_track_run *r) {
-    cJSON_AddItemToArray(ud, run_json(r));
+    cJSON_AddItemToArray(ud, dt_track_run_json(r));
     return cJSON_GetArraySize(ud) >= MAX_LIST;
 }
 
@@ -62,7 +47,7 @@ static int point_cb(void *ud, const dt_track_metric_row *m) {
     return 0;
 }
 
-static int error(sv_buf *b, int code, const char *msg) {
+int dt_sv_api_error(sv_buf *b, int code, const char *msg) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "error", msg);
     char *t = cJSON_PrintUnformatted(o);
@@ -72,7 +57,7 @@ static int error(sv_buf *b, int code, const char *msg) {
     return code;
 }
 
-static int emit(sv_buf *b, cJSON *o) {
+int dt_sv_api_emit(sv_buf *b, cJSON *o) {
     char *t = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!t) return b->failed = 1, 500;
@@ -82,24 +67,27 @@ static int emit(sv_buf *b, cJSON *o) {
 }
 
 /* A store failure: the handle is reopened by the next request. */
-static int store_error(dt_serve *s, sv_buf *b) {
-    int code = error(b, 503, dt_last_error());
+int dt_sv_api_store_error(dt_serve *s, sv_buf *b) {
+    int code = dt_sv_api_error(b, 503, dt_last_error());
     dt_sv_store_reset(s);
     return code;
 }
 
 int dt_sv_api(dt_serve *s, const char *path, const char *key, const char *since, sv_buf *b) {
     dt_track *st = dt_sv_store(s);
-    if (!st) return error(b, 503, dt_last_error());
+    if (!st) return dt_sv_api_error(b, 503, dt_last_error());
+    if (!strcmp(path, "sweeps") || !strcmp(path, "sweeps/")) return dt_sv_api_sweeps(s, b);
+    if (!strncmp(path, "sweeps/", 7)) return dt_sv_api_sweep(s, path + 7, b);
     if (!strcmp(path, "runs") || !strcmp(path, "runs/")) {
         cJSON *a = cJSON_CreateArray();
         if (dt_track_runs(st, NULL, NULL, list_cb, a) != DT_OK) {
             cJSON_Delete(a);
-            return store_error(s, b);
+            return dt_sv_api_store_error(s, b);
         }
-        return emit(b, a);
+        return dt_sv_api_emit(b, a);
     }
-    if (strncmp(path, "runs/", 5)) return error(b, 404, "no such API: try /api/runs");
+    if (strncmp(path, "runs/", 5))
+        return dt_sv_api_error(b, 404, "no such API: try /api/runs or /api/sweeps");
     char ref[1024];
     snprintf(ref, sizeof ref, "%s", path + 5);
     int metrics = 0;
@@ -107,24 +95,26 @@ int dt_sv_api(dt_serve *s, const char *path, const char *key, const char *since,
     if (l > 8 && !strcmp(ref + l - 8, "/metrics")) ref[l - 8] = 0, metrics = 1;
     dt_track_run r;
     dt_status rc = dt_track_run_find(st, ref, &r);
-    if (rc == DT_ERR_NOTFOUND || rc == DT_ERR_INVALID) return error(b, 404, dt_last_error());
-    if (rc != DT_OK) return store_error(s, b);
+    if (rc == DT_ERR_NOTFOUND || rc == DT_ERR_INVALID)
+        return dt_sv_api_error(b, 404, dt_last_error());
+    if (rc != DT_OK) return dt_sv_api_store_error(s, b);
     if (metrics) {
-        if (!key || !key[0]) return error(b, 400, "metrics: give ?key=NAME (e.g. key=loss)");
+        if (!key || !key[0])
+            return dt_sv_api_error(b, 400, "metrics: give ?key=NAME (e.g. key=loss)");
         char *end = NULL;
         long long from = since && since[0] ? strtoll(since, &end, 10) : -1;
-        if (end && *end) return error(b, 400, "metrics: since must be a step number");
+        if (end && *end) return dt_sv_api_error(b, 400, "metrics: since must be a step number");
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "key", key);
         cJSON_AddNumberToObject(o, "attempts", r.attempts);
         cJSON *pts = cJSON_AddArrayToObject(o, "points");
         if (dt_track_metrics_since(st, r.id, key, from, point_cb, pts) != DT_OK) {
             cJSON_Delete(o);
-            return store_error(s, b);
+            return dt_sv_api_store_error(s, b);
         }
-        return emit(b, o);
+        return dt_sv_api_emit(b, o);
     }
-    cJSON *o = run_json(&r);
+    cJSON *o = dt_track_run_json(&r);
     cJSON_AddStringToObject(o, "exit_reason", r.exit_reason);
     char *yaml = NULL;
     rc = dt_track_config_yaml(st, r.id, &yaml);
@@ -139,7 +129,7 @@ int dt_sv_api(dt_serve *s, const char *path, const char *key, const char *since,
         rc = dt_track_artifacts(st, r.id, art_cb, cJSON_AddArrayToObject(o, "artifacts"));
     if (rc != DT_OK) {
         cJSON_Delete(o);
-        return store_error(s, b);
+        return dt_sv_api_store_error(s, b);
     }
-    return emit(b, o);
+    return dt_sv_api_emit(b, o);
 }

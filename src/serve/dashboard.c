@@ -3,44 +3,23 @@
  * its checkpoints and config. Everything is in this one page: no external URLs, no internet. */
 #include "serve/serve_impl.h"
 
+/* the shared head and rules (serve_impl.h), then the page's own */
+/* clang-format off */
 const char dt_sv_dashboard_html[] =
-    "<!doctype html>\n"
-    "<html lang=\"en\"><head><meta charset=\"utf-8\"><title>dtrain</title>\n"
-    "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-    "<style>\n"
-    "body{font:14px system-ui,sans-serif;margin:0;color:#222;background:#f6f7f9}\n"
-    "header{background:#263238;color:#fff;padding:8px 16px;font-weight:600}\n"
-    "main{display:flex;gap:16px;padding:16px}\n"
+    DT_SV_PAGE_HEAD("dtrain")
     "#runs{min-width:330px}\n"
-    "table{border-collapse:collapse;background:#fff;width:100%}\n"
-    "td,th{padding:4px 8px;border-bottom:1px solid #e3e5e8;text-align:left;font-size:13px}\n"
-    "tr.sel{background:#e3f2fd}\n"
-    "a{color:#1565c0;text-decoration:none}\n"
-    "#detail{flex:1;min-width:0}\n"
-    ".card{background:#fff;border:1px solid "
-    "#e3e5e8;border-radius:6px;padding:10px;margin-bottom:12px}\n"
     ".charts{display:flex;flex-wrap:wrap;gap:12px}\n"
-    "svg{background:#fff}\n"
     "pre{max-height:300px;overflow:auto;background:#fafafa;padding:8px;font-size:12px}\n"
     ".st-running{color:#2e7d32}.st-failed,.st-lost{color:#c62828}.st-done{color:#1565c0}\n"
-    ".err{color:#c62828}\n"
     "</style></head><body>\n"
-    "<header>dtrain &mdash; runs</header>\n"
+    "<header>dtrain &mdash; runs<a href=\"/sweeps\">sweeps</a></header>\n"
     "<main><section "
     "id=\"runs\"><table><thead><tr><th>id</th><th>run</th><th>status</th><th>step</th></tr></"
     "thead>\n"
     "<tbody id=\"run-rows\"></tbody></table><p id=\"msg\" class=\"err\"></p></section>\n"
     "<section id=\"detail\"><p>Select a run.</p></section></main>\n"
-    "<script>\n"
-    "\"use strict\";\n"
-    "var q=new URLSearchParams(location.search),tok=q.get(\"access_token\");\n"
-    "var hdr=tok?{headers:{Authorization:\"Bearer \"+tok}}:{};\n"
+    DT_SV_PAGE_SCRIPT
     "var cur=null,series={},attempts=-1;\n"
-    "function get(u){return fetch(u,hdr).then(function(r){if(!r.ok)throw new Error(u+\": HTTP "
-    "\"+r.status);return r.json();});}\n"
-    "function esc(s){return "
-    "String(s).replace(/[&<>\"]/"
-    "g,function(c){return{\"&\":\"&amp;\",\"<\":\"&lt;\",\">\":\"&gt;\",'\"':\"&quot;\"}[c];});}\n"
     "function runId(){var m=/run=([^&]+)/.exec(location.hash);return "
     "m?decodeURIComponent(m[1]):null;}\n"
     "function loadRuns(){return get(\"/api/runs\").then(function(rs){\n"
@@ -115,3 +94,4 @@ const char dt_sv_dashboard_html[] =
     "tick();\n"
     "</script></body></html>\n"
     "\n";
+/* clang-format on */

@@ -45,7 +45,50 @@ void dt_sv_store_reset(dt_serve *s);
 void dt_sv_prometheus(dt_serve *s, sv_buf *b);
 /* The JSON API: fills `b` and returns the HTTP status. `path` is after "/api/". */
 int dt_sv_api(dt_serve *s, const char *path, const char *key, const char *since, sv_buf *b);
-/* The dashboard page. */
+/* The sweep API (api_sweep.c): /api/sweeps and /api/sweeps/ID. */
+int dt_sv_api_sweeps(dt_serve *s, sv_buf *b);
+int dt_sv_api_sweep(dt_serve *s, const char *ref, sv_buf *b);
+/* api.c's answers: {"error": msg} with `code`; `o` printed (and freed) with 200; the store's
+ * last error with 503, the store reopened by the next request. */
+struct cJSON;
+int dt_sv_api_error(sv_buf *b, int code, const char *msg);
+int dt_sv_api_emit(sv_buf *b, struct cJSON *o);
+int dt_sv_api_store_error(dt_serve *s, sv_buf *b);
+/* The start of both pages (dashboard.c, dashboard_sweep.c): the head up to their own CSS, with
+ * the rules they share; each page then adds its rules and "</style>". */
+/* clang-format off */
+#define DT_SV_PAGE_HEAD(title) \
+    "<!doctype html>\n" \
+    "<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" title "</title>\n" \
+    "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n" \
+    "<style>\n" \
+    "body{font:14px system-ui,sans-serif;margin:0;color:#222;background:#f6f7f9}\n" \
+    "header{background:#263238;color:#fff;padding:8px 16px;font-weight:600}\n" \
+    "header a{color:#bbdefb;margin-left:16px;font-weight:400}\n" \
+    "main{display:flex;gap:16px;padding:16px}\n" \
+    "table{border-collapse:collapse;background:#fff;width:100%}\n" \
+    "td,th{padding:4px 8px;border-bottom:1px solid #e3e5e8;text-align:left;font-size:13px}\n" \
+    "tr.sel{background:#e3f2fd}\n" \
+    "a{color:#1565c0;text-decoration:none}\n" \
+    "#detail{flex:1;min-width:0}\n" \
+    ".card{background:#fff;border:1px solid #e3e5e8;border-radius:6px;padding:10px;margin-bottom:12px}\n" \
+    "svg{background:#fff}\n" \
+    ".err{color:#c62828}\n"
+/* The start of both pages' script: the token (?access_token=, sent on as a header), get(URL)
+ * -> its JSON, esc(text) for HTML, page(PATH, HASH) -> a link to the other page that keeps the
+ * token (the header's links are rewritten so). */
+#define DT_SV_PAGE_SCRIPT \
+    "<script>\n" \
+    "\"use strict\";\n" \
+    "var q=new URLSearchParams(location.search),tok=q.get(\"access_token\");\n" \
+    "var hdr=tok?{headers:{Authorization:\"Bearer \"+tok}}:{};\n" \
+    "function get(u){return fetch(u,hdr).then(function(r){if(!r.ok)throw new Error(u+\": HTTP \"+r.status);return r.json();});}\n" \
+    "function esc(s){return String(s).replace(/[&<>\"]/g,function(c){return{\"&\":\"&amp;\",\"<\":\"&lt;\",\">\":\"&gt;\",'\"':\"&quot;\"}[c];});}\n" \
+    "function page(p,h){return p+(tok?\"?access_token=\"+encodeURIComponent(tok):\"\")+(h||\"\");}\n" \
+    "Array.prototype.forEach.call(document.querySelectorAll(\"header a\"),function(a){a.href=page(a.getAttribute(\"href\"));});\n"
+/* clang-format on */
+/* The dashboard page, and the sweep page (dashboard_sweep.c). */
 extern const char dt_sv_dashboard_html[];
+extern const char dt_sv_sweep_html[];
 
 #endif

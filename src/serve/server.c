@@ -184,13 +184,17 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         dt_sv_puts(&b, dt_sv_dashboard_html);
         return reply(c, MHD_HTTP_OK, "text/html; charset=utf-8", &b);
     }
+    if (!strcmp(url, "/sweeps")) {
+        dt_sv_puts(&b, dt_sv_sweep_html);
+        return reply(c, MHD_HTTP_OK, "text/html; charset=utf-8", &b);
+    }
     if (!strncmp(url, "/api/", 5)) {
         const char *key = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "key");
         const char *since = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since");
         int code = dt_sv_api(s, url + 5, key, since, &b);
         return reply(c, (unsigned)code, "application/json", &b);
     }
-    return text(c, MHD_HTTP_NOT_FOUND, "404 not found: try /, /metrics or /api/runs\n");
+    return text(c, MHD_HTTP_NOT_FOUND, "404 not found: try /, /sweeps, /metrics or /api/runs\n");
 }
 
 /* %HH decoding of the path and query values, as libmicrohttpd's own, except that %00 stays as

@@ -185,12 +185,31 @@ static void decide(sup *u, int i, double v) {
     trial_line(u, i, what);
 }
 
+/* What the dashboard's sweep view reads from the store (src/serve/api_sweep.c): the trial's
+ * status in the sweep (a trial stopped at a rung and one waiting for promotion both ended their
+ * process "done") and the step of its last report. Best effort, like the other tags: a trial
+ * whose process never reached the store has no run to tag. */
+static void tag_trial(sup *u, const sweep_trial *t) {
+    char ref[600], step[32];
+    snprintf(ref, sizeof ref, "%s/%s", u->s->experiment, t->run);
+    dt_track_run r;
+    if (dt_track_run_find(u->store, ref, &r) != DT_OK) return;
+    dt_track_tag(u->store, r.id, "sweep.status", dt_sweep_status_names[t->status]);
+    snprintf(step, sizeof step, "%lld",
+             (long long)(t->n_reports ? t->rep_step[t->n_reports - 1] : -1));
+    dt_track_tag(u->store, r.id, "sweep.step", step);
+}
+
 static void on_exit_status(sup *u, int i, int ws) {
     sweep_trial *t = &u->s->t[i];
     t->pid = 0;
     if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0) {
         double v = 0;
-        if (read_metric(u, t, t->target, &v) == DT_OK) return decide(u, i, v);
+        if (read_metric(u, t, t->target, &v) == DT_OK) {
+            decide(u, i, v);
+            tag_trial(u, t);
+            return;
+        }
         t->status = T_FAILED;
         snprintf(t->why, sizeof t->why, "%.250s", dt_last_error());
     } else if (stop_flag) {
@@ -207,6 +226,7 @@ static void on_exit_status(sup *u, int i, int ws) {
         else
             snprintf(t->why, sizeof t->why, "exit status %d; log %s.log", WEXITSTATUS(ws), t->run);
     }
+    tag_trial(u, t);
     trial_line(u, i, t->why);
 }
 
@@ -287,6 +307,23 @@ static dt_status supervise(sup *u, dt_sweep_result *r) {
     return st;
 }
 
+/* The spec as the dashboard's sweep view needs it, on the sweep's own run: the metric's store
+ * key, the mode, max_steps, and one tag per parameter naming its kind (log_uniform parameters
+ * get a log axis). */
+static void tag_spec(sup *u) {
+    static const char *const kinds[] = {"values", "choice", "uniform", "log_uniform", "int"};
+    const dt_sweep_spec *p = &u->s->spec;
+    char k[DT_SWEEP_KEY + 16], v[32];
+    dt_track_tag(u->store, u->parent, "sweep.metric", p->metric_val ? "eval_loss" : "loss");
+    dt_track_tag(u->store, u->parent, "sweep.mode", p->mode_max ? "max" : "min");
+    snprintf(v, sizeof v, "%lld", (long long)p->max_steps);
+    dt_track_tag(u->store, u->parent, "sweep.max_steps", v);
+    for (int i = 0; i < p->n_params; i++) {
+        snprintf(k, sizeof k, "sweep.param.%s", p->params[i].key);
+        dt_track_tag(u->store, u->parent, k, kinds[p->params[i].kind]);
+    }
+}
+
 /* Opens the store, records the sweep as a run (a new attempt on resume), replays the reports
  * into the rule, supervises. */
 static dt_status start(sweep_state *s, const dt_sweep_opts *o, dt_sweep_result *r) {
@@ -314,6 +351,7 @@ static dt_status start(sweep_state *s, const dt_sweep_opts *o, dt_sweep_result *
         dt_track_tag(u.store, u.parent, "sweep.kind", "sweep");
         dt_track_tag(u.store, u.parent, "sweep_id", s->id);
         dt_track_tag(u.store, u.parent, "sweep.trials", n);
+        tag_spec(&u);
         u.asha = calloc(1, sizeof *u.asha);
         if (!u.asha) st = dt_error_set(DT_ERR_NOMEM, "sweep: out of memory");
     }

@@ -101,6 +101,21 @@ dt_status dt_track_runs(dt_track *s, const char *experiment, const char *status,
     return dt_trk_each_row(s, q, run_row, &p);
 }
 
+dt_status dt_track_runs_tagged(dt_track *s, const char *key, const char *value, dt_track_run_cb cb,
+                               void *ud) {
+    sqlite3_stmt *q;
+    dt_status st = dt_trk_prep(s,
+                               RUN_COLS "WHERE EXISTS (SELECT 1 FROM tags t WHERE t.run_id = r.id"
+                                        " AND t.key = ?1 AND t.value = ?2)"
+                                        " ORDER BY r.start_time DESC, r.id DESC",
+                               &q);
+    if (st != DT_OK) return st;
+    dt_trk_bind_text(q, 1, key);
+    dt_trk_bind_text(q, 2, value);
+    cb_pair p = {(void *)cb, ud};
+    return dt_trk_each_row(s, q, run_row, &p);
+}
+
 typedef struct find_state {
     dt_track_run *out;
     int n;

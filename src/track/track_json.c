@@ -1,6 +1,22 @@
 /* JSON forms of experiment-store rows (src/track/track_json.h). */
 #include "track/track_json.h"
 
+cJSON *dt_track_run_json(const dt_track_run *r) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)r->id);
+    cJSON_AddStringToObject(o, "experiment", r->experiment);
+    cJSON_AddStringToObject(o, "name", r->name);
+    cJSON_AddStringToObject(o, "status", r->lost ? "lost" : r->status);
+    cJSON_AddNumberToObject(o, "attempts", r->attempts);
+    cJSON_AddNumberToObject(o, "world", r->world);
+    cJSON_AddNumberToObject(o, "start", r->start_time);
+    cJSON_AddNumberToObject(o, "end", r->end_time);
+    cJSON_AddNumberToObject(o, "last_step", (double)r->last_step);
+    cJSON_AddNumberToObject(o, "n_metrics", (double)r->n_metrics);
+    cJSON_AddStringToObject(o, "hosts", r->hosts);
+    return o;
+}
+
 cJSON *dt_track_artifact_json(const dt_track_artifact_row *a) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "kind", a->kind);

@@ -4,10 +4,10 @@
  *
  * The handler is static and reached through libmicrohttpd, so the real server runs in this
  * process (dt_serve_open on 127.0.0.1, port chosen by the system) over a small experiment store
- * made once (two runs with metrics, params, tags and an artifact). Each input is sent as the
- * raw bytes of one connection, which is then half-closed; the reply is read until the server
- * closes (at most 2 s). Byte 0 bit 0 picks the server that requires a token ("fuzz-token")
- * over the open one; the request is the rest. */
+ * made once (two runs with metrics, params, tags and an artifact; a sweep whose trial is one). Each
+ * input is sent as the raw bytes of one connection, which is then half-closed; the reply is read
+ * until the server closes (at most 2 s). Byte 0 bit 0 picks the server that requires a token
+ * ("fuzz-token") over the open one; the request is the rest. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -46,6 +46,27 @@ static void setup(void) {
     must(dt_track_tag(s, r1, "note", "fuzz <b>\"tag\"</b>"));
     must(dt_track_artifact(s, r1, "checkpoint", "runs/ck/step-000000010", 10, "{\"loss\": 0.2}"));
     must(dt_track_run_end(s, r1, "done", "finished"));
+    /* a sweep (the tags src/sweep/run.c writes) whose one trial is run-a */
+    int64_t sw;
+    must(dt_track_run_begin(s, "exp", "sw", 0, "localhost:1", "", NULL, 0, &sw));
+    char parent[32];
+    snprintf(parent, sizeof parent, "%lld", (long long)sw);
+    const char *const sweep_tags[][2] = {{"sweep.kind", "sweep"},
+                                         {"sweep_id", "sw"},
+                                         {"sweep.trials", "1"},
+                                         {"sweep.metric", "loss"},
+                                         {"sweep.mode", "min"},
+                                         {"sweep.max_steps", "19"},
+                                         {"sweep.param.optim.lr", "log_uniform"}};
+    for (size_t i = 0; i < sizeof sweep_tags / sizeof *sweep_tags; i++)
+        must(dt_track_tag(s, sw, sweep_tags[i][0], sweep_tags[i][1]));
+    const char *const trial_tags[][2] = {{"sweep_id", "sw"},
+                                         {"sweep.parent", parent},
+                                         {"sweep.trial", "0"},
+                                         {"sweep.status", "done"},
+                                         {"sweep.step", "19"}};
+    for (size_t i = 0; i < sizeof trial_tags / sizeof *trial_tags; i++)
+        must(dt_track_tag(s, r1, trial_tags[i][0], trial_tags[i][1]));
     must(dt_track_close(s));
     for (int i = 0; i < 2; i++) {
         dt_serve_opts o = {.addr = "127.0.0.1", .port = 0, .db = db};

@@ -194,7 +194,10 @@ reqs = [b"\x00GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
         b"\x01GET /api/runs/run-a HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer fuzz-token\r\n\r\n",
         b"\x01GET /metrics?access_token=fuzz-token HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
         b"\x00POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 4\r\n\r\nabcd",
-        b"\x00GET /../../etc/passwd HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"]
+        b"\x00GET /../../etc/passwd HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        b"\x00GET /api/sweeps HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        b"\x00GET /api/sweeps/exp/sw HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        b"\x00GET /sweeps HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"]
 for i, r in enumerate(reqs):
     put("http", "req-%d" % i, r)
 EOF

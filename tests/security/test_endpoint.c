@@ -356,10 +356,18 @@ static int run_count(void) {
 static void test_methods(int open_port, int tok_port, const char *token) {
     const char *methods[] = {"POST", "PUT",      "DELETE", "PATCH", "OPTIONS", "TRACE", "MKCOL",
                              "MOVE", "PROPFIND", "COPY",   "LOCK",  "UNLOCK",  "FOO"};
-    const char *paths[] = {"/", "/metrics", "/api/runs", "/api/runs/1", "/api/runs/exp/run-a"};
+    const char *paths[] = {"/",
+                           "/metrics",
+                           "/api/runs",
+                           "/api/runs/1",
+                           "/api/runs/exp/run-a",
+                           "/sweeps",
+                           "/api/sweeps",
+                           "/api/sweeps/exp/run-a"};
+    enum { N_PATHS = sizeof paths / sizeof *paths };
     int bad = 0, total = 0;
     for (int m = 0; m < 13; m++)
-        for (int p = 0; p < 5; p++) {
+        for (int p = 0; p < N_PATHS; p++) {
             int a = status_of(open_port, methods[m], paths[p], "127.0.0.1", NULL);
             int b = status_of(tok_port, methods[m], paths[p], "127.0.0.1", NULL);
             int c = status_of(tok_port, methods[m], paths[p], "127.0.0.1", token);
@@ -370,9 +378,9 @@ static void test_methods(int open_port, int tok_port, const char *token) {
             }
         }
     CHECK(bad == 0,
-          "%d methods x 5 paths: 405 without a token needed, 401 without the token, "
+          "%d methods x %d paths: 405 without a token needed, 401 without the token, "
           "405 with it (%d of %d requests otherwise)",
-          13, bad, total);
+          13, (int)N_PATHS, bad, total);
     /* with a body, also an endless one: answered at once, the body never waited for */
     const char *post = "POST /api/runs/1 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: "
                        "1000000000\r\n\r\nabc";
@@ -462,6 +470,9 @@ static void test_traversal(int open_port, int tok_port, const char *token) {
                            "/api/runs/../../../../etc/passwd",
                            "/api/runs/%2e%2e%2f%2e%2e%2fetc%2fpasswd",
                            "/api/runs/..%2f..%2f..%2fetc%2fpasswd/metrics?key=loss",
+                           "/api/sweeps/../../../../etc/passwd",
+                           "/api/sweeps/%2e%2e%2f%2e%2e%2fetc%2fpasswd",
+                           "/sweeps/../../etc/passwd",
                            "/index.html/../../etc/passwd",
                            "/metrics/../../etc/passwd",
                            "//etc/passwd",

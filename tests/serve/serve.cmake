@@ -15,3 +15,15 @@ if(MPI_FOUND)
 endif()
 # /metrics' per-worker gauges (dtrain_batch_part, dtrain_compute_rate) from a store's metrics
 dt_test(NAME serve_prom_ranks SOURCES serve/test_prom_ranks.c LABELS unit)
+# The dashboard's sweep view: a real 6-trial ASHA sweep of the tiny Llama served by `dtrain
+# serve`; /api/sweeps checked against sweep.json and the store, and headless Chromium's DOM of
+# /sweeps (parallel-coordinates lines and axes, the best trial, the curves; a screenshot in
+# build/serve-out). Skipped (77) without chromium.
+add_test(NAME serve_sweep COMMAND python3 ${PROJECT_SOURCE_DIR}/tests/serve/sweep_dash.py
+         $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${CMAKE_BINARY_DIR}/serve-out)
+set_tests_properties(serve_sweep PROPERTIES LABELS "e2e;sweep" TIMEOUT 180 RUN_SERIAL TRUE
+                     SKIP_RETURN_CODE 77 FIXTURES_REQUIRED fortunes_data
+                     ENVIRONMENT "OMP_NUM_THREADS=1")
+# /api/sweeps/ID on a hand-written store: resumed, failed, stopped, diverged and running
+# trials, the best among them, a sweep of the same id in another experiment
+dt_test(NAME test_sweep_api SOURCES serve/test_sweep_api.c LABELS "unit;sweep" TIMEOUT 60)

@@ -59,6 +59,33 @@ if [ "$case" = sigterm ]; then
         [ ! -e "$tmp/runs" ] || fail "'$bad': something was created"
         echo "ok: refused: $(cat "$tmp/bad.err")"
     done
+    # --json: a refusal is an object too (status refused, exit_code 2), the error one line
+    rc=0
+    "$dtrain" sweep "$tmp/bad.yaml" --name bad --json > "$tmp/bad.json" 2> "$tmp/bad.err" || rc=$?
+    python3 - "$tmp/bad.json" <<'EOF' || fail "--json refusal: $(cat "$tmp/bad.json")"
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["status"] == "refused" and o["exit_code"] == 2 and "bad.yaml" in o["error"], o
+EOF
+    [ "$rc" = 2 ] && [ "$(wc -l < "$tmp/bad.err")" = 1 ] || fail "--json refusal: exit $rc"
+    echo "ok: --json refusal: $(cat "$tmp/bad.json")"
+    # --dry-run --json is JSON whatever the values hold (a quote, a backslash)
+    cat > "$tmp/quote.yaml" <<EOF
+base: $repo/examples/llama-tiny-fortunes.yaml
+parameters:
+  data.train: ['a"b', 'c\d']
+sampler: grid
+EOF
+    "$dtrain" sweep "$tmp/quote.yaml" --dry-run --json > "$tmp/quote.json" ||
+        fail "--dry-run --json of values with a quote and a backslash"
+    python3 - "$tmp/quote.json" <<'EOF' || { cat "$tmp/quote.json"; fail "--dry-run --json"; }
+import json, sys
+t = json.load(open(sys.argv[1]))["trials"]
+assert t == [{"data.train": 'a"b'}, {"data.train": "c\\d"}], t
+o = json.load(open(sys.argv[1]))
+assert o["status"] == "done" and o["exit_code"] == 0, o
+EOF
+    echo "ok: --dry-run --json escapes a quote and a backslash"
     sed -i 's/^early_stopping:.*//; s/^max_steps: 9/max_steps: 40/; s/^trials: 6/trials: 2/' \
         "$tmp/sweep.yaml"
     sed -i 's/^overrides:/overrides:\n  ckpt.every_steps: 2/' "$tmp/sweep.yaml"
@@ -126,6 +153,7 @@ echo "ok: killed with $1 trials unfinished, $2 of them running"
 "$dtrain" runs ls --output-dir "$tmp/runs" > "$tmp/ls.txt"
 "$dtrain" runs ls --output-dir "$tmp/runs" --sweep sw > "$tmp/ls-sweep.txt"
 "$dtrain" runs ls --output-dir "$tmp/runs" --sweep other > "$tmp/ls-other.txt"
+"$dtrain" runs ls --output-dir "$tmp/runs" --sweep sw --json > "$tmp/ls-sweep.json"
 "$dtrain" sweep show sw --output-dir "$tmp/runs" --json > "$tmp/show.json"
 "$dtrain" sweep show sw --output-dir "$tmp/runs"
 # the best trial registered in one command (README): sweep:ID names its run
@@ -154,7 +182,8 @@ def attempts(path):
 att_killed, att = attempts(f"{tmp}/ls-killed.txt"), attempts(f"{tmp}/ls.txt")
 bad = []
 trials = after["trials"]
-if after["status"] != "done" or res["trials"] != 6 or res["failed"] != 0:
+if (after["status"] != "done" or after["exit_code"] != 0 or res["trials"] != 6
+        or res["failed"] != 0 or res["status"] != "done" or res["exit_code"] != 0):
     bad.append(f"sweep status {after['status']}, result {res}")
 for t in trials:
     b = before[t["run"]]
@@ -192,6 +221,11 @@ if not best or reg["run"].split("/")[-1] != best["run"] or reg["step"] != best["
                f"{best and best['run']} step {best and best['step']}")
 if "sw " not in open(f"{tmp}/ls.txt").read():
     bad.append("runs ls does not list the sweep sw")
+lsj = json.load(open(f"{tmp}/ls-sweep.json"))
+att_sweep = attempts(f"{tmp}/ls-sweep.txt")
+if (lsj["exit_code"] != 0 or {r["name"]: r["attempts"] for r in lsj["runs"]} != att_sweep
+        or any(r["status"] != "done" for r in lsj["runs"])):
+    bad.append(f"runs ls --sweep sw --json: {lsj}, the table's attempts {att_sweep}")
 listed = sorted(attempts(f"{tmp}/ls-sweep.txt"))
 if listed != ["sw"] + [f"sw-t00{i}" for i in range(6)] or attempts(f"{tmp}/ls-other.txt"):
     bad.append(f"runs ls --sweep sw lists {listed}")
