@@ -89,6 +89,21 @@ dt_status dt_cuda_ce_bwd(dt_stream *s, float *dx, const float *logits, const int
                          const float *lse, const int64_t *stats, const float *gloss, int64_t N,
                          int64_t C, int64_t ignore, float label_smoothing);
 
+/* ---- RoPE (src/ops/rope.c: rotate_half, x, y [B, H, T, Dh], Dh = 2 half) ----------------- */
+
+/* y = rope(x): y1 = x1 cos - x2 sin, y2 = x2 cos + x1 sin for the halves x1, x2 of each head
+ * vector, angle = pos * inv_freq[i] in f32 (inv_freq [half], device memory: the default or the
+ * Llama-3.1 scaled table of dt_rope_*_inv_freq). positions: NULL (pos = t), or device
+ * [Bc, T] with Bc = 1 (shared by the batch) or B, i64 when pos_i64 else i32. y may be x. */
+dt_status dt_cuda_rope_fwd(dt_stream *s, float *y, const float *x, const float *inv_freq,
+                           const void *positions, int pos_i64, int64_t Bc, int64_t B, int64_t H,
+                           int64_t T, int half);
+/* gx = the inverse rotation of gy (the map is a rotation: neither x nor y is needed);
+ * accumulate: gx += instead of gx = (then gx must not be gy). */
+dt_status dt_cuda_rope_bwd(dt_stream *s, float *gx, const float *gy, const float *inv_freq,
+                           const void *positions, int pos_i64, int64_t Bc, int64_t B, int64_t H,
+                           int64_t T, int half, int accumulate);
+
 /* ---- GEMM through cuBLASLt --------------------------------------------------------------- */
 
 typedef enum dt_gemm_mode {

@@ -58,6 +58,16 @@ dt_status dt_cuda_ce_bwd(dt_stream *s, float *dx, const float *logits, const int
                          int64_t C, int64_t ignore, float label_smoothing) {
     return off("cuda cross_entropy bwd");
 }
+dt_status dt_cuda_rope_fwd(dt_stream *s, float *y, const float *x, const float *inv_freq,
+                           const void *positions, int pos_i64, int64_t Bc, int64_t B, int64_t H,
+                           int64_t T, int half) {
+    return off("cuda rope fwd");
+}
+dt_status dt_cuda_rope_bwd(dt_stream *s, float *gx, const float *gy, const float *inv_freq,
+                           const void *positions, int pos_i64, int64_t Bc, int64_t B, int64_t H,
+                           int64_t T, int half, int accumulate) {
+    return off("cuda rope bwd");
+}
 dt_status dt_cuda_gemm_create(dt_device d, size_t workspace_bytes, dt_cuda_gemm **out) {
     if (out) *out = NULL;
     return off("cuda gemm create");
