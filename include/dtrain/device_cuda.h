@@ -104,6 +104,24 @@ dt_status dt_cuda_rope_bwd(dt_stream *s, float *gx, const float *gy, const float
                            const void *positions, int pos_i64, int64_t Bc, int64_t B, int64_t H,
                            int64_t T, int half, int accumulate);
 
+/* ---- embedding (src/ops/embedding.c: ids [n] i32 or i64, table [V, D], out, g [n, D]) ---- */
+
+/* out[i] = table[ids[i]] (f32 table, or bf16 bits widened exactly when table_bf16);
+ * bad[0] = the first position whose id is outside [0, V), or -1 (its row of out is 0; the
+ * caller reads bad when it syncs and refuses, as the CPU op does). */
+dt_status dt_cuda_embedding_fwd(dt_stream *s, float *out, int64_t *bad, const void *ids,
+                                int ids_i64, const void *table, int table_bf16, int64_t n,
+                                int64_t V, int64_t D);
+/* Bytes of scratch for dt_cuda_embedding_bwd (the sort keys). */
+size_t dt_cuda_embedding_bwd_work(int64_t n);
+/* dtable [V, D] f32 = (accumulate ? dtable : 0) + the rows of g added at their ids: rows no id
+ * names stay exactly as they were (+0.0 without accumulate: the row-sparse gradient of
+ * dt_param_info.sparse_row). Each row adds its positions in increasing order, the CPU's
+ * order, so the bits equal the CPU's and every run's; ids outside [0, V) are skipped. */
+dt_status dt_cuda_embedding_bwd(dt_stream *s, float *dtable, const float *g, const void *ids,
+                                int ids_i64, int64_t n, int64_t V, int64_t D, int accumulate,
+                                void *work);
+
 /* ---- GEMM through cuBLASLt --------------------------------------------------------------- */
 
 typedef enum dt_gemm_mode {

@@ -78,3 +78,152 @@ extern "C" dt_status dt_cuda_rope_bwd(dt_stream *s, float *gx, const float *gy,
     return rope_launch(s, "cuda rope bwd", gx, gy, inv_freq, positions, pos_i64, Bc, B, H, T, half,
                        -1.0f, accumulate);
 }
+
+// ---- embedding -----------------------------------------------------------------------------
+
+__device__ inline int64_t id_at(const void *ids, int is64, int64_t i) {
+    return is64 ? ((const int64_t *)ids)[i] : (int64_t)((const int32_t *)ids)[i];
+}
+
+// bad[0] holds the first bad position while the rows run; INT64_MAX = none yet.
+__global__ void emb_init_kernel(int64_t *bad) {
+    bad[0] = INT64_MAX;
+}
+
+// One block (x) per position i, threads over the D columns (y blocks of 256): out[i] =
+// table[id] (bf16 bits widened exactly to f32); an id outside [0, V) gives a zero row and is
+// recorded in bad[0] (the smallest such position, as the CPU reports the first).
+__global__ void emb_fwd_kernel(float *out, int64_t *bad, const void *ids, int ids_i64,
+                               const void *table, int bf16, int64_t V, int64_t D) {
+    const int64_t i = blockIdx.x, d = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
+    const int64_t id = id_at(ids, ids_i64, i);
+    const int ok = id >= 0 && id < V;
+    if (!ok && threadIdx.x == 0 && blockIdx.y == 0)
+        atomicMin((unsigned long long *)bad, (unsigned long long)i);
+    if (d >= D) return;
+    float v = 0.0f;
+    if (ok) {
+        if (bf16)
+            v = __uint_as_float((uint32_t)((const uint16_t *)table)[id * D + d] << 16);
+        else
+            v = ((const float *)table)[id * D + d];
+    }
+    out[i * D + d] = v;
+}
+
+__global__ void emb_final_kernel(int64_t *bad) {
+    if (bad[0] == INT64_MAX) bad[0] = -1;
+}
+
+extern "C" dt_status dt_cuda_embedding_fwd(dt_stream *s, float *out, int64_t *bad, const void *ids,
+                                           int ids_i64, const void *table, int table_bf16,
+                                           int64_t n, int64_t V, int64_t D) {
+    cudaStream_t cs;
+    const char *op = "cuda embedding fwd";
+    dt_status st = dt_cuda_stream_of(s, op, &cs);
+    if (st != DT_OK) return st;
+    if (n < 0 || n > INT32_MAX || V < 1 || V > INT32_MAX || D < 1 || D > 65535LL * 256)
+        return dt_error_set(DT_ERR_SHAPE,
+                            "%s: ids [%lld], table [%lld, %lld] (need 0 <= n < 2^31, "
+                            "1 <= V < 2^31, 1 <= D <= 16776960)",
+                            op, (long long)n, (long long)V, (long long)D);
+    if (!bad || (n > 0 && (!out || !ids || !table)))
+        return dt_error_set(DT_ERR_INVALID, "%s: NULL out, bad, ids or table", op);
+    emb_init_kernel<<<1, 1, 0, cs>>>(bad);
+    if (n > 0)
+        emb_fwd_kernel<<<dim3((unsigned)n, (unsigned)((D + 255) / 256)), 256, 0, cs>>>(
+            out, bad, ids, ids_i64, table, table_bf16, V, D);
+    emb_final_kernel<<<1, 1, 0, cs>>>(bad);
+    return dt_cuda_launched(s, op);
+}
+
+// The backward sorts the keys (id << 32 | position) -- unique, so any correct sort gives the
+// same order -- with a bitonic network over the next power of two N2 >= n (padding keys
+// UINT64_MAX; an id outside [0, V) becomes 0xffffffff, beyond every row). After the sort the
+// positions of each id are contiguous and in increasing order, and one block column per id
+// adds its gradient rows in that order: the CPU's order, no float atomics, the same bits on
+// every run.
+static int64_t pow2_at_least(int64_t n) {
+    int64_t p = 1;
+    while (p < n) p <<= 1;
+    return p;
+}
+
+extern "C" size_t dt_cuda_embedding_bwd_work(int64_t n) {
+    return n > 0 && n <= INT32_MAX ? (size_t)pow2_at_least(n) * sizeof(uint64_t) : 0;
+}
+
+__global__ void emb_keys_kernel(uint64_t *keys, const void *ids, int ids_i64, int64_t n, int64_t V,
+                                int64_t N2) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N2;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        if (i >= n) {
+            keys[i] = UINT64_MAX;
+            continue;
+        }
+        const int64_t id = id_at(ids, ids_i64, i);
+        const uint64_t row = id >= 0 && id < V ? (uint64_t)id : 0xffffffffull;
+        keys[i] = row << 32 | (uint64_t)i;
+    }
+}
+
+// One compare-exchange stage (k, j) of the bitonic sort, ascending.
+__global__ void emb_bitonic_kernel(uint64_t *keys, int64_t N2, int64_t k, int64_t j) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N2;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t l = i ^ j;
+        if (l <= i) continue;
+        const uint64_t a = keys[i], b = keys[l];
+        const int up = (i & k) == 0;
+        if ((a > b) == up) {
+            keys[i] = b;
+            keys[l] = a;
+        }
+    }
+}
+
+// Block (s, column block): if sorted key s starts the run of its id, dtable[id] += the
+// gradient rows of the run's positions, in increasing position order.
+__global__ void emb_bwd_rows(float *dtable, const float *g, const uint64_t *keys, int64_t n,
+                             int64_t V, int64_t D) {
+    const int64_t sidx = blockIdx.x, d = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
+    const uint64_t id = keys[sidx] >> 32;
+    if (id >= (uint64_t)V || d >= D || (sidx > 0 && (keys[sidx - 1] >> 32) == id)) return;
+    float acc = dtable[id * D + d];
+    for (int64_t t = sidx; t < n && (keys[t] >> 32) == id; t++)
+        acc += g[(int64_t)(keys[t] & 0xffffffffull) * D + d];
+    dtable[id * D + d] = acc;
+}
+
+extern "C" dt_status dt_cuda_embedding_bwd(dt_stream *s, float *dtable, const float *g,
+                                           const void *ids, int ids_i64, int64_t n, int64_t V,
+                                           int64_t D, int accumulate, void *work) {
+    cudaStream_t cs;
+    const char *op = "cuda embedding bwd";
+    dt_status st = dt_cuda_stream_of(s, op, &cs);
+    if (st != DT_OK) return st;
+    if (n < 0 || n > INT32_MAX || V < 1 || V > INT32_MAX || D < 1 || D > 65535LL * 256)
+        return dt_error_set(DT_ERR_SHAPE,
+                            "%s: ids [%lld], table [%lld, %lld] (need 0 <= n < 2^31, "
+                            "1 <= V < 2^31, 1 <= D <= 16776960)",
+                            op, (long long)n, (long long)V, (long long)D);
+    if (!dtable || (n > 0 && (!g || !ids || !work)))
+        return dt_error_set(DT_ERR_INVALID, "%s: NULL dtable, g, ids or work", op);
+    const int dev = dt_stream_device(s).index;
+    if (!accumulate) {
+        st =
+            dt_cuda_check(cudaMemsetAsync(dtable, 0, (size_t)(V * D) * sizeof(float), cs), dev, op);
+        if (st != DT_OK) return st;
+    }
+    if (n == 0) return DT_OK;
+    uint64_t *keys = (uint64_t *)work;
+    const int64_t N2 = pow2_at_least(n);
+    const unsigned nb = grid_for(N2, 256);
+    emb_keys_kernel<<<nb, 256, 0, cs>>>(keys, ids, ids_i64, n, V, N2);
+    for (int64_t k = 2; k <= N2; k <<= 1)
+        for (int64_t j = k >> 1; j > 0; j >>= 1)
+            emb_bitonic_kernel<<<nb, 256, 0, cs>>>(keys, N2, k, j);
+    emb_bwd_rows<<<dim3((unsigned)n, (unsigned)((D + 255) / 256)), 256, 0, cs>>>(dtable, g, keys, n,
+                                                                                 V, D);
+    return dt_cuda_launched(s, op);
+}

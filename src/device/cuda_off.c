@@ -68,6 +68,19 @@ dt_status dt_cuda_rope_bwd(dt_stream *s, float *gx, const float *gy, const float
                            int64_t T, int half, int accumulate) {
     return off("cuda rope bwd");
 }
+dt_status dt_cuda_embedding_fwd(dt_stream *s, float *out, int64_t *bad, const void *ids,
+                                int ids_i64, const void *table, int table_bf16, int64_t n,
+                                int64_t V, int64_t D) {
+    return off("cuda embedding fwd");
+}
+size_t dt_cuda_embedding_bwd_work(int64_t n) {
+    return 0;
+}
+dt_status dt_cuda_embedding_bwd(dt_stream *s, float *dtable, const float *g, const void *ids,
+                                int ids_i64, int64_t n, int64_t V, int64_t D, int accumulate,
+                                void *work) {
+    return off("cuda embedding bwd");
+}
 dt_status dt_cuda_gemm_create(dt_device d, size_t workspace_bytes, dt_cuda_gemm **out) {
     if (out) *out = NULL;
     return off("cuda gemm create");
