@@ -115,18 +115,23 @@ __global__ void emb_final_kernel(int64_t *bad) {
     if (bad[0] == INT64_MAX) bad[0] = -1;
 }
 
+static dt_status emb_check(const char *op, int64_t n, int64_t V, int64_t D) {
+    if (n < 0 || n > INT32_MAX || V < 1 || V > INT32_MAX || D < 1 || D > 65535LL * 256)
+        return dt_error_set(DT_ERR_SHAPE,
+                            "%s: ids [%lld], table [%lld, %lld] (need 0 <= n < 2^31, "
+                            "1 <= V < 2^31, 1 <= D <= 16776960)",
+                            op, (long long)n, (long long)V, (long long)D);
+    return DT_OK;
+}
+
 extern "C" dt_status dt_cuda_embedding_fwd(dt_stream *s, float *out, int64_t *bad, const void *ids,
                                            int ids_i64, const void *table, int table_bf16,
                                            int64_t n, int64_t V, int64_t D) {
     cudaStream_t cs;
     const char *op = "cuda embedding fwd";
     dt_status st = dt_cuda_stream_of(s, op, &cs);
+    if (st == DT_OK) st = emb_check(op, n, V, D);
     if (st != DT_OK) return st;
-    if (n < 0 || n > INT32_MAX || V < 1 || V > INT32_MAX || D < 1 || D > 65535LL * 256)
-        return dt_error_set(DT_ERR_SHAPE,
-                            "%s: ids [%lld], table [%lld, %lld] (need 0 <= n < 2^31, "
-                            "1 <= V < 2^31, 1 <= D <= 16776960)",
-                            op, (long long)n, (long long)V, (long long)D);
     if (!bad || (n > 0 && (!out || !ids || !table)))
         return dt_error_set(DT_ERR_INVALID, "%s: NULL out, bad, ids or table", op);
     emb_init_kernel<<<1, 1, 0, cs>>>(bad);
@@ -201,12 +206,8 @@ extern "C" dt_status dt_cuda_embedding_bwd(dt_stream *s, float *dtable, const fl
     cudaStream_t cs;
     const char *op = "cuda embedding bwd";
     dt_status st = dt_cuda_stream_of(s, op, &cs);
+    if (st == DT_OK) st = emb_check(op, n, V, D);
     if (st != DT_OK) return st;
-    if (n < 0 || n > INT32_MAX || V < 1 || V > INT32_MAX || D < 1 || D > 65535LL * 256)
-        return dt_error_set(DT_ERR_SHAPE,
-                            "%s: ids [%lld], table [%lld, %lld] (need 0 <= n < 2^31, "
-                            "1 <= V < 2^31, 1 <= D <= 16776960)",
-                            op, (long long)n, (long long)V, (long long)D);
     if (!dtable || (n > 0 && (!g || !ids || !work)))
         return dt_error_set(DT_ERR_INVALID, "%s: NULL dtable, g, ids or work", op);
     const int dev = dt_stream_device(s).index;
