@@ -122,6 +122,17 @@ dt_status dt_cuda_embedding_bwd(dt_stream *s, float *dtable, const float *g, con
                                 int ids_i64, int64_t n, int64_t V, int64_t D, int accumulate,
                                 void *work);
 
+/* ---- dropout (src/ops/dropout.c, training mode), y, x [n] --------------------------------- */
+
+/* y = x * mask / (1 - p), or y += that (accumulate). Element i is kept iff
+ * (word i % 4 of Philox4x32-10(key, {step lo, step hi, node, i / 4}) >> 8) >= ceil(p 2^24):
+ * the counter-based mask of the CPU op bit for bit, with key = the graph's run key
+ * (dt_graph_set_rng) and node = the dropout node's id. The same call is the backward
+ * (x = dy, y = dx): the mask is regenerated, never stored. p == 0: y = x (or y += x); p == 1:
+ * everything dropped. y may be x when not accumulating. */
+dt_status dt_cuda_dropout(dt_stream *s, float *y, const float *x, int64_t n, float p, uint64_t key,
+                          uint64_t step, uint32_t node, int accumulate);
+
 /* ---- GEMM through cuBLASLt --------------------------------------------------------------- */
 
 typedef enum dt_gemm_mode {

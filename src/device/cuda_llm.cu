@@ -228,3 +228,69 @@ extern "C" dt_status dt_cuda_embedding_bwd(dt_stream *s, float *dtable, const fl
                                                                                  V, D);
     return dt_cuda_launched(s, op);
 }
+
+// ---- dropout -------------------------------------------------------------------------------
+
+// Philox4x32-10, the function of dt_philox4x32 (src/core/rng.c): hi/lo of the 32 x 32 -> 64-bit
+// products, the same rounds and key schedule.
+__device__ inline void philox4x32(uint32_t k0, uint32_t k1, uint32_t c[4]) {
+#pragma unroll
+    for (int r = 0; r < 10; r++) {
+        const uint32_t hi0 = __umulhi(0xD2511F53u, c[0]), lo0 = 0xD2511F53u * c[0];
+        const uint32_t hi1 = __umulhi(0xCD9E8D57u, c[2]), lo1 = 0xCD9E8D57u * c[2];
+        const uint32_t n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
+        c[0] = n0, c[1] = lo1, c[2] = n2, c[3] = lo0;
+        k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+    }
+}
+
+// One thread per block of 4 elements j: the words of Philox(key, {step lo, step hi, node, j})
+// decide elements 4j..4j+3; kept iff (word >> 8) >= th. y = x * (scale or 0) -- one rounded
+// product as on the CPU, so a dropped inf or NaN gives NaN there too -- or y += that.
+__global__ void dropout_kernel(float *y, const float *x, int64_t n, uint32_t th, float scale,
+                               uint32_t k0, uint32_t k1, uint32_t s0, uint32_t s1, uint32_t node,
+                               int accumulate) {
+    const int64_t nb = (n + 3) / 4;
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < nb;
+         j += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t c[4] = {s0, s1, node, (uint32_t)j};
+        philox4x32(k0, k1, c);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int64_t i = 4 * j + q;
+            if (i >= n) break;
+            const float v = __fmul_rn(x[i], (c[q] >> 8) >= th ? scale : 0.0f);
+            y[i] = accumulate ? y[i] + v : v;
+        }
+    }
+}
+
+// p == 0: y = x, or y += x.
+__global__ void dropout_identity_kernel(float *y, const float *x, int64_t n, int accumulate) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = accumulate ? y[i] + x[i] : x[i];
+}
+
+extern "C" dt_status dt_cuda_dropout(dt_stream *s, float *y, const float *x, int64_t n, float p,
+                                     uint64_t key, uint64_t step, uint32_t node, int accumulate) {
+    cudaStream_t cs;
+    const char *op = "cuda dropout";
+    dt_status st = dt_cuda_stream_of(s, op, &cs);
+    if (st != DT_OK) return st;
+    if (!(p >= 0.0f && p <= 1.0f))
+        return dt_error_set(DT_ERR_INVALID, "%s: p must be in [0, 1], got %g", op, (double)p);
+    if (n <= 0) return DT_OK;
+    if (!y || !x) return dt_error_set(DT_ERR_INVALID, "%s: NULL y or x", op);
+    if (p == 0.0f) {
+        dropout_identity_kernel<<<grid_for(n, 256), 256, 0, cs>>>(y, x, n, accumulate);
+        return dt_cuda_launched(s, op);
+    }
+    // The CPU's scalars, computed here in the same f32 operations.
+    const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    const uint32_t th = (uint32_t)ceilf(p * 16777216.0f);
+    dropout_kernel<<<grid_for((n + 3) / 4, 256), 256, 0, cs>>>(
+        y, x, n, th, scale, (uint32_t)key, (uint32_t)(key >> 32), (uint32_t)step,
+        (uint32_t)(step >> 32), node, accumulate);
+    return dt_cuda_launched(s, op);
+}

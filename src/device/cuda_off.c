@@ -81,6 +81,10 @@ dt_status dt_cuda_embedding_bwd(dt_stream *s, float *dtable, const float *g, con
                                 void *work) {
     return off("cuda embedding bwd");
 }
+dt_status dt_cuda_dropout(dt_stream *s, float *y, const float *x, int64_t n, float p, uint64_t key,
+                          uint64_t step, uint32_t node, int accumulate) {
+    return off("cuda dropout");
+}
 dt_status dt_cuda_gemm_create(dt_device d, size_t workspace_bytes, dt_cuda_gemm **out) {
     if (out) *out = NULL;
     return off("cuda gemm create");
