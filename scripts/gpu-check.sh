@@ -109,7 +109,7 @@ fi
 say "libraries: $(grep -E '^(DNNL_LIB|OPENBLAS_LIB|CURL_LIBRARY_RELEASE|SQLite3_LIBRARY):' \
   "$build/CMakeCache.txt" | sed 's/:[A-Z]*=/=/' | tr '\n' ' ')"
 # The CUDA kernel tests (tests/device/device.cmake); each is also run alone below for its log.
-cuda_tests=(cuda_device cuda_optim cuda_nn cuda_gemm cuda_rope cuda_embedding cuda_dropout)
+cuda_tests=(cuda_device cuda_optim cuda_nn cuda_gemm cuda_rope cuda_embedding cuda_dropout cuda_attention)
 targets=(device_cpu "${cuda_tests[@]}")
 if ! cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$out/build.log" 2>&1; then
   say "FAIL: build (see build.log):"

@@ -133,6 +133,25 @@ dt_status dt_cuda_embedding_bwd(dt_stream *s, float *dtable, const float *g, con
 dt_status dt_cuda_dropout(dt_stream *s, float *y, const float *x, int64_t n, float p, uint64_t key,
                           uint64_t step, uint32_t node, int accumulate);
 
+/* ---- attention (src/ops/attention.c): q, out [B, Hq, T, D], k, v [B, Hkv, T, D] ------------ */
+
+/* out = softmax(scale q k^T [+ causal mask]) v per head, head h using kv head h / (Hq / Hkv)
+ * (grouped-query); flash-style: key tiles through shared memory with an online softmax, no
+ * T x T matrix. lse [B, Hq, T] = the rows' log-sum-exp, kept for the backward. scale <= 0:
+ * 1 / sqrt(D), as dt_attention. Needs Hq % Hkv == 0, 1 <= D <= 128, B * Hq <= 65535. */
+dt_status dt_cuda_attention_fwd(dt_stream *s, float *out, float *lse, const float *q,
+                                const float *k, const float *v, int64_t B, int64_t Hq, int64_t Hkv,
+                                int64_t T, int D, int causal, float scale);
+/* Bytes of scratch for dt_cuda_attention_bwd (rowsum(gout * out) per query row). */
+size_t dt_cuda_attention_bwd_work(int64_t B, int64_t Hq, int64_t T);
+/* dq, dk, dv (each may be NULL; distinct buffers) from gout, the inputs, out and lse of the
+ * forward; overwritten, or added to when accumulate. Every element has one writer and a fixed
+ * summation order (no atomics): the same bits on every run. */
+dt_status dt_cuda_attention_bwd(dt_stream *s, float *dq, float *dk, float *dv, const float *gout,
+                                const float *q, const float *k, const float *v, const float *out,
+                                const float *lse, int64_t B, int64_t Hq, int64_t Hkv, int64_t T,
+                                int D, int causal, float scale, int accumulate, void *work);
+
 /* ---- GEMM through cuBLASLt --------------------------------------------------------------- */
 
 typedef enum dt_gemm_mode {
