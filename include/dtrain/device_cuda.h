@@ -138,9 +138,11 @@ dt_status dt_cuda_dropout(dt_stream *s, float *y, const float *x, int64_t n, flo
 /* out = softmax(scale q k^T [+ causal mask]) v per head, head h using kv head h / (Hq / Hkv)
  * (grouped-query); flash-style: key tiles through shared memory with an online softmax, no
  * T x T matrix. lse [B, Hq, T] = the rows' log-sum-exp, kept for the backward. scale <= 0:
- * 1 / sqrt(D), as dt_attention. Needs Hq % Hkv == 0, 1 <= D <= 128, B * Hq <= 65535. */
-dt_status dt_cuda_attention_fwd(dt_stream *s, float *out, float *lse, const float *q,
-                                const float *k, const float *v, int64_t B, int64_t Hq, int64_t Hkv,
+ * 1 / sqrt(D), as dt_attention. q, k, v are f32, or bf16 (uint16_t bits) when in_bf16 (read
+ * as their exact f32 values; all arithmetic f32); out, lse and the gradients are f32.
+ * Needs Hq % Hkv == 0, 1 <= D <= 128, B * Hq <= 65535. */
+dt_status dt_cuda_attention_fwd(dt_stream *s, float *out, float *lse, const void *q, const void *k,
+                                const void *v, int in_bf16, int64_t B, int64_t Hq, int64_t Hkv,
                                 int64_t T, int D, int causal, float scale);
 /* Bytes of scratch for dt_cuda_attention_bwd (rowsum(gout * out) per query row). */
 size_t dt_cuda_attention_bwd_work(int64_t B, int64_t Hq, int64_t T);
@@ -148,9 +150,10 @@ size_t dt_cuda_attention_bwd_work(int64_t B, int64_t Hq, int64_t T);
  * forward; overwritten, or added to when accumulate. Every element has one writer and a fixed
  * summation order (no atomics): the same bits on every run. */
 dt_status dt_cuda_attention_bwd(dt_stream *s, float *dq, float *dk, float *dv, const float *gout,
-                                const float *q, const float *k, const float *v, const float *out,
-                                const float *lse, int64_t B, int64_t Hq, int64_t Hkv, int64_t T,
-                                int D, int causal, float scale, int accumulate, void *work);
+                                const void *q, const void *k, const void *v, int in_bf16,
+                                const float *out, const float *lse, int64_t B, int64_t Hq,
+                                int64_t Hkv, int64_t T, int D, int causal, float scale,
+                                int accumulate, void *work);
 
 /* ---- GEMM through cuBLASLt --------------------------------------------------------------- */
 

@@ -31,6 +31,14 @@ __device__ inline float warp_sum(float v) {
     return v;
 }
 
+// An input element as f32: f32 as is, bf16 (its bits) widened exactly.
+__device__ inline float ldf(const float *p, int64_t i) {
+    return p[i];
+}
+__device__ inline float ldf(const uint16_t *p, int64_t i) {
+    return __uint_as_float((uint32_t)p[i] << 16);
+}
+
 // Keys of the tile at k0 (nk of them) that query row i may see.
 __device__ inline int visible(int causal, int64_t i, int64_t k0, int nk) {
     if (!causal) return nk;
@@ -39,12 +47,13 @@ __device__ inline int visible(int causal, int64_t i, int64_t k0, int nk) {
 }
 
 // Ks, Vs [KT][KSTRIDE] = rows k0..k0+nk of K, V ([T, D] of one kv head), by the whole block.
-__device__ inline void load_tile(float (*Ks)[KSTRIDE], float (*Vs)[KSTRIDE], const float *K,
-                                 const float *V, int64_t k0, int nk, int D) {
+template <typename TI>
+__device__ inline void load_tile(float (*Ks)[KSTRIDE], float (*Vs)[KSTRIDE], const TI *K,
+                                 const TI *V, int64_t k0, int nk, int D) {
     for (int idx = threadIdx.x; idx < nk * D; idx += blockDim.x) {
         const int j = idx / D, d = idx % D;
-        Ks[j][d] = K[(k0 + j) * D + d];
-        Vs[j][d] = V[(k0 + j) * D + d];
+        Ks[j][d] = ldf(K, (k0 + j) * D + d);
+        Vs[j][d] = ldf(V, (k0 + j) * D + d);
     }
 }
 
@@ -60,17 +69,18 @@ __device__ inline void warp_axpy(float acc[MAXE], float w, const float (*tile)[K
 }
 
 // Grid (ceil(T / WARPS), B * Hq), WARPS warps.
-__global__ void attn_fwd_kernel(float *out, float *lse, const float *q, const float *k,
-                                const float *v, int64_t Hq, int64_t Hkv, int64_t T, int D, int G,
-                                int causal, float scale) {
+template <typename TI>
+__global__ void attn_fwd_kernel(float *out, float *lse, const TI *q, const TI *k, const TI *v,
+                                int64_t Hq, int64_t Hkv, int64_t T, int D, int G, int causal,
+                                float scale) {
     __shared__ float Ks[KT][KSTRIDE], Vs[KT][KSTRIDE], Qs[WARPS][MAXD];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t bh = blockIdx.y, b = bh / Hq, g = bh % Hq / G;
     const int64_t q0 = (int64_t)blockIdx.x * WARPS, i = q0 + warp;
     const int active = i < T; /* warp-uniform */
-    const float *K = k + (b * Hkv + g) * T * D, *V = v + (b * Hkv + g) * T * D;
+    const TI *K = k + (b * Hkv + g) * T * D, *V = v + (b * Hkv + g) * T * D;
     if (active)
-        for (int d = lane; d < D; d += 32) Qs[warp][d] = q[(bh * T + i) * D + d];
+        for (int d = lane; d < D; d += 32) Qs[warp][d] = ldf(q, (bh * T + i) * D + d);
     float m = -INFINITY, l = 0.0f, o[MAXE];
 #pragma unroll
     for (int e = 0; e < MAXE; e++) o[e] = 0.0f;
@@ -118,20 +128,20 @@ __global__ void attn_drow_kernel(float *drow, const float *gout, const float *ou
 }
 
 // dQ[i] = scale sum_j P_ij (dP_ij - Drow_i) K_j, dP_ij = dO_i . V_j; grid as the forward.
-__global__ void attn_dq_kernel(float *dq, const float *gout, const float *q, const float *k,
-                               const float *v, const float *lse, const float *drow, int64_t Hq,
-                               int64_t Hkv, int64_t T, int D, int G, int causal, float scale,
-                               int accumulate) {
+template <typename TI>
+__global__ void attn_dq_kernel(float *dq, const float *gout, const TI *q, const TI *k, const TI *v,
+                               const float *lse, const float *drow, int64_t Hq, int64_t Hkv,
+                               int64_t T, int D, int G, int causal, float scale, int accumulate) {
     __shared__ float Ks[KT][KSTRIDE], Vs[KT][KSTRIDE], Qs[WARPS][MAXD], Os[WARPS][MAXD];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t bh = blockIdx.y, b = bh / Hq, g = bh % Hq / G;
     const int64_t q0 = (int64_t)blockIdx.x * WARPS, i = q0 + warp;
     const int active = i < T;
-    const float *K = k + (b * Hkv + g) * T * D, *V = v + (b * Hkv + g) * T * D;
+    const TI *K = k + (b * Hkv + g) * T * D, *V = v + (b * Hkv + g) * T * D;
     float li = 0.0f, dr = 0.0f, a[MAXE];
     if (active) {
         for (int d = lane; d < D; d += 32) {
-            Qs[warp][d] = q[(bh * T + i) * D + d];
+            Qs[warp][d] = ldf(q, (bh * T + i) * D + d);
             Os[warp][d] = gout[(bh * T + i) * D + d];
         }
         li = lse[bh * T + i];
@@ -171,10 +181,11 @@ __global__ void attn_dq_kernel(float *dq, const float *gout, const float *q, con
 // dV_j = sum_i P_ij dO_i, dK_j = scale sum_i P_ij (dP_ij - Drow_i) q_i over the query rows i of
 // every head of kv head (b, g) that see key j. Grid (ceil(T / KT), B * Hkv), one warp; dynamic
 // shared memory: Ks, Vs, dKs, dVs [KT][D + 1], qs, os [D].
-__global__ void attn_dkdv_kernel(float *dk, float *dv, const float *gout, const float *q,
-                                 const float *k, const float *v, const float *lse,
-                                 const float *drow, int64_t Hq, int64_t Hkv, int64_t T, int D,
-                                 int G, int causal, float scale, int accumulate) {
+template <typename TI>
+__global__ void attn_dkdv_kernel(float *dk, float *dv, const float *gout, const TI *q, const TI *k,
+                                 const TI *v, const float *lse, const float *drow, int64_t Hq,
+                                 int64_t Hkv, int64_t T, int D, int G, int causal, float scale,
+                                 int accumulate) {
     extern __shared__ float sm[];
     const int ld = D + 1, lane = threadIdx.x;
     float *Ks = sm, *Vs = Ks + KT * ld, *dKs = Vs + KT * ld, *dVs = dKs + KT * ld;
@@ -184,8 +195,8 @@ __global__ void attn_dkdv_kernel(float *dk, float *dv, const float *gout, const 
     const int64_t kv = bg * T * D;
     for (int idx = lane; idx < nk * D; idx += 32) {
         const int j = idx / D, d = idx % D;
-        Ks[j * ld + d] = k[kv + (k0 + j) * D + d];
-        Vs[j * ld + d] = v[kv + (k0 + j) * D + d];
+        Ks[j * ld + d] = ldf(k, kv + (k0 + j) * D + d);
+        Vs[j * ld + d] = ldf(v, kv + (k0 + j) * D + d);
     }
     for (int d = 0; d < D; d++) dKs[lane * ld + d] = dVs[lane * ld + d] = 0.0f;
     const int64_t j = k0 + lane; /* this lane's key */
@@ -194,7 +205,7 @@ __global__ void attn_dkdv_kernel(float *dk, float *dv, const float *gout, const 
         for (int64_t i = causal ? k0 : 0; i < T; i++) {
             __syncwarp();
             for (int d = lane; d < D; d += 32) {
-                qs[d] = q[(bh * T + i) * D + d];
+                qs[d] = ldf(q, (bh * T + i) * D + d);
                 os[d] = gout[(bh * T + i) * D + d];
             }
             __syncwarp();
@@ -236,19 +247,54 @@ static float attn_scale(float scale, int D) {
     return scale > 0.0f ? scale : 1.0f / sqrtf((float)D); /* as dt_attention */
 }
 
-extern "C" dt_status dt_cuda_attention_fwd(dt_stream *s, float *out, float *lse, const float *q,
-                                           const float *k, const float *v, int64_t B, int64_t Hq,
-                                           int64_t Hkv, int64_t T, int D, int causal, float scale) {
-    cudaStream_t cs;
+// The kernels of one call for inputs of type TI (float or bf16 bits).
+template <typename TI>
+static void fwd_launch(cudaStream_t cs, float *out, float *lse, const void *q, const void *k,
+                       const void *v, int64_t B, int64_t Hq, int64_t Hkv, int64_t T, int D,
+                       int causal, float scale) {
+    attn_fwd_kernel<TI>
+        <<<dim3((unsigned)((T + WARPS - 1) / WARPS), (unsigned)(B * Hq)), WARPS * 32, 0, cs>>>(
+            out, lse, (const TI *)q, (const TI *)k, (const TI *)v, Hq, Hkv, T, D, (int)(Hq / Hkv),
+            causal, scale);
+}
+
+template <typename TI>
+static cudaError_t bwd_launch(cudaStream_t cs, float *dq, float *dk, float *dv, const float *gout,
+                              const void *q, const void *k, const void *v, const float *lse,
+                              const float *drow, int64_t B, int64_t Hq, int64_t Hkv, int64_t T,
+                              int D, int causal, float sc, int accumulate) {
+    const int G = (int)(Hq / Hkv);
+    const TI *qi = (const TI *)q, *ki = (const TI *)k, *vi = (const TI *)v;
+    if (dq)
+        attn_dq_kernel<TI>
+            <<<dim3((unsigned)((T + WARPS - 1) / WARPS), (unsigned)(B * Hq)), WARPS * 32, 0, cs>>>(
+                dq, gout, qi, ki, vi, lse, drow, Hq, Hkv, T, D, G, causal, sc, accumulate);
+    if (!dk && !dv) return cudaSuccess;
+    const size_t smem = (size_t)(4 * KT * (D + 1) + 2 * D) * sizeof(float);
+    cudaError_t e = cudaFuncSetAttribute(attn_dkdv_kernel<TI>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+    attn_dkdv_kernel<TI>
+        <<<dim3((unsigned)((T + KT - 1) / KT), (unsigned)(B * Hkv)), 32, smem, cs>>>(
+            dk, dv, gout, qi, ki, vi, lse, drow, Hq, Hkv, T, D, G, causal, sc, accumulate);
+    return cudaSuccess;
+}
+
+extern "C" dt_status dt_cuda_attention_fwd(dt_stream *s, float *out, float *lse, const void *q,
+                                           const void *k, const void *v, int in_bf16, int64_t B,
+                                           int64_t Hq, int64_t Hkv, int64_t T, int D, int causal,
+                                           float scale) {
+    cudaStream_t cs = 0;
     const char *op = "cuda attention fwd";
     dt_status st = dt_cuda_stream_of(s, op, &cs);
     if (st == DT_OK) st = attn_check(op, B, Hq, Hkv, T, D);
     if (st != DT_OK || B == 0 || T == 0) return st;
     if (!out || !lse || !q || !k || !v)
         return dt_error_set(DT_ERR_INVALID, "%s: NULL out, lse, q, k or v", op);
-    attn_fwd_kernel<<<dim3((unsigned)((T + WARPS - 1) / WARPS), (unsigned)(B * Hq)), WARPS * 32, 0,
-                      cs>>>(out, lse, q, k, v, Hq, Hkv, T, D, (int)(Hq / Hkv), causal,
-                            attn_scale(scale, D));
+    if (in_bf16)
+        fwd_launch<uint16_t>(cs, out, lse, q, k, v, B, Hq, Hkv, T, D, causal, attn_scale(scale, D));
+    else
+        fwd_launch<float>(cs, out, lse, q, k, v, B, Hq, Hkv, T, D, causal, attn_scale(scale, D));
     return dt_cuda_launched(s, op);
 }
 
@@ -257,11 +303,12 @@ extern "C" size_t dt_cuda_attention_bwd_work(int64_t B, int64_t Hq, int64_t T) {
 }
 
 extern "C" dt_status dt_cuda_attention_bwd(dt_stream *s, float *dq, float *dk, float *dv,
-                                           const float *gout, const float *q, const float *k,
-                                           const float *v, const float *out, const float *lse,
-                                           int64_t B, int64_t Hq, int64_t Hkv, int64_t T, int D,
-                                           int causal, float scale, int accumulate, void *work) {
-    cudaStream_t cs;
+                                           const float *gout, const void *q, const void *k,
+                                           const void *v, int in_bf16, const float *out,
+                                           const float *lse, int64_t B, int64_t Hq, int64_t Hkv,
+                                           int64_t T, int D, int causal, float scale,
+                                           int accumulate, void *work) {
+    cudaStream_t cs = 0;
     const char *op = "cuda attention bwd";
     dt_status st = dt_cuda_stream_of(s, op, &cs);
     if (st == DT_OK) st = attn_check(op, B, Hq, Hkv, T, D);
@@ -271,24 +318,13 @@ extern "C" dt_status dt_cuda_attention_bwd(dt_stream *s, float *dq, float *dk, f
     if ((dq && (dq == dk || dq == dv)) || (dk && dk == dv))
         return dt_error_set(DT_ERR_INVALID, "%s: dq, dk and dv must be distinct buffers", op);
     const float sc = attn_scale(scale, D);
-    const int G = (int)(Hq / Hkv);
     const int64_t rows = B * Hq * T;
     float *drow = (float *)work;
     attn_drow_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, cs>>>(drow, gout, out, rows, D);
-    if (dq)
-        attn_dq_kernel<<<dim3((unsigned)((T + WARPS - 1) / WARPS), (unsigned)(B * Hq)), WARPS * 32,
-                         0, cs>>>(dq, gout, q, k, v, lse, drow, Hq, Hkv, T, D, G, causal, sc,
-                                  accumulate);
-    if (dk || dv) {
-        const size_t smem = (size_t)(4 * KT * (D + 1) + 2 * D) * sizeof(float);
-        st = dt_cuda_check(cudaFuncSetAttribute(attn_dkdv_kernel,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                (int)smem),
-                           dt_stream_device(s).index, op);
-        if (st != DT_OK) return st;
-        attn_dkdv_kernel<<<dim3((unsigned)((T + KT - 1) / KT), (unsigned)(B * Hkv)), 32, smem,
-                           cs>>>(dk, dv, gout, q, k, v, lse, drow, Hq, Hkv, T, D, G, causal, sc,
-                                 accumulate);
-    }
-    return dt_cuda_launched(s, op);
+    const cudaError_t e = in_bf16 ? bwd_launch<uint16_t>(cs, dq, dk, dv, gout, q, k, v, lse, drow,
+                                                         B, Hq, Hkv, T, D, causal, sc, accumulate)
+                                  : bwd_launch<float>(cs, dq, dk, dv, gout, q, k, v, lse, drow, B,
+                                                      Hq, Hkv, T, D, causal, sc, accumulate);
+    st = dt_cuda_check(e, dt_stream_device(s).index, op);
+    return st != DT_OK ? st : dt_cuda_launched(s, op);
 }

@@ -85,8 +85,8 @@ dt_status dt_cuda_dropout(dt_stream *s, float *y, const float *x, int64_t n, flo
                           uint64_t step, uint32_t node, int accumulate) {
     return off("cuda dropout");
 }
-dt_status dt_cuda_attention_fwd(dt_stream *s, float *out, float *lse, const float *q,
-                                const float *k, const float *v, int64_t B, int64_t Hq, int64_t Hkv,
+dt_status dt_cuda_attention_fwd(dt_stream *s, float *out, float *lse, const void *q, const void *k,
+                                const void *v, int in_bf16, int64_t B, int64_t Hq, int64_t Hkv,
                                 int64_t T, int D, int causal, float scale) {
     return off("cuda attention fwd");
 }
@@ -94,9 +94,10 @@ size_t dt_cuda_attention_bwd_work(int64_t B, int64_t Hq, int64_t T) {
     return 0;
 }
 dt_status dt_cuda_attention_bwd(dt_stream *s, float *dq, float *dk, float *dv, const float *gout,
-                                const float *q, const float *k, const float *v, const float *out,
-                                const float *lse, int64_t B, int64_t Hq, int64_t Hkv, int64_t T,
-                                int D, int causal, float scale, int accumulate, void *work) {
+                                const void *q, const void *k, const void *v, int in_bf16,
+                                const float *out, const float *lse, int64_t B, int64_t Hq,
+                                int64_t Hkv, int64_t T, int D, int causal, float scale,
+                                int accumulate, void *work) {
     return off("cuda attention bwd");
 }
 dt_status dt_cuda_gemm_create(dt_device d, size_t workspace_bytes, dt_cuda_gemm **out) {
