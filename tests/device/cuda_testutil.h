@@ -24,7 +24,7 @@ void cuda_test_download(dt_device d, dt_stream *s, void *host, const void *dev, 
 int cuda_test_cpu_compile(dt_graph *g, int out, int *r);
 /* Forward (training mode) and backward of the compiled graph: 0, or -1 on failure. */
 int cuda_test_cpu_step(dt_graph *g);
-/* Device copies of a node's value / gradient (f32 or any dtype: its bytes). */
+/* A device copy of a node's value (any dtype: its bytes). */
 void *cuda_test_upload_value(dt_device d, dt_graph *g, int id);
 
 #endif
