@@ -146,9 +146,15 @@ dt_status dt_cuda_attention_fwd(dt_stream *s, float *out, float *lse, const void
                                 int64_t T, int D, int causal, float scale);
 /* Bytes of scratch for dt_cuda_attention_bwd (rowsum(gout * out) per query row). */
 size_t dt_cuda_attention_bwd_work(int64_t B, int64_t Hq, int64_t T);
+/* Bits of dt_cuda_attention_bwd's accumulate: add into that gradient instead of overwriting it
+ * (the CPU op's gin_beta per input). */
+#define DT_CUDA_ACC_DQ 1
+#define DT_CUDA_ACC_DK 2
+#define DT_CUDA_ACC_DV 4
 /* dq, dk, dv (each may be NULL; distinct buffers) from gout, the inputs, out and lse of the
- * forward; overwritten, or added to when accumulate. Every element has one writer and a fixed
- * summation order (no atomics): the same bits on every run. */
+ * forward; each overwritten, or added to when its DT_CUDA_ACC_* bit is set in accumulate.
+ * Every element has one writer and a fixed summation order (no atomics): the same bits on
+ * every run. */
 dt_status dt_cuda_attention_bwd(dt_stream *s, float *dq, float *dk, float *dv, const float *gout,
                                 const void *q, const void *k, const void *v, int in_bf16,
                                 const float *out, const float *lse, int64_t B, int64_t Hq,

@@ -174,7 +174,7 @@ __global__ void attn_dq_kernel(float *dq, const float *gout, const TI *q, const 
     for (int e = 0; e < MAXE; e++)
         if (lane + 32 * e < D) {
             float *p = dq + (bh * T + i) * D + lane + 32 * e;
-            *p = accumulate ? *p + a[e] : a[e];
+            *p = (accumulate & DT_CUDA_ACC_DQ) ? *p + a[e] : a[e];
         }
 }
 
@@ -227,8 +227,10 @@ __global__ void attn_dkdv_kernel(float *dk, float *dv, const float *gout, const 
     for (int idx = lane; idx < nk * D; idx += 32) {
         const int jj = idx / D, d = idx % D;
         const int64_t at = kv + (k0 + jj) * D + d;
-        if (dk) dk[at] = accumulate ? dk[at] + dKs[jj * ld + d] : dKs[jj * ld + d];
-        if (dv) dv[at] = accumulate ? dv[at] + dVs[jj * ld + d] : dVs[jj * ld + d];
+        if (dk)
+            dk[at] = (accumulate & DT_CUDA_ACC_DK) ? dk[at] + dKs[jj * ld + d] : dKs[jj * ld + d];
+        if (dv)
+            dv[at] = (accumulate & DT_CUDA_ACC_DV) ? dv[at] + dVs[jj * ld + d] : dVs[jj * ld + d];
     }
 }
 

@@ -1,10 +1,10 @@
 /* Flash-style attention on CUDA against the CPU graph op dt_attention on the same random
- * inputs, forward and backward (dq, dk, dv): causal and full, grouped-query heads
- * (Hkv < Hq, down to one kv head), T not a multiple of any tile (1, 33, 45, 70), head dims
- * 16, 40, 64 and 128, f32 and bf16 inputs. Tolerances (f32; the two sides sum in other orders and
- * use different exp approximations, each within 2 ulp): out |gpu - cpu| <= 1e-5 + 1e-4 |cpu|;
- * gradients 1e-4 + 1e-3 |cpu|. Also: the accumulating backward (x + grad), two runs give the same
- * bits, and shape refusals. Exit 77 without a GPU. */
+ * inputs, forward and backward (dq, dk, dv): causal and full, grouped-query heads (Hkv < Hq,
+ * down to one kv head), T not a multiple of any tile (1, 33, 45, 70), head dims 16, 40, 64 and
+ * 128, f32 and bf16 inputs. Tolerances (f32; the two sides sum in other orders and use
+ * different exp approximations, each within 2 ulp): out |gpu - cpu| <= 1e-5 + 1e-4 |cpu|;
+ * gradients 1e-4 + 1e-3 |cpu|. Also: the backward accumulating into dq and dv but not dk, two
+ * runs give the same bits, and shape refusals. Exit 77 without a GPU. */
 #include <stdlib.h>
 #include <string.h>
 #include "dtrain/device_cuda.h"
@@ -79,17 +79,19 @@ static void test_attn(dt_device d, dt_stream *s, int64_t B, int64_t Hq, int64_t 
                                    causal, 0.0f, 0, work));
     cuda_test_download(d, s, h2, gk, kb);
     CHECK(memcmp(h, h2, kb) == 0, "attention dk: two runs differ");
-    /* accumulate: grad buffers holding q, k, v get q + dq, k + dk, v + dv */
+    /* accumulate dq and dv, overwrite dk: the buffers holding q, k, v get q + dq, dk, v + dv */
     for (int i = 0; i < 3; i++)
         CHECK_OK(dt_device_copy(d, grads[i], dt_graph_value(g, ids[i])->data,
                                 (size_t)ns[i] * sizeof(float), DT_COPY_H2D));
     CHECK_OK(dt_cuda_attention_bwd(s, gq, gk, gv, dr, dq, dk, dv, bf16, dy, dlse, B, Hq, Hkv, T, D,
-                                   causal, 0.0f, 1, work));
+                                   causal, 0.0f, DT_CUDA_ACC_DQ | DT_CUDA_ACC_DV, work));
     for (int i = 0; i < 3; i++) {
         const float *xv = dt_graph_value(g, ids[i])->data, *gc = dt_graph_grad(g, ids[i])->data;
-        for (int64_t e = 0; e < ns[i]; e++) want[e] = xv[e] + gc[e];
+        for (int64_t e = 0; e < ns[i]; e++) want[e] = (i == 1 ? 0.0f : xv[e]) + gc[e];
         cuda_test_download(d, s, h, grads[i], (size_t)ns[i] * sizeof(float));
-        dt_check_close("attention accumulate", h, want, ns[i], 2 * ATOL_G, RTOL_G);
+        snprintf(what, sizeof what, "attention d%c %s", "qkv"[i],
+                 i == 1 ? "overwritten" : "accumulated");
+        dt_check_close(what, h, want, ns[i], 2 * ATOL_G, RTOL_G);
     }
     free(h);
     free(h2);
