@@ -108,7 +108,9 @@ fi
 # Where the main libraries were found (the bundle's, when one is used).
 say "libraries: $(grep -E '^(DNNL_LIB|OPENBLAS_LIB|CURL_LIBRARY_RELEASE|SQLite3_LIBRARY):' \
   "$build/CMakeCache.txt" | sed 's/:[A-Z]*=/=/' | tr '\n' ' ')"
-targets=(device_cpu cuda_device cuda_optim cuda_nn cuda_gemm)
+# The CUDA kernel tests (tests/device/device.cmake); each is also run alone below for its log.
+cuda_tests=(cuda_device cuda_optim cuda_nn cuda_gemm cuda_rope cuda_embedding cuda_dropout cuda_attention)
+targets=(device_cpu "${cuda_tests[@]}")
 if ! cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$out/build.log" 2>&1; then
   say "FAIL: build (see build.log):"
   grep -m5 -E "error|FAILED" "$out/build.log" | tee -a "$sum"
@@ -117,11 +119,11 @@ fi
 say "configure + build: $(($(date +%s) - tc)) s"
 
 # The device tests (label gpu) and the CPU device test; skipped counts as a failure here.
-(cd "$build" && LD_LIBRARY_PATH=$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ctest -R '^(device_cpu|cuda_device|cuda_optim|cuda_nn|cuda_gemm)$' \
+(cd "$build" && LD_LIBRARY_PATH=$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ctest -R "^($(IFS='|'; echo "${targets[*]}"))\$" \
    --output-on-failure --timeout 300) >"$out/ctest.log" 2>&1
 rc=$?
 grep -E "Test +#|tests passed|Skipped|Failed" "$out/ctest.log" | tee -a "$sum"
-for t in cuda_device cuda_optim cuda_nn cuda_gemm; do
+for t in "${cuda_tests[@]}"; do
   LD_LIBRARY_PATH=$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$build/tests/$t" >"$out/$t.log" 2>&1
 done
 gemm=$(grep -m1 "^GEMM" "$out/cuda_gemm.log" || true)

@@ -89,6 +89,78 @@ dt_status dt_cuda_ce_bwd(dt_stream *s, float *dx, const float *logits, const int
                          const float *lse, const int64_t *stats, const float *gloss, int64_t N,
                          int64_t C, int64_t ignore, float label_smoothing);
 
+/* ---- RoPE (src/ops/rope.c: rotate_half, x, y [B, H, T, Dh], Dh = 2 half) ----------------- */
+
+/* y = rope(x): y1 = x1 cos - x2 sin, y2 = x2 cos + x1 sin for the halves x1, x2 of each head
+ * vector, angle = pos * inv_freq[i] in f32 (inv_freq [half], device memory: the default or the
+ * Llama-3.1 scaled table of dt_rope_*_inv_freq). positions: NULL (pos = t), or device
+ * [Bc, T] with Bc = 1 (shared by the batch) or B, i64 when pos_i64 else i32. y may be x. */
+dt_status dt_cuda_rope_fwd(dt_stream *s, float *y, const float *x, const float *inv_freq,
+                           const void *positions, int pos_i64, int64_t Bc, int64_t B, int64_t H,
+                           int64_t T, int half);
+/* gx = the inverse rotation of gy (the map is a rotation: neither x nor y is needed);
+ * accumulate: gx += instead of gx = (then gx must not be gy). */
+dt_status dt_cuda_rope_bwd(dt_stream *s, float *gx, const float *gy, const float *inv_freq,
+                           const void *positions, int pos_i64, int64_t Bc, int64_t B, int64_t H,
+                           int64_t T, int half, int accumulate);
+
+/* ---- embedding (src/ops/embedding.c: ids [n] i32 or i64, table [V, D], out, g [n, D]) ---- */
+
+/* out[i] = table[ids[i]] (f32 table, or bf16 bits widened exactly when table_bf16);
+ * bad[0] = the first position whose id is outside [0, V), or -1 (its row of out is 0; the
+ * caller reads bad when it syncs and refuses, as the CPU op does). */
+dt_status dt_cuda_embedding_fwd(dt_stream *s, float *out, int64_t *bad, const void *ids,
+                                int ids_i64, const void *table, int table_bf16, int64_t n,
+                                int64_t V, int64_t D);
+/* Bytes of scratch for dt_cuda_embedding_bwd (the sort keys). */
+size_t dt_cuda_embedding_bwd_work(int64_t n);
+/* dtable [V, D] f32 = (accumulate ? dtable : 0) + the rows of g added at their ids: rows no id
+ * names stay exactly as they were (+0.0 without accumulate: the row-sparse gradient of
+ * dt_param_info.sparse_row). Each row adds its positions in increasing order, the CPU's
+ * order, so the bits equal the CPU's and every run's; ids outside [0, V) are skipped. */
+dt_status dt_cuda_embedding_bwd(dt_stream *s, float *dtable, const float *g, const void *ids,
+                                int ids_i64, int64_t n, int64_t V, int64_t D, int accumulate,
+                                void *work);
+
+/* ---- dropout (src/ops/dropout.c, training mode), y, x [n] --------------------------------- */
+
+/* y = x * mask / (1 - p), or y += that (accumulate). Element i is kept iff
+ * (word i % 4 of Philox4x32-10(key, {step lo, step hi, node, i / 4}) >> 8) >= ceil(p 2^24):
+ * the counter-based mask of the CPU op bit for bit, with key = the graph's run key
+ * (dt_graph_set_rng) and node = the dropout node's id. The same call is the backward
+ * (x = dy, y = dx): the mask is regenerated, never stored. p == 0: y = x (or y += x); p == 1:
+ * everything dropped. y may be x when not accumulating. */
+dt_status dt_cuda_dropout(dt_stream *s, float *y, const float *x, int64_t n, float p, uint64_t key,
+                          uint64_t step, uint32_t node, int accumulate);
+
+/* ---- attention (src/ops/attention.c): q, out [B, Hq, T, D], k, v [B, Hkv, T, D] ------------ */
+
+/* out = softmax(scale q k^T [+ causal mask]) v per head, head h using kv head h / (Hq / Hkv)
+ * (grouped-query); flash-style: key tiles through shared memory with an online softmax, no
+ * T x T matrix. lse [B, Hq, T] = the rows' log-sum-exp, kept for the backward. scale <= 0:
+ * 1 / sqrt(D), as dt_attention. q, k, v are f32, or bf16 (uint16_t bits) when in_bf16 (read
+ * as their exact f32 values; all arithmetic f32); out, lse and the gradients are f32.
+ * Needs Hq % Hkv == 0, 1 <= D <= 128, B * Hq <= 65535. */
+dt_status dt_cuda_attention_fwd(dt_stream *s, float *out, float *lse, const void *q, const void *k,
+                                const void *v, int in_bf16, int64_t B, int64_t Hq, int64_t Hkv,
+                                int64_t T, int D, int causal, float scale);
+/* Bytes of scratch for dt_cuda_attention_bwd (rowsum(gout * out) per query row). */
+size_t dt_cuda_attention_bwd_work(int64_t B, int64_t Hq, int64_t T);
+/* Bits of dt_cuda_attention_bwd's accumulate: add into that gradient instead of overwriting it
+ * (the CPU op's gin_beta per input). */
+#define DT_CUDA_ACC_DQ 1
+#define DT_CUDA_ACC_DK 2
+#define DT_CUDA_ACC_DV 4
+/* dq, dk, dv (each may be NULL; distinct buffers) from gout, the inputs, out and lse of the
+ * forward; each overwritten, or added to when its DT_CUDA_ACC_* bit is set in accumulate.
+ * Every element has one writer and a fixed summation order (no atomics): the same bits on
+ * every run. */
+dt_status dt_cuda_attention_bwd(dt_stream *s, float *dq, float *dk, float *dv, const float *gout,
+                                const void *q, const void *k, const void *v, int in_bf16,
+                                const float *out, const float *lse, int64_t B, int64_t Hq,
+                                int64_t Hkv, int64_t T, int D, int causal, float scale,
+                                int accumulate, void *work);
+
 /* ---- GEMM through cuBLASLt --------------------------------------------------------------- */
 
 typedef enum dt_gemm_mode {

@@ -58,6 +58,48 @@ dt_status dt_cuda_ce_bwd(dt_stream *s, float *dx, const float *logits, const int
                          int64_t C, int64_t ignore, float label_smoothing) {
     return off("cuda cross_entropy bwd");
 }
+dt_status dt_cuda_rope_fwd(dt_stream *s, float *y, const float *x, const float *inv_freq,
+                           const void *positions, int pos_i64, int64_t Bc, int64_t B, int64_t H,
+                           int64_t T, int half) {
+    return off("cuda rope fwd");
+}
+dt_status dt_cuda_rope_bwd(dt_stream *s, float *gx, const float *gy, const float *inv_freq,
+                           const void *positions, int pos_i64, int64_t Bc, int64_t B, int64_t H,
+                           int64_t T, int half, int accumulate) {
+    return off("cuda rope bwd");
+}
+dt_status dt_cuda_embedding_fwd(dt_stream *s, float *out, int64_t *bad, const void *ids,
+                                int ids_i64, const void *table, int table_bf16, int64_t n,
+                                int64_t V, int64_t D) {
+    return off("cuda embedding fwd");
+}
+size_t dt_cuda_embedding_bwd_work(int64_t n) {
+    return 0;
+}
+dt_status dt_cuda_embedding_bwd(dt_stream *s, float *dtable, const float *g, const void *ids,
+                                int ids_i64, int64_t n, int64_t V, int64_t D, int accumulate,
+                                void *work) {
+    return off("cuda embedding bwd");
+}
+dt_status dt_cuda_dropout(dt_stream *s, float *y, const float *x, int64_t n, float p, uint64_t key,
+                          uint64_t step, uint32_t node, int accumulate) {
+    return off("cuda dropout");
+}
+dt_status dt_cuda_attention_fwd(dt_stream *s, float *out, float *lse, const void *q, const void *k,
+                                const void *v, int in_bf16, int64_t B, int64_t Hq, int64_t Hkv,
+                                int64_t T, int D, int causal, float scale) {
+    return off("cuda attention fwd");
+}
+size_t dt_cuda_attention_bwd_work(int64_t B, int64_t Hq, int64_t T) {
+    return 0;
+}
+dt_status dt_cuda_attention_bwd(dt_stream *s, float *dq, float *dk, float *dv, const float *gout,
+                                const void *q, const void *k, const void *v, int in_bf16,
+                                const float *out, const float *lse, int64_t B, int64_t Hq,
+                                int64_t Hkv, int64_t T, int D, int causal, float scale,
+                                int accumulate, void *work) {
+    return off("cuda attention bwd");
+}
 dt_status dt_cuda_gemm_create(dt_device d, size_t workspace_bytes, dt_cuda_gemm **out) {
     if (out) *out = NULL;
     return off("cuda gemm create");

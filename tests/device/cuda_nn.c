@@ -22,16 +22,7 @@ static float *grad(dt_graph *g, int id) {
 
 /* Runs forward + backward of loss = sum(out * R) with every f32 leaf random. */
 static int cpu_run(dt_graph *g, int out, int *r) {
-    dt_graph_keep(g, out);
-    int loss = dt_test_dotloss(g, out, r);
-    if (dt_graph_compile(g, loss, NULL) != DT_OK) return -1;
-    for (int id = 0; id < dt_graph_node_count(g); id++) {
-        const char *nm = dt_graph_name(g, id);
-        if (nm && dt_graph_find(g, nm) == id && dt_graph_shape(g, id)->dtype == DT_F32)
-            dt_test_randn(g, id, 500 + (uint64_t)id, 1.0f);
-    }
-    if (dt_graph_forward(g, 1) != DT_OK || dt_graph_backward(g) != DT_OK) return -1;
-    return 0;
+    return cuda_test_cpu_compile(g, out, r) == 0 ? cuda_test_cpu_step(g) : -1;
 }
 
 static void test_rmsnorm(dt_device d, dt_stream *s, int64_t rows, int64_t D, int with_w) {
