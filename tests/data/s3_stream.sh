@@ -9,7 +9,8 @@
 # outage:  the S3 gateway is stopped after step 2 (the run paused meanwhile) and started 3 s later: the run says once that
 #          it waits, once that the store answers again, and ends with the local run's bytes.
 # corrupt: one byte of the uploaded shard's first payload block is flipped: the run stops with
-#          one line naming the object and the block's bytes, before any step.
+#          one line naming the object and the block's bytes, before any step; a prefix without
+#          a dataset fails at once with one line naming its manifest.
 set -euo pipefail
 dtrain=$1 repo=$2 data=$3 s3get=$4 mode=$5
 : "${DT_S3_BUCKET:?run through tests/storage/seaweed.sh}"
@@ -46,6 +47,14 @@ if [ "$mode" = corrupt ]; then
   line=$(grep -c "$url/shard-00000.dts: corrupt data in bytes 256-1048831 (block 0" "$tmp/bad.log" || true)
   [ "$line" = 1 ] || { echo "FAIL: expected one line naming $url/shard-00000.dts and block 0"; exit 1; }
   echo "corrupt block reported: $(grep "corrupt data" "$tmp/bad.log")"
+  # a prefix with no dataset: one line naming the manifest's key, at once (not waited for)
+  rc=0
+  "$dtrain" train "${args[@]}" data.train="s3://$DT_S3_BUCKET/none" output.run_name=none \
+    > "$tmp/none.log" 2>&1 || rc=$?
+  cat "$tmp/none.log"
+  [ "$rc" != 0 ] && grep -q "data.train: .*manifest.json" "$tmp/none.log" ||
+    { echo "FAIL: a missing dataset is not named in one line"; exit 1; }
+  grep -q "does not answer" "$tmp/none.log" && { echo "FAIL: a missing object was waited for"; exit 1; }
   exit 0
 fi
 
