@@ -22,6 +22,7 @@ typedef struct dt_remote_shard {
     char *key;
     uint64_t *last_use; /* [n_blocks] the cache's clock at the last use */
     uint32_t *pins;     /* [n_blocks] readers holding the block (+ KEEP) */
+    uint8_t *unused;    /* [n_blocks] 1: fetched (or queued) ahead and not read yet */
     char err[512];      /* the message of a fetch that failed for good */
 } dt_remote_shard;
 
@@ -53,6 +54,8 @@ struct dt_remote {
     double down_since;
     int64_t resident; /* bytes of resident payload blocks */
     int64_t fetches, fetched_bytes;
+    int64_t pending;     /* blocks queued or being fetched */
+    int64_t ahead_bytes; /* resident blocks fetched ahead and not read yet */
     uint64_t clock;
     dt_shard **shards;
     int n_shards, cap_shards;
@@ -142,20 +145,24 @@ static void drop_block(dt_shard *s, uint64_t k) {
     if (hi > lo) madvise(s->map + lo, (size_t)(hi - lo), MADV_DONTNEED);
     atomic_store(&s->block_state[k], B_ABSENT);
     s->remote->r->resident -= (int64_t)n;
+    if (s->remote->unused[k]) s->remote->unused[k] = 0, s->remote->r->ahead_bytes -= (int64_t)n;
 }
 
-/* Drops least recently used blocks no reader holds until the cache fits (or none is left). */
+/* Drops least recently used blocks no reader holds until the cache fits (or none is left):
+ * blocks already read first, blocks fetched ahead and not read yet only when no other is left
+ * (dropping those would fetch them twice). */
 static void evict(dt_remote *r) {
     while (r->resident > r->o.cache_bytes && !r->opening) {
         dt_shard *best = NULL;
         uint64_t bk = 0, bt = UINT64_MAX;
+        int bu = 2;
         for (int i = 0; i < r->n_shards; i++) {
             dt_shard *s = r->shards[i];
             dt_remote_shard *rs = s->remote;
             for (uint64_t k = 0; k < s->n_blocks; k++)
                 if (!rs->pins[k] && atomic_load(&s->block_state[k]) == B_GOOD &&
-                    rs->last_use[k] < bt)
-                    best = s, bk = k, bt = rs->last_use[k];
+                    (rs->unused[k] < bu || (rs->unused[k] == bu && rs->last_use[k] < bt)))
+                    best = s, bk = k, bt = rs->last_use[k], bu = rs->unused[k];
         }
         if (!best) return;
         drop_block(best, bk);
@@ -171,6 +178,8 @@ static int enqueue(dt_remote *r, dt_shard *s, uint64_t k, int front) {
         r->q[(r->q_head + r->q_len) % MAX_SHARDS_Q] = (req){s, k};
     }
     r->q_len++;
+    r->pending++;
+    s->remote->unused[k] = !front;
     atomic_store(&s->block_state[k], B_QUEUED);
     pthread_cond_signal(&r->cv_work);
     return 1;
@@ -192,10 +201,13 @@ static void *fetcher(void *arg) {
         dt_status st = get_wait(r, rs->key, a, (size_t)n, s->map + a, NULL, NULL, 0);
         int good = st == DT_OK && dt_shard_block_good(s, q.k);
         pthread_mutex_lock(&r->mu);
+        r->pending--;
         if (st != DT_OK) {
             snprintf(rs->err, sizeof rs->err, "%s", dt_last_error());
             atomic_store(&s->block_state[q.k], B_FAILED);
+            rs->unused[q.k] = 0;
         } else {
+            if (rs->unused[q.k]) r->ahead_bytes += (int64_t)n;
             atomic_store(&s->block_state[q.k], good ? B_GOOD : B_BAD);
             if (!good) atomic_fetch_add(&s->bad_blocks, 1);
             rs->last_use[q.k] = ++r->clock;
@@ -257,6 +269,10 @@ dt_status dt_remote_check(dt_shard *s, uint64_t off, uint64_t len) {
             continue;
         }
         rs->last_use[k] = ++r->clock;
+        if (rs->unused[k]) {
+            rs->unused[k] = 0;
+            if (b == B_GOOD || b == B_BAD) r->ahead_bytes -= (int64_t)dt_shard_block_len(s, k);
+        }
         if (b == B_BAD) st = dt_shard_block_error(s, k);
         if (b == B_FAILED) st = dt_error_set(DT_ERR_IO, "%s", rs->err);
     }
@@ -272,8 +288,14 @@ void dt_remote_prefetch(dt_shard *s, uint64_t off, uint64_t len) {
     }
     dt_remote *r = s->remote->r;
     pthread_mutex_lock(&r->mu);
+    /* at most 3/4 of the cache fetched ahead (resident unread or in flight), so that blocks
+     * fetched ahead are not dropped before they are read */
+    int64_t B = s->h.block_bytes;
     for (uint64_t k = k0; k <= k1; k++)
-        if (atomic_load(&s->block_state[k]) == B_ABSENT && !enqueue(r, s, k, 0)) break;
+        if (atomic_load(&s->block_state[k]) == B_ABSENT &&
+            (r->ahead_bytes + (r->pending + 1) * B > r->o.cache_bytes / 4 * 3 ||
+             !enqueue(r, s, k, 0)))
+            break;
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -390,7 +412,9 @@ dt_status dt_remote_shard_open(dt_remote *r, const char *file, uint64_t bytes, d
     if (st == DT_OK) {
         rs->last_use = calloc((size_t)nb + 1, sizeof *rs->last_use);
         rs->pins = calloc((size_t)nb + 1, sizeof *rs->pins);
-        if (!rs->last_use || !rs->pins) st = dt_error_set(DT_ERR_NOMEM, "out of memory");
+        rs->unused = calloc((size_t)nb + 1, 1);
+        if (!rs->last_use || !rs->pins || !rs->unused)
+            st = dt_error_set(DT_ERR_NOMEM, "out of memory");
     }
     if (st == DT_OK) st = fetch_now(r, s, file, h.blocks_offset, bytes);
     pthread_mutex_lock(&r->mu);
@@ -442,6 +466,7 @@ void dt_remote_shard_free(dt_shard *s) {
     free(rs->key);
     free(rs->last_use);
     free(rs->pins);
+    free(rs->unused);
     free(rs);
     s->remote = NULL;
 }
