@@ -35,6 +35,7 @@ typedef struct req {
 typedef struct reader {
     pthread_t tid;
     int used, pos;
+    uint64_t tick; /* the cache's clock at its last call: the oldest entry is reused */
     struct {
         dt_shard *s;
         uint64_t k0, k1;
@@ -115,7 +116,8 @@ static dt_status get_wait(dt_remote *r, const char *key, uint64_t off, size_t le
                                 r->url, key, off, off + (len ? len : 1) - 1, waited, m);
         }
         pthread_mutex_lock(&r->mu);
-        if (!r->down) {
+        int stop = r->stop;
+        if (!r->down && !stop) {
             r->down = 1;
             r->down_since = now_s();
             fprintf(stderr,
@@ -124,6 +126,8 @@ static dt_status get_wait(dt_remote *r, const char *key, uint64_t off, size_t le
                     r->url, dt_last_error(), r->o.wait_s);
         }
         pthread_mutex_unlock(&r->mu);
+        if (stop) /* the dataset is being closed: no more waiting */
+            return dt_error_set(DT_ERR_IO, "%s/%s: not read: the dataset was closed", r->url, key);
         dt_error_clear();
         double left = r->o.wait_s - waited;
         usleep((useconds_t)(1e6 * (backoff < left ? backoff : left)));
@@ -224,12 +228,24 @@ static void *fetcher(void *arg) {
 /* The calling thread's reader entry: holds [k0, k1] of s, lets go of its oldest hold. */
 static void hold(dt_remote *r, dt_shard *s, uint64_t k0, uint64_t k1) {
     pthread_t me = pthread_self();
-    reader *rd = NULL;
-    for (int i = 0; i < MAX_READERS && !rd; i++)
-        if (r->readers[i].used && pthread_equal(r->readers[i].tid, me)) rd = &r->readers[i];
-    for (int i = 0; i < MAX_READERS && !rd; i++)
-        if (!r->readers[i].used) rd = &r->readers[i], rd->used = 1, rd->tid = me;
-    if (!rd) return; /* more reading threads than entries: not held (the cache may drop it) */
+    reader *rd = NULL, *oldest = &r->readers[0];
+    for (int i = 0; i < MAX_READERS && !rd; i++) {
+        reader *x = &r->readers[i];
+        if (x->used && pthread_equal(x->tid, me)) rd = x;
+        if (!x->used ? oldest->used : x->tick < oldest->tick) oldest = x;
+    }
+    if (!rd) {
+        /* a new thread: a free entry, or the one unused longest (threads that ended -- the
+         * loader's after a seek -- leave theirs; more than MAX_READERS threads never read at
+         * once), whose holds are let go */
+        rd = oldest;
+        for (int j = 0; rd->used && j < RING; j++)
+            for (uint64_t k = rd->ring[j].k0; rd->ring[j].s && k <= rd->ring[j].k1; k++)
+                rd->ring[j].s->remote->pins[k]--;
+        memset(rd, 0, sizeof *rd);
+        rd->used = 1, rd->tid = me;
+    }
+    rd->tick = r->clock;
     dt_shard *old = rd->ring[rd->pos].s;
     for (uint64_t k = rd->ring[rd->pos].k0; old && k <= rd->ring[rd->pos].k1; k++)
         old->remote->pins[k]--;

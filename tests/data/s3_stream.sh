@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Training from a dataset in S3 (data.train: s3://BUCKET/PREFIX) against a real SeaweedFS (run
-# through tests/storage/seaweed.sh, which sets AWS_* and DT_S3_BUCKET). The fortunes dataset is
-# uploaded as it is (manifest.json + shards) with s3_get; data.cache_mb=1 keeps one of its six
-# 1 MiB blocks resident and data.workers=0 one reading thread, so blocks are dropped and fetched again all through the run.
+# through tests/storage/seaweed.sh, which sets AWS_* and DT_S3_BUCKET). The fortunes dataset
+# (same: four copies of it) is uploaded as it is (manifest.json + shards) with s3_get;
+# data.cache_mb=1 keeps one 1 MiB block resident beside those the readers hold, so blocks are
+# dropped and fetched again all through the run.
 #   s3_stream.sh DTRAIN REPO DATA_DIR S3_GET same|outage|corrupt
-# same:    a tiny Llama trained 30 steps from s3:// ends with the exported model byte for byte
-#          equal to the same run from the local copy.
-# outage:  the S3 gateway is stopped after step 2 (the run paused meanwhile) and started 3 s later: the run says once that
-#          it waits, once that the store answers again, and ends with the local run's bytes.
+# same:    a tiny Llama trained 30 steps from s3:// (2 prefetch threads) ends with the losses
+#          and the exported model byte for byte equal to the same run from the local copy.
+# outage:  the S3 gateway is stopped after step 2 (the run paused meanwhile) and started 3 s
+#          later: the run says once that it waits, once that the store answers again, and ends
+#          with the local run's bytes.
 # corrupt: one byte of the uploaded shard's first payload block is flipped: the run stops with
 #          one line naming the object and the block's bytes, before any step; a prefix without
 #          a dataset fails at once with one line naming its manifest.
@@ -18,6 +20,15 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$s3get" mkbucket "$DT_S3_BUCKET"
 src=$data/fortunes/train
+if [ "$mode" = same ]; then
+  # four copies of the fortunes (21 MiB of tokens, 21 blocks): more blocks than the two
+  # prefetch threads hold, so blocks are dropped and fetched again under them
+  for i in 1 2 3 4; do cp -r /usr/share/games/fortunes "$tmp/text$i"; done
+  "$dtrain" data import text "$tmp"/text1 "$tmp"/text2 "$tmp"/text3 "$tmp"/text4 -o "$tmp/big" \
+    --doc-sep % --tokenizer "$repo/examples/llama-tiny/tokenizer.json" -q --shard-mb 8
+  rm -rf "$tmp"/text?
+  src=$tmp/big/train
+fi
 url=s3://$DT_S3_BUCKET/fortunes/train
 for f in "$src"/manifest.json "$src"/shard-*.dts; do
   name=$(basename "$f")
@@ -64,7 +75,8 @@ fi
 s3args=("${args[@]}" data.train="$url" data.cache_mb=1 data.store_wait_s=60 data.workers=0
         output.run_name=s3)
 if [ "$mode" = same ]; then
-  "$dtrain" train "${s3args[@]}" > "$tmp/s3.log" 2>&1 ||
+  # two prefetch threads reading (and holding blocks) at once while blocks are dropped
+  "$dtrain" train "${s3args[@]}" data.workers=2 > "$tmp/s3.log" 2>&1 ||
     { cat "$tmp/s3.log"; echo "FAIL: the s3:// run failed"; exit 1; }
 else
   "$dtrain" train "${s3args[@]}" > "$tmp/s3.log" 2>&1 &
@@ -89,10 +101,12 @@ else
   [ "$(grep -c "answers again" "$tmp/s3.log")" = 1 ] ||
     { echo "FAIL: expected one line saying the store answers again"; exit 1; }
 fi
-# blocks were dropped and fetched again (more fetched than the 5 MiB shard holds)
+# blocks were dropped and fetched again (more fetched than the dataset's blocks)
 fetched=$(sed -nE 's/^data.train: ([0-9]+) blocks fetched.*/\1/p' "$tmp/s3.log")
+blocks=$(sed -nE 's/.*the dataset is ([0-9]+)\..*/\1/p' "$tmp/s3.log")
 echo "$(grep "blocks fetched" "$tmp/s3.log")"
-[ -n "$fetched" ] && [ "$fetched" -gt 6 ] || { echo "FAIL: expected more than 6 block fetches"; exit 1; }
+[ -n "$fetched" ] && [ "$fetched" -gt $((blocks + 3)) ] ||
+  { echo "FAIL: expected more block fetches than the dataset's $blocks MiB"; exit 1; }
 # the losses and the exported weights
 loss() { sed -nE 's/^step +([0-9]+)\/.* loss ([0-9.e+-]+).*/\1 \2/p' "$1"; }
 loss "$tmp/local.log" > "$tmp/local.loss"
