@@ -88,3 +88,15 @@ foreach(case same outage corrupt)
                        ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000")
 endforeach()
 set_tests_properties(data_s3_outage PROPERTIES RUN_SERIAL TRUE)
+if(MPI_FOUND)
+  # 2 ranks, each reading its own share from s3://: the same losses and weights as 2 ranks on
+  # the local copy.
+  add_test(NAME data_s3_np2
+           COMMAND bash ${PROJECT_SOURCE_DIR}/tests/storage/seaweed.sh run --
+                   ${PROJECT_SOURCE_DIR}/tests/data/s3_stream.sh $<TARGET_FILE:dtrain>
+                   ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} $<TARGET_FILE:s3_get> np2
+                   ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe --bind-to none)
+  set_tests_properties(data_s3_np2 PROPERTIES LABELS "data;storage;e2e;dist" TIMEOUT 120
+                       SKIP_RETURN_CODE 77 RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data
+                       ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000")
+endif()

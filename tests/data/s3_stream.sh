@@ -4,9 +4,11 @@
 # (same: four copies of it) is uploaded as it is (manifest.json + shards) with s3_get;
 # data.cache_mb=1 keeps one 1 MiB block resident beside those the readers hold, so blocks are
 # dropped and fetched again all through the run.
-#   s3_stream.sh DTRAIN REPO DATA_DIR S3_GET same|outage|corrupt
+#   s3_stream.sh DTRAIN REPO DATA_DIR S3_GET same|outage|corrupt|np2 [MPIRUN...]
 # same:    a tiny Llama trained 30 steps from s3:// (2 prefetch threads) ends with the losses
 #          and the exported model byte for byte equal to the same run from the local copy.
+# np2:     as same with 2 ranks (MPIRUN... -np 2) on both sides, on the fortunes: each rank
+#          fetches its own share.
 # outage:  the S3 gateway is stopped after step 2 (the run paused meanwhile) and started 3 s
 #          later: the run says once that it waits, once that the store answers again, and ends
 #          with the local run's bytes.
@@ -15,6 +17,10 @@
 #          a dataset fails at once with one line naming its manifest.
 set -euo pipefail
 dtrain=$1 repo=$2 data=$3 s3get=$4 mode=$5
+shift 5
+# np2: the runs under "$@" -np 2 (MPIRUN...): each rank reads its own share of the batches
+launch=()
+[ "$mode" = np2 ] && launch=("$@" -np 2)
 : "${DT_S3_BUCKET:?run through tests/storage/seaweed.sh}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -42,7 +48,9 @@ for f in "$src"/manifest.json "$src"/shard-*.dts; do
   "$s3get" put "s3://$DT_S3_BUCKET/fortunes/train" "$name" "$f"
 done
 
-args=("$repo/examples/llama-tiny-fortunes.yaml" data.seq_len=64 data.batch=4 train.steps=30
+steps=30
+[ "$mode" = np2 ] && steps=12 # two mpirun launches: fewer steps
+args=("$repo/examples/llama-tiny-fortunes.yaml" data.seq_len=64 data.batch=4 train.steps=$steps
       data.val= train.threads=1 schedule.warmup_steps=2 train.log_every=1 ckpt.every_steps=0
       data.workers=2 output.dir="$tmp")
 exp=llama-tiny-fortunes
@@ -69,14 +77,16 @@ if [ "$mode" = corrupt ]; then
   exit 0
 fi
 
-"$dtrain" train "${args[@]}" data.train="$src" output.run_name=local > "$tmp/local.log" 2>&1 ||
+"${launch[@]}" "$dtrain" train "${args[@]}" data.train="$src" output.run_name=local > "$tmp/local.log" 2>&1 ||
   { cat "$tmp/local.log"; echo "FAIL: the local run failed"; exit 1; }
 
 s3args=("${args[@]}" data.train="$url" data.cache_mb=1 data.store_wait_s=60 data.workers=0
         output.run_name=s3)
-if [ "$mode" = same ]; then
-  # two prefetch threads reading (and holding blocks) at once while blocks are dropped
-  "$dtrain" train "${s3args[@]}" data.workers=2 > "$tmp/s3.log" 2>&1 ||
+if [ "$mode" = same ] || [ "$mode" = np2 ]; then
+  # same: two prefetch threads reading (and holding blocks) at once while blocks are dropped
+  workers=0
+  [ "$mode" = same ] && workers=2
+  "${launch[@]}" "$dtrain" train "${s3args[@]}" data.workers=$workers > "$tmp/s3.log" 2>&1 ||
     { cat "$tmp/s3.log"; echo "FAIL: the s3:// run failed"; exit 1; }
 else
   "$dtrain" train "${s3args[@]}" > "$tmp/s3.log" 2>&1 &
@@ -111,8 +121,8 @@ echo "$(grep "blocks fetched" "$tmp/s3.log")"
 loss() { sed -nE 's/^step +([0-9]+)\/.* loss ([0-9.e+-]+).*/\1 \2/p' "$1"; }
 loss "$tmp/local.log" > "$tmp/local.loss"
 loss "$tmp/s3.log" > "$tmp/s3.loss"
-[ "$(wc -l < "$tmp/local.loss")" = 30 ] || { cat "$tmp/local.log"; echo "FAIL: no 30 loss lines"; exit 1; }
+[ "$(wc -l < "$tmp/local.loss")" = $steps ] || { cat "$tmp/local.log"; echo "FAIL: no $steps loss lines"; exit 1; }
 cmp "$tmp/local.loss" "$tmp/s3.loss" || { paste "$tmp/local.loss" "$tmp/s3.loss"; echo "FAIL: losses differ"; exit 1; }
 cmp "$tmp/$exp/local/$model" "$tmp/$exp/s3/$model" ||
   { echo "FAIL: the exported model differs from the local run's"; exit 1; }
-echo "identical: 30 losses and $model ($(stat -c %s "$tmp/$exp/s3/$model") bytes), s3:// vs local"
+echo "identical: $steps losses and $model ($(stat -c %s "$tmp/$exp/s3/$model") bytes), s3:// vs local"
