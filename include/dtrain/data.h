@@ -83,7 +83,7 @@ dt_status dt_dataset_open(const char *dir, int flags, dt_dataset **out);
  * loader and on demand, at most cache_mb MiB of them resident, a store that does not answer
  * waited for up to store_wait_s seconds. Ignored for a local directory. */
 typedef struct dt_dataset_opts {
-    int flags;           /* DT_DATA_VERIFY (local datasets only) */
+    int flags;           /* DT_DATA_VERIFY (in S3: every block fetched and checked) */
     int64_t cache_mb;    /* default 512 */
     double store_wait_s; /* default 300 */
     int fetch_threads;   /* ranged GETs in flight, default 8 */

@@ -66,6 +66,12 @@ if [ "$mode" = corrupt ]; then
   line=$(grep -c "$url/shard-00000.dts: corrupt data in bytes 256-1048831 (block 0" "$tmp/bad.log" || true)
   [ "$line" = 1 ] || { echo "FAIL: expected one line naming $url/shard-00000.dts and block 0"; exit 1; }
   echo "corrupt block reported: $(grep "corrupt data" "$tmp/bad.log")"
+  # dt_dataset_verify fetches and checks every block: the same block named
+  rc=0
+  "$s3get" dsverify "$url" > "$tmp/verify.log" 2>&1 || rc=$?
+  cat "$tmp/verify.log"
+  [ "$rc" != 0 ] && grep -q "$url/shard-00000.dts: corrupt data in bytes 256-1048831" "$tmp/verify.log" ||
+    { echo "FAIL: dt_dataset_verify did not name the corrupt block"; exit 1; }
   # a prefix with no dataset: one line naming the manifest's key, at once (not waited for)
   rc=0
   "$dtrain" train "${args[@]}" data.train="s3://$DT_S3_BUCKET/none" output.run_name=none \
@@ -77,6 +83,7 @@ if [ "$mode" = corrupt ]; then
   exit 0
 fi
 
+[ "$mode" = same ] && "$s3get" dsverify "$url" # every block of the intact upload checks
 "${launch[@]}" "$dtrain" train "${args[@]}" data.train="$src" output.run_name=local > "$tmp/local.log" 2>&1 ||
   { cat "$tmp/local.log"; echo "FAIL: the local run failed"; exit 1; }
 
