@@ -107,13 +107,13 @@ static dt_status get_wait(dt_remote *r, const char *key, uint64_t off, size_t le
         }
         double waited = now_s() - t0;
         if (waited >= r->o.wait_s) {
-            char m[400];
+            char m[400], what[64] = "";
             snprintf(m, sizeof m, "%s", dt_last_error());
+            if (buf) snprintf(what, sizeof what, " bytes %" PRIu64 "-%" PRIu64, off, off + len - 1);
             return dt_error_set(DT_ERR_IO,
-                                "%s/%s: bytes %" PRIu64 "-%" PRIu64
-                                " not read: the store did not answer for %.0f s "
+                                "%s/%s:%s not read: the store did not answer for %.0f s "
                                 "(data.store_wait_s): %s",
-                                r->url, key, off, off + (len ? len : 1) - 1, waited, m);
+                                r->url, key, what, waited, m);
         }
         pthread_mutex_lock(&r->mu);
         int stop = r->stop;

@@ -11,7 +11,8 @@
 #          fetches its own share.
 # outage:  the S3 gateway is stopped after step 2 (the run paused meanwhile) and started 3 s
 #          later: the run says once that it waits, once that the store answers again, and ends
-#          with the local run's bytes.
+#          with the local run's bytes; with the gateway down again and data.store_wait_s=2, a
+#          run fails after 2 s with one line naming the manifest.
 # corrupt: one byte of the uploaded shard's first payload block is flipped: the run stops with
 #          one line naming the object and the block's bytes, before any step; a prefix without
 #          a dataset fails at once with one line naming its manifest.
@@ -119,6 +120,16 @@ else
     { echo "FAIL: expected one line saying the run waits for the store"; exit 1; }
   [ "$(grep -c "answers again" "$tmp/s3.log")" = 1 ] ||
     { echo "FAIL: expected one line saying the store answers again"; exit 1; }
+  # a store down for longer than data.store_wait_s: one line that the run waits, then one
+  # naming the object it could not read
+  $DT_SEAWEED_CTL stop s3
+  rc=0
+  "$dtrain" train "${s3args[@]}" data.store_wait_s=2 output.run_name=gone > "$tmp/gone.log" 2>&1 || rc=$?
+  cat "$tmp/gone.log"
+  if [ "$rc" = 0 ] || [ "$(grep -c "does not answer" "$tmp/gone.log")" != 1 ] ||
+     ! grep -q "$url/manifest.json: not read: the store did not answer for 2 s (data.store_wait_s)" "$tmp/gone.log"; then
+    echo "FAIL: a store down past data.store_wait_s is not reported in one line naming the object"; exit 1
+  fi
 fi
 # blocks were dropped and fetched again (more fetched than the dataset's blocks)
 fetched=$(sed -nE 's/^data.train: ([0-9]+) blocks fetched.*/\1/p' "$tmp/s3.log")
