@@ -189,6 +189,18 @@ static int enqueue(dt_remote *r, dt_shard *s, uint64_t k, int front) {
     return 1;
 }
 
+/* A block queued ahead that a reader now waits for: moved to the front of the queue. */
+static void promote(dt_remote *r, dt_shard *s, uint64_t k) {
+    for (size_t i = 0; i < r->q_len; i++) {
+        size_t at = (r->q_head + i) % MAX_SHARDS_Q;
+        if (r->q[at].s != s || r->q[at].k != k) continue;
+        for (; i > 0; i--, at = (at + MAX_SHARDS_Q - 1) % MAX_SHARDS_Q)
+            r->q[at] = r->q[(at + MAX_SHARDS_Q - 1) % MAX_SHARDS_Q];
+        r->q[r->q_head] = (req){s, k};
+        return;
+    }
+}
+
 static void *fetcher(void *arg) {
     dt_remote *r = arg;
     pthread_mutex_lock(&r->mu);
@@ -273,8 +285,11 @@ dt_status dt_remote_check(dt_shard *s, uint64_t off, uint64_t len) {
     dt_remote *r = rs->r;
     pthread_mutex_lock(&r->mu);
     hold(r, s, k0, k1);
-    for (uint64_t k = k0; k <= k1; k++)
-        if (atomic_load(&s->block_state[k]) == B_ABSENT) enqueue(r, s, k, 1);
+    for (uint64_t k = k0; k <= k1; k++) {
+        uint8_t b = atomic_load(&s->block_state[k]);
+        if (b == B_ABSENT) enqueue(r, s, k, 1);
+        if (b == B_QUEUED) promote(r, s, k);
+    }
     for (uint64_t k = k0; k <= k1 && !st; k++) {
         uint8_t b;
         while ((b = atomic_load(&s->block_state[k])) == B_QUEUED || b == B_FETCHING)
