@@ -16,20 +16,7 @@ SECS=${BENCH_LOADER_SECONDS:-8}
 [ -x "$PY" ] || { echo "bench_loader.sh: no virtual environment at $PY (set DT_VENV)" >&2; exit 2; }
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-"$PY" - "$TMP/photos" <<'PYEOF'
-import os, sys
-import numpy as np
-from PIL import Image
-rng = np.random.default_rng(1)
-sizes = [(500, 375), (640, 480), (800, 600), (1024, 768), (375, 500)]
-for i in range(256):
-    d = os.path.join(sys.argv[1], f"c{i % 4}")
-    os.makedirs(d, exist_ok=True)
-    w, h = sizes[i % len(sizes)]
-    y, x = np.mgrid[0:h, 0:w]
-    a = np.stack([x * 255 // w, y * 255 // h, (x * y // 97) % 256], -1) + rng.integers(0, 40, (h, w, 3))
-    Image.fromarray(np.clip(a, 0, 255).astype(np.uint8)).save(os.path.join(d, f"{i}.jpg"), quality=90)
-PYEOF
+"$PY" "$ROOT/bench/gen_photos.py" "$TMP/photos"
 "$BUILD/dtrain" data import images "$TMP/photos" -o "$TMP/ds" -q
 OMP_NUM_THREADS=1 "$BUILD/bench/bench_loader" "$TMP/ds/train" 1 "$SECS" | tee "$TMP/dt.txt"
 OMP_NUM_THREADS=1 "$PY" "$ROOT/bench/bench_loader.py" "$TMP/photos" 1 "$SECS" | tee "$TMP/tv.txt"

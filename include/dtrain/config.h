@@ -85,7 +85,10 @@ typedef struct dt_config_values {
         /* encoded images: RandomResizedCrop bounds, ColorJitter strengths; normalisation
          * (numbers as text: dt_config_numbers) */
         dt_config_list crop_scale, crop_ratio, jitter, mean, std;
-        int dct_scaling; /* JPEGs decoded at 1/2..1/8 where the crop allows */
+        int dct_scaling;  /* JPEGs decoded at 1/2..1/8 where the crop allows */
+        int64_t cache_mb; /* s3:// datasets: resident payload blocks */
+        double
+            store_wait_s; /* s3:// datasets: how long a store that does not answer is waited for */
     } data;
     struct {
         int name; /* DT_CFG_OPTIM_* */

@@ -78,6 +78,24 @@ typedef struct dt_dataset dt_dataset;
  * sizes, section tables, document offsets and labels against the manifest. Errors name the
  * file and the byte position (or manifest key) at fault. */
 dt_status dt_dataset_open(const char *dir, int flags, dt_dataset **out);
+/* How a dataset in an object store (dir "s3://BUCKET/PREFIX", credentials and endpoint from
+ * AWS_* as for dt_store_open) is read: payload blocks fetched by ranged GETs ahead of the
+ * loader and on demand, at most cache_mb MiB of them resident, a store that does not answer
+ * waited for up to store_wait_s seconds. Ignored for a local directory. */
+typedef struct dt_dataset_opts {
+    int flags;           /* DT_DATA_VERIFY (in S3: every block fetched and checked) */
+    int64_t cache_mb;    /* default 512 */
+    double store_wait_s; /* default 300 */
+    int fetch_threads;   /* ranged GETs in flight, default 8 */
+} dt_dataset_opts;
+dt_dataset_opts dt_dataset_opts_default(void);
+dt_status dt_dataset_open_with(const char *dir, const dt_dataset_opts *o, dt_dataset **out);
+/* A dataset in an object store: the payload blocks fetched so far (a block dropped from the
+ * cache and needed again counts again) and their bytes; returns 0 (nothing set) for a local
+ * one. */
+int dt_dataset_fetched(const dt_dataset *d, int64_t *blocks, int64_t *bytes);
+/* Bytes of all the dataset's shard files. */
+int64_t dt_dataset_bytes(const dt_dataset *d);
 void dt_dataset_close(dt_dataset *d);
 const dt_dataset_info *dt_dataset_get_info(const dt_dataset *d);
 /* Payload blocks found corrupt so far (by the loader's first-touch checks, all shards). */

@@ -10,10 +10,11 @@ struct dt_dataset {
     dt_dataset_info info;
     int n_shards;
     dt_shard *shards;
-    int64_t *rec_start; /* [n_shards + 1] first global record of each shard */
-    int64_t *tok_start; /* [n_shards + 1] first global token of each shard (token datasets) */
-    int64_t hwc;        /* bytes per image */
-    char **class_names; /* encoded: [classes] from the manifest, or NULL */
+    int64_t *rec_start;       /* [n_shards + 1] first global record of each shard */
+    int64_t *tok_start;       /* [n_shards + 1] first global token of each shard (token datasets) */
+    int64_t hwc;              /* bytes per image */
+    char **class_names;       /* encoded: [classes] from the manifest, or NULL */
+    struct dt_remote *remote; /* an s3:// dataset's fetcher (data/remote.h), or NULL */
 };
 
 /* Shard holding global record i (binary search over rec_start). */
@@ -25,6 +26,11 @@ int dt_dataset_shard_of_token(const dt_dataset *d, int64_t t);
  * (and their loss mask) lie in, the first time they are touched (dt_shard_check). */
 dt_status dt_dataset_check_image(const dt_dataset *d, int64_t i);
 dt_status dt_dataset_check_tokens(const dt_dataset *d, int s, int64_t t0, int64_t n);
+
+/* A dataset in an object store: queues the payload blocks of the samples of a batch to be
+ * fetched ahead (records; token datasets: the windows of seq_len + 1 tokens starting at sample x
+ * seq_len, seq_len 0: none). Nothing for a local dataset. */
+void dt_dataset_prefetch(const dt_dataset *d, const int64_t *samples, int64_t n, int64_t seq_len);
 
 /* The fingerprint over a manifest's content (see data.h). `shard_lines` holds one line
  * "records bytes xxh3hex\n" per shard; `names` the class names of an encoded dataset, each

@@ -2,6 +2,7 @@
  * shard that holds them, and their first-touch block checks. */
 #include <inttypes.h>
 #include "data/dataset.h"
+#include "data/remote.h"
 
 static int find_le(const int64_t *start, int n, int64_t x) {
     /* Largest s with start[s] <= x, over s in [0, n). */
@@ -31,6 +32,8 @@ const uint8_t *dt_dataset_image(const dt_dataset *d, int64_t i, int32_t *label) 
     if (d->info.kind != DT_DATA_IMAGE || i < 0 || i >= d->info.records) return NULL;
     int s = dt_dataset_shard_of_record(d, i);
     int64_t j = i - d->rec_start[s];
+    /* a remote shard's pixels are fetched (and checked) before the pointer is handed out */
+    if (d->remote && dt_dataset_check_image(d, i)) return NULL;
     if (label) *label = d->shards[s].labels[j];
     return d->shards[s].pixels + j * d->hwc;
 }
@@ -46,6 +49,10 @@ dt_status dt_dataset_doc(const dt_dataset *d, int64_t i, const uint32_t **tokens
     const dt_shard *sh = &d->shards[s];
     int64_t j = i - d->rec_start[s];
     uint64_t a = sh->offsets[j], b = sh->offsets[j + 1];
+    if (d->remote) { /* fetched before the pointer is handed out */
+        dt_status st = dt_dataset_check_tokens(d, s, (int64_t)a, (int64_t)(b - a));
+        if (st) return st;
+    }
     *tokens = sh->tokens + a;
     if (mask) *mask = sh->mask ? sh->mask + a : NULL;
     *len = (int64_t)(b - a);
@@ -108,5 +115,52 @@ dt_status dt_dataset_check_tokens(const dt_dataset *d, int s, int64_t t0, int64_
 int64_t dt_dataset_bad_blocks(const dt_dataset *d) {
     int64_t n = 0;
     for (int i = 0; i < d->n_shards; i++) n += atomic_load(&d->shards[i].bad_blocks);
+    return n;
+}
+
+void dt_dataset_prefetch(const dt_dataset *d, const int64_t *samples, int64_t n, int64_t seq_len) {
+    if (!d->remote) return;
+    dt_data_kind kind = d->info.kind;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t x = samples[i];
+        if (kind == DT_DATA_TOKENS) {
+            /* the window [x T, x T + T + 1) of the token stream, over the shards it spans */
+            int64_t t = x * seq_len, left = seq_len + 1;
+            if (!seq_len || t < 0 || t >= d->info.tokens) continue;
+            for (int s = dt_dataset_shard_of_token(d, t); left > 0 && s < d->n_shards; s++) {
+                dt_shard *sh = &d->shards[s];
+                int64_t local = t - d->tok_start[s], have = (int64_t)sh->h.elements - local;
+                if (have <= 0) continue;
+                int64_t take = have < left ? have : left;
+                dt_remote_prefetch(sh, (uint64_t)((const uint8_t *)(sh->tokens + local) - sh->map),
+                                   (uint64_t)take * 4);
+                if (sh->mask)
+                    dt_remote_prefetch(sh, (uint64_t)(sh->mask + local - sh->map), (uint64_t)take);
+                t += take, left -= take;
+            }
+            continue;
+        }
+        if (x < 0 || x >= d->info.records) continue;
+        int s = dt_dataset_shard_of_record(d, x);
+        dt_shard *sh = &d->shards[s];
+        int64_t j = x - d->rec_start[s];
+        if (kind == DT_DATA_ENCODED)
+            dt_remote_prefetch(sh, (uint64_t)(sh->blob - sh->map) + sh->offsets[j],
+                               sh->offsets[j + 1] - sh->offsets[j]);
+        else
+            dt_remote_prefetch(sh, (uint64_t)(sh->pixels - sh->map) + (uint64_t)(j * d->hwc),
+                               (uint64_t)d->hwc);
+    }
+}
+
+int dt_dataset_fetched(const dt_dataset *d, int64_t *blocks, int64_t *bytes) {
+    if (!d || !d->remote) return 0;
+    dt_remote_fetched(d->remote, blocks, bytes);
+    return 1;
+}
+
+int64_t dt_dataset_bytes(const dt_dataset *d) {
+    int64_t n = 0;
+    for (int i = 0; i < d->n_shards; i++) n += (int64_t)d->shards[i].size;
     return n;
 }

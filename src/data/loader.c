@@ -404,6 +404,9 @@ static dt_status fill(dt_loader *l, slot *s, int64_t seq, dt_enc_scratch *scr) {
     int64_t epoch = l->start_epoch + g / l->bpe, index = g % l->bpe, n;
     batch_samples(l, epoch, index, s->samples, &n);
     dt_data_kind kind = l->d->info.kind;
+    /* an s3:// dataset: the batch's blocks are fetched in parallel while it is made */
+    dt_dataset_prefetch(l->d, s->samples, n,
+                        kind == DT_DATA_TOKENS && l->c.pack == DT_PACK_CONCAT ? l->T : 0);
     dt_status st = kind == DT_DATA_IMAGE     ? fill_images(l, s, epoch, n)
                    : kind == DT_DATA_ENCODED ? fill_encoded(l, s, epoch, n, scr)
                                              : fill_tokens(l, s, n);
@@ -483,10 +486,10 @@ static dt_status build_packing(dt_loader *l) {
     int64_t ns = 0, fill = 0;
     l->seq_start[0] = 0;
     for (int64_t doc = 0; doc < d->info.records; doc++) {
-        const uint32_t *tok;
-        const uint8_t *mask;
-        int64_t len;
-        dt_dataset_doc(d, doc, &tok, &mask, &len);
+        /* the length from the document offsets alone (an s3:// dataset's tokens stay remote) */
+        int sh = dt_dataset_shard_of_record(d, doc);
+        const uint64_t *off = d->shards[sh].offsets + (doc - d->rec_start[sh]);
+        int64_t len = (int64_t)(off[1] - off[0]);
         if (len < 2) continue; /* nothing to predict */
         for (int64_t start = 0; start + 1 < len;) {
             int64_t take = len - start < cap ? len - start : cap;

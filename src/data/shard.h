@@ -90,6 +90,9 @@ typedef struct dt_shard {
     _Atomic uint8_t *block_state;
     _Atomic int64_t bad_blocks; /* blocks found corrupt so far */
     _Atomic int whole_checked;  /* version 1: 0 unchecked, 1 good, 2 corrupt (whole payload) */
+    /* a shard in an object store (data/remote.h): map is an anonymous mapping whose blocks are
+     * fetched on demand, and dt_shard_check goes through the fetcher; NULL for a file */
+    struct dt_remote_shard *remote;
 } dt_shard;
 
 /* Writes a shard: `data[i]` holds `h->sec[i].bytes` bytes. Fills in the section offsets, the
@@ -99,6 +102,14 @@ dt_status dt_shard_write(const char *path, dt_shard_header *h, const void *const
  * message names the file and the byte offset of the bad field. */
 dt_status dt_shard_open(const char *path, int verify, dt_shard *s);
 void dt_shard_close(dt_shard *s);
+/* The checks of dt_shard_open on s->map [s->size] (s->path set): header, sizes, sections, block
+ * table, record tables (their blocks through dt_shard_check). Closes s on error. */
+dt_status dt_shard_validate(dt_shard *s, int verify);
+/* Block k (version 2): its length, whether its bytes match the block table, and the one-line
+ * DT_ERR_FORMAT naming the shard and the block's byte range. */
+uint64_t dt_shard_block_len(const dt_shard *s, uint64_t k);
+int dt_shard_block_good(const dt_shard *s, uint64_t k);
+dt_status dt_shard_block_error(const dt_shard *s, uint64_t k);
 /* Checks the payload blocks holding file bytes [off, off + len) the first time any of them is
  * touched (version 2; a version 1 shard is hashed whole, once). DT_OK when intact; otherwise
  * DT_ERR_FORMAT with a message naming the shard and the bad block's byte range. Safe to call

@@ -12,6 +12,7 @@
 #include <xxhash.h>
 #include "core/bytes.h"
 #include "core/file.h"
+#include "data/remote.h"
 #include "data/shard.h"
 
 enum { SEC_ALIGN = 64 };
@@ -290,8 +291,28 @@ static dt_status check_block_table(dt_shard *s) {
 
 enum { BLK_UNCHECKED = 0, BLK_GOOD = 1, BLK_BAD = 2 };
 
+uint64_t dt_shard_block_len(const dt_shard *s, uint64_t k) {
+    uint64_t B = s->h.block_bytes, a = DT_SHARD_HEADER_BYTES + k * B, end = s->h.blocks_offset;
+    return end - a < B ? end - a : B;
+}
+
+int dt_shard_block_good(const dt_shard *s, uint64_t k) {
+    uint64_t a = DT_SHARD_HEADER_BYTES + k * s->h.block_bytes;
+    return XXH3_64bits(s->map + a, (size_t)dt_shard_block_len(s, k)) ==
+           dt_le_get64(s->block_sums + 8 * k);
+}
+
+dt_status dt_shard_block_error(const dt_shard *s, uint64_t k) {
+    uint64_t a = DT_SHARD_HEADER_BYTES + k * s->h.block_bytes, n = dt_shard_block_len(s, k);
+    return dt_error_set(DT_ERR_FORMAT,
+                        "%s: corrupt data in bytes %" PRIu64 "-%" PRIu64 " (block %" PRIu64
+                        " does not match its checksum at byte %" PRIu64 ")",
+                        s->path, a, a + n - 1, k, s->h.blocks_offset + 8 * k);
+}
+
 dt_status dt_shard_check(dt_shard *s, uint64_t off, uint64_t len) {
     if (!len) return DT_OK;
+    if (s->remote) return dt_remote_check(s, off, len);
     if (s->h.version < 2) {
         int w = atomic_load_explicit(&s->whole_checked, memory_order_acquire);
         if (w == BLK_UNCHECKED) {
@@ -313,22 +334,17 @@ dt_status dt_shard_check(dt_shard *s, uint64_t off, uint64_t len) {
     uint64_t k0 = (off - DT_SHARD_HEADER_BYTES) / B,
              k1 = (off + len - 1 - DT_SHARD_HEADER_BYTES) / B;
     for (uint64_t k = k0; k <= k1; k++) {
-        uint64_t a = DT_SHARD_HEADER_BYTES + k * B, n = end - a < B ? end - a : B;
         uint8_t state = atomic_load_explicit(&s->block_state[k], memory_order_acquire);
         if (state == BLK_UNCHECKED) {
             /* two threads may hash the same block at once: both get the same answer, and only
              * the one whose store lands first counts a corrupt block */
-            int good = XXH3_64bits(s->map + a, (size_t)n) == dt_le_get64(s->block_sums + 8 * k);
+            int good = dt_shard_block_good(s, k);
             uint8_t expect = BLK_UNCHECKED;
             state = good ? BLK_GOOD : BLK_BAD;
             if (atomic_compare_exchange_strong(&s->block_state[k], &expect, state) && !good)
                 atomic_fetch_add(&s->bad_blocks, 1);
         }
-        if (state == BLK_BAD)
-            return dt_error_set(DT_ERR_FORMAT,
-                                "%s: corrupt data in bytes %" PRIu64 "-%" PRIu64 " (block %" PRIu64
-                                " does not match its checksum at byte %" PRIu64 ")",
-                                s->path, a, a + n - 1, k, s->h.blocks_offset + 8 * k);
+        if (state == BLK_BAD) return dt_shard_block_error(s, k);
     }
     return DT_OK;
 }
@@ -365,6 +381,11 @@ dt_status dt_shard_open(const char *path, int verify, dt_shard *s) {
         s->map = m;
     }
     close(fd);
+    return dt_shard_validate(s, verify);
+}
+
+dt_status dt_shard_validate(dt_shard *s, int verify) {
+    const char *path = s->path;
     dt_status st = dt_shard_header_decode(path, s->map, s->size, &s->h);
     if (st == DT_OK) {
         uint64_t end = DT_SHARD_HEADER_BYTES + s->h.payload_bytes;
@@ -406,6 +427,7 @@ dt_status dt_shard_open(const char *path, int verify, dt_shard *s) {
 }
 
 void dt_shard_close(dt_shard *s) {
+    if (s->remote) dt_remote_shard_free(s);
     if (s->map) munmap(s->map, s->size);
     free((void *)s->block_state);
     free(s->path);

@@ -406,6 +406,12 @@ dt_status dt_trainer_run(dt_trainer *t) {
             fprintf(t->log, "data: skipped the records of %lld corrupt payload block%s\n",
                     (long long)bad, bad == 1 ? "" : "s");
     }
+    int64_t fetches = 0, fetched = 0;
+    if (dt_dataset_fetched(t->train_ds, &fetches, &fetched) && t->rank == 0)
+        printf(
+            "data.train: %lld blocks fetched from the store (%.1f MiB; the dataset is %.1f MiB)\n",
+            (long long)fetches, (double)fetched / 1048576.0,
+            (double)dt_dataset_bytes(t->train_ds) / 1048576.0);
     dt_train_ckpt_summary(t);
     if (st != DT_OK) {
         t->failed = 1;

@@ -31,15 +31,17 @@ static dt_status open_data(dt_trainer *t, const dt_config *cfg) {
     char path[4096];
     if (!t->v.data.train[0])
         return dt_error_set(DT_ERR_INVALID, "data.train: no training dataset given");
+    dt_dataset_opts o = dt_dataset_opts_default();
+    o.cache_mb = t->v.data.cache_mb, o.store_wait_s = t->v.data.store_wait_s;
     dt_config_resolve_path(cfg, t->v.data.train, path, sizeof path);
-    if (dt_dataset_open(path, 0, &t->train_ds) != DT_OK) {
+    if (dt_dataset_open_with(path, &o, &t->train_ds) != DT_OK) {
         char m[1024];
         snprintf(m, sizeof m, "%s", dt_last_error());
         return dt_error_set(DT_ERR_INVALID, "data.train: %s", m);
     }
     if (t->v.data.val[0]) {
         dt_config_resolve_path(cfg, t->v.data.val, path, sizeof path);
-        if (dt_dataset_open(path, 0, &t->val_ds) != DT_OK) {
+        if (dt_dataset_open_with(path, &o, &t->val_ds) != DT_OK) {
             char m[1024];
             snprintf(m, sizeof m, "%s", dt_last_error());
             return dt_error_set(DT_ERR_INVALID, "data.val: %s", m);

@@ -4,6 +4,8 @@
  *   s3_get mkbucket BUCKET          create the bucket at $AWS_ENDPOINT_URL (retried for 20 s:
  *                                   the gateway may need a moment to load its identities)
  *   s3_get get URL KEY FILE         dt_store_get of KEY, written to FILE
+ *   s3_get put URL KEY FILE         dt_store_put of FILE's bytes as KEY (uploads a dataset)
+ *   s3_get dsverify URL             dt_dataset_verify of the dataset at URL (every block)
  *   s3_get stat URL KEY             exit 0 if KEY exists (prints its size), 1 if not
  *   s3_get list URL PREFIX          dt_store_list: one key a line
  *   s3_get verify URL DIR           dt_ckpt_verify of checkpoint DIR ("verified DIR: N bytes")
@@ -22,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "dtrain/checkpoint.h"
+#include "dtrain/data.h"
 #include "dtrain/storage.h"
 
 static double now_s(void) {
@@ -127,13 +130,39 @@ static int cmd_check(dt_store *s, const char *root) {
     return bad;
 }
 
+static int cmd_put(dt_store *s, const char *key, const char *file) {
+    FILE *f = fopen(file, "rb");
+    if (!f) {
+        fprintf(stderr, "s3_get: cannot open %s\n", file);
+        return 1;
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc(n > 0 ? (size_t)n : 1);
+    int ok = buf && fread(buf, 1, (size_t)n, f) == (size_t)n;
+    fclose(f);
+    int rc = !ok ? (fprintf(stderr, "s3_get: cannot read %s\n", file), 1)
+             : dt_store_put(s, key, buf, (size_t)n) != DT_OK ? fail("put")
+                                                             : 0;
+    free(buf);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "mkbucket")) return mkbucket(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "dsverify")) {
+        if (dt_dataset_verify(argv[2]) != DT_OK) return fail("dsverify");
+        printf("verified dataset %s\n", argv[2]);
+        return 0;
+    }
     const char *cmd = argc > 1 ? argv[1] : "";
-    int want = !strcmp(cmd, "get") ? 5 : 4;
-    if (argc != want || (strcmp(cmd, "get") && strcmp(cmd, "stat") && strcmp(cmd, "list") &&
-                         strcmp(cmd, "verify") && strcmp(cmd, "check") && strcmp(cmd, "latest"))) {
-        fprintf(stderr, "usage: s3_get mkbucket BUCKET | get URL KEY FILE | stat URL KEY | "
+    int want = !strcmp(cmd, "get") || !strcmp(cmd, "put") ? 5 : 4;
+    if (argc != want ||
+        (strcmp(cmd, "get") && strcmp(cmd, "put") && strcmp(cmd, "stat") && strcmp(cmd, "list") &&
+         strcmp(cmd, "verify") && strcmp(cmd, "check") && strcmp(cmd, "latest"))) {
+        fprintf(stderr, "usage: s3_get mkbucket BUCKET | dsverify URL | get URL KEY FILE | put URL "
+                        "KEY FILE | stat URL KEY | "
                         "list URL PREFIX | verify URL DIR | check URL ROOT | latest URL ROOT\n");
         return 2;
     }
@@ -142,6 +171,8 @@ int main(int argc, char **argv) {
     int rc = 0;
     if (!strcmp(cmd, "get")) {
         rc = cmd_get(s, argv[3], argv[4]);
+    } else if (!strcmp(cmd, "put")) {
+        rc = cmd_put(s, argv[3], argv[4]);
     } else if (!strcmp(cmd, "stat")) {
         size_t n;
         dt_status st = dt_store_stat(s, argv[3], &n);

@@ -229,6 +229,10 @@ static void test_errors(void) {
                  NEEDLES("err.yaml:1", "section 'model'"));
     expect_error("out of range (max)", "dist:\n  zero_stage: 4\n", 0, NULL,
                  NEEDLES("err.yaml:2", "dist.zero_stage", "4 is out of range", "[0, 3]"));
+    expect_error("data.cache_mb below 1", "data:\n  cache_mb: 0\n", 0, NULL,
+                 NEEDLES("err.yaml:2", "data.cache_mb", "0 is out of range"));
+    expect_error("negative data.store_wait_s", "data:\n  store_wait_s: -1\n", 0, NULL,
+                 NEEDLES("err.yaml:2", "data.store_wait_s", "out of range"));
     expect_error("out of range (open)", "optim:\n  beta2: 1.0\n", 0, NULL,
                  NEEDLES("err.yaml:2", "optim.beta2", "out of range", "[0, 1)"));
     expect_error("out of range (lr > 0)", "optim:\n  lr: 0\n", 0, NULL,

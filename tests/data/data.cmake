@@ -73,3 +73,31 @@ add_test(NAME data_loader_images COMMAND ${PROJECT_SOURCE_DIR}/tests/data/loader
          ${CMAKE_CURRENT_BINARY_DIR})
 set_tests_properties(data_loader_images PROPERTIES LABELS "e2e;data;parity" TIMEOUT 180
                      SKIP_RETURN_CODE 77 ENVIRONMENT "DT_VENV_PYTHON=${DT_VENV_PYTHON}")
+
+# Streaming a dataset from S3 (src/data/remote.c) against a real SeaweedFS that
+# tests/storage/seaweed.sh starts for each test (SKIP 77 when its weed binary is missing): the
+# same bits as from the local copy, the S3 gateway stopped and restarted mid-run (the run waits
+# and goes on to the same bits), a corrupt object named in one line. RUN_SERIAL for the outage:
+# the stop must land while the run reads.
+foreach(case same outage corrupt)
+  add_test(NAME data_s3_${case}
+           COMMAND bash ${PROJECT_SOURCE_DIR}/tests/storage/seaweed.sh run --
+                   ${PROJECT_SOURCE_DIR}/tests/data/s3_stream.sh $<TARGET_FILE:dtrain>
+                   ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} $<TARGET_FILE:s3_get> ${case})
+  set_tests_properties(data_s3_${case} PROPERTIES LABELS "data;storage;e2e" TIMEOUT 120
+                       SKIP_RETURN_CODE 77 FIXTURES_REQUIRED fortunes_data
+                       ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000")
+endforeach()
+set_tests_properties(data_s3_outage PROPERTIES RUN_SERIAL TRUE)
+if(MPI_FOUND)
+  # 2 ranks, each reading its own share from s3://: the same losses and weights as 2 ranks on
+  # the local copy.
+  add_test(NAME data_s3_np2
+           COMMAND bash ${PROJECT_SOURCE_DIR}/tests/storage/seaweed.sh run --
+                   ${PROJECT_SOURCE_DIR}/tests/data/s3_stream.sh $<TARGET_FILE:dtrain>
+                   ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} $<TARGET_FILE:s3_get> np2
+                   ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe --bind-to none)
+  set_tests_properties(data_s3_np2 PROPERTIES LABELS "data;storage;e2e;dist" TIMEOUT 120
+                       SKIP_RETURN_CODE 77 RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data
+                       ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000")
+endif()

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Training from a dataset in S3 (data.train: s3://BUCKET/PREFIX) against a real SeaweedFS (run
+# through tests/storage/seaweed.sh, which sets AWS_* and DT_S3_BUCKET). The fortunes dataset
+# (same: four copies of it) is uploaded as it is (manifest.json + shards) with s3_get;
+# data.cache_mb=1 keeps one 1 MiB block resident beside those the readers hold, so blocks are
+# dropped and fetched again all through the run.
+#   s3_stream.sh DTRAIN REPO DATA_DIR S3_GET same|outage|corrupt|np2 [MPIRUN...]
+# same:    a tiny Llama trained 30 steps from s3:// (2 prefetch threads) ends with the losses
+#          and the exported model byte for byte equal to the same run from the local copy.
+# np2:     as same with 2 ranks (MPIRUN... -np 2) on both sides, on the fortunes: each rank
+#          fetches its own share.
+# outage:  the S3 gateway is stopped after step 2 (the run paused meanwhile) and started 3 s
+#          later: the run says once that it waits, once that the store answers again, and ends
+#          with the local run's bytes; with the gateway down again and data.store_wait_s=2, a
+#          run fails after 2 s with one line naming the manifest.
+# corrupt: one byte of the uploaded shard's first payload block is flipped: the run stops with
+#          one line naming the object and the block's bytes, before any step; a prefix without
+#          a dataset fails at once with one line naming its manifest.
+set -euo pipefail
+dtrain=$1 repo=$2 data=$3 s3get=$4 mode=$5
+shift 5
+# np2: the runs under "$@" -np 2 (MPIRUN...): each rank reads its own share of the batches
+launch=()
+[ "$mode" = np2 ] && launch=("$@" -np 2)
+: "${DT_S3_BUCKET:?run through tests/storage/seaweed.sh}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$s3get" mkbucket "$DT_S3_BUCKET"
+src=$data/fortunes/train
+if [ "$mode" = same ]; then
+  # four copies of the fortunes (21 MiB of tokens, 21 blocks): more blocks than the two
+  # prefetch threads hold, so blocks are dropped and fetched again under them
+  for i in 1 2 3 4; do cp -r /usr/share/games/fortunes "$tmp/text$i"; done
+  "$dtrain" data import text "$tmp"/text1 "$tmp"/text2 "$tmp"/text3 "$tmp"/text4 -o "$tmp/big" \
+    --doc-sep % --tokenizer "$repo/examples/llama-tiny/tokenizer.json" -q --shard-mb 8
+  rm -rf "$tmp"/text?
+  src=$tmp/big/train
+fi
+url=s3://$DT_S3_BUCKET/fortunes/train
+for f in "$src"/manifest.json "$src"/shard-*.dts; do
+  name=$(basename "$f")
+  if [ "$mode" = corrupt ] && [[ $name == shard-00000.dts ]]; then
+    # byte 4096 lies in block 0 (bytes 256 .. 256 + 1 MiB), in the token section
+    cp "$f" "$tmp/bad.dts"
+    printf '\xff' | dd of="$tmp/bad.dts" bs=1 seek=4096 conv=notrunc status=none
+    cmp -s "$f" "$tmp/bad.dts" && printf '\x00' | dd of="$tmp/bad.dts" bs=1 seek=4096 conv=notrunc status=none
+    f=$tmp/bad.dts
+  fi
+  "$s3get" put "s3://$DT_S3_BUCKET/fortunes/train" "$name" "$f"
+done
+
+steps=30
+[ "$mode" = np2 ] && steps=12 # two mpirun launches: fewer steps
+args=("$repo/examples/llama-tiny-fortunes.yaml" data.seq_len=64 data.batch=4 train.steps="$steps"
+      data.val= train.threads=1 schedule.warmup_steps=2 train.log_every=1 ckpt.every_steps=0
+      data.workers=2 output.dir="$tmp")
+exp=llama-tiny-fortunes
+model=model/model.safetensors
+
+if [ "$mode" = corrupt ]; then
+  rc=0
+  "$dtrain" train "${args[@]}" data.train="$url" data.shuffle=false output.run_name=bad \
+    > "$tmp/bad.log" 2>&1 || rc=$?
+  cat "$tmp/bad.log"
+  [ "$rc" != 0 ] || { echo "FAIL: training on a corrupt object succeeded"; exit 1; }
+  grep -q "^step" "$tmp/bad.log" && { echo "FAIL: steps ran on corrupt data"; exit 1; }
+  line=$(grep -c "$url/shard-00000.dts: corrupt data in bytes 256-1048831 (block 0" "$tmp/bad.log" || true)
+  [ "$line" = 1 ] || { echo "FAIL: expected one line naming $url/shard-00000.dts and block 0"; exit 1; }
+  echo "corrupt block reported: $(grep "corrupt data" "$tmp/bad.log")"
+  # dt_dataset_verify fetches and checks every block: the same block named
+  rc=0
+  "$s3get" dsverify "$url" > "$tmp/verify.log" 2>&1 || rc=$?
+  cat "$tmp/verify.log"
+  if [ "$rc" = 0 ] || ! grep -q "$url/shard-00000.dts: corrupt data in bytes 256-1048831" "$tmp/verify.log"; then
+    echo "FAIL: dt_dataset_verify did not name the corrupt block"; exit 1
+  fi
+  # a prefix with no dataset: one line naming the manifest's key, at once (not waited for)
+  rc=0
+  "$dtrain" train "${args[@]}" data.train="s3://$DT_S3_BUCKET/none" output.run_name=none \
+    > "$tmp/none.log" 2>&1 || rc=$?
+  cat "$tmp/none.log"
+  if [ "$rc" = 0 ] || ! grep -q "data.train: .*manifest.json" "$tmp/none.log"; then
+    echo "FAIL: a missing dataset is not named in one line"; exit 1
+  fi
+  grep -q "does not answer" "$tmp/none.log" && { echo "FAIL: a missing object was waited for"; exit 1; }
+  exit 0
+fi
+
+[ "$mode" = same ] && "$s3get" dsverify "$url" # every block of the intact upload checks
+"${launch[@]}" "$dtrain" train "${args[@]}" data.train="$src" output.run_name=local > "$tmp/local.log" 2>&1 ||
+  { cat "$tmp/local.log"; echo "FAIL: the local run failed"; exit 1; }
+
+s3args=("${args[@]}" data.train="$url" data.cache_mb=1 data.store_wait_s=60 data.workers=0
+        output.run_name=s3)
+if [ "$mode" = same ] || [ "$mode" = np2 ]; then
+  # same: two prefetch threads reading (and holding blocks) at once while blocks are dropped
+  workers=0
+  [ "$mode" = same ] && workers=2
+  "${launch[@]}" "$dtrain" train "${s3args[@]}" data.workers=$workers > "$tmp/s3.log" 2>&1 ||
+    { cat "$tmp/s3.log"; echo "FAIL: the s3:// run failed"; exit 1; }
+else
+  "$dtrain" train "${s3args[@]}" > "$tmp/s3.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 600); do
+    grep -qE "^step +2\/" "$tmp/s3.log" 2>/dev/null && break
+    sleep 0.05
+  done
+  grep -qE "^step +2\/" "$tmp/s3.log" || { cat "$tmp/s3.log"; echo "FAIL: the run did not reach step 2"; exit 1; }
+  # paused while the gateway goes down, so that the outage lands mid-run whatever the speed
+  kill -STOP $pid
+  $DT_SEAWEED_CTL stop s3
+  kill -CONT $pid
+  sleep 3
+  $DT_SEAWEED_CTL start s3
+  rc=0
+  wait $pid || rc=$?
+  [ "$rc" = 0 ] || { cat "$tmp/s3.log"; echo "FAIL: the run failed across the outage (rc $rc)"; exit 1; }
+  grep -v "^step" "$tmp/s3.log"
+  [ "$(grep -c "does not answer" "$tmp/s3.log")" = 1 ] ||
+    { echo "FAIL: expected one line saying the run waits for the store"; exit 1; }
+  [ "$(grep -c "answers again" "$tmp/s3.log")" = 1 ] ||
+    { echo "FAIL: expected one line saying the store answers again"; exit 1; }
+  # a store down for longer than data.store_wait_s: one line that the run waits, then one
+  # naming the object it could not read
+  $DT_SEAWEED_CTL stop s3
+  rc=0
+  "$dtrain" train "${s3args[@]}" data.store_wait_s=2 output.run_name=gone > "$tmp/gone.log" 2>&1 || rc=$?
+  cat "$tmp/gone.log"
+  if [ "$rc" = 0 ] || [ "$(grep -c "does not answer" "$tmp/gone.log")" != 1 ] ||
+     ! grep -q "$url/manifest.json: not read: the store did not answer for 2 s (data.store_wait_s)" "$tmp/gone.log"; then
+    echo "FAIL: a store down past data.store_wait_s is not reported in one line naming the object"; exit 1
+  fi
+fi
+# blocks were dropped and fetched again (more fetched than the dataset's blocks)
+fetched=$(sed -nE 's/^data.train: ([0-9]+) blocks fetched.*/\1/p' "$tmp/s3.log")
+blocks=$(sed -nE 's/.*the dataset is ([0-9]+)\..*/\1/p' "$tmp/s3.log")
+grep "blocks fetched" "$tmp/s3.log"
+if [ -z "$fetched" ] || [ "$fetched" -le $((blocks + 3)) ]; then
+  echo "FAIL: expected more block fetches than the dataset's $blocks MiB"; exit 1
+fi
+# the losses and the exported weights
+loss() { sed -nE 's/^step +([0-9]+)\/.* loss ([0-9.e+-]+).*/\1 \2/p' "$1"; }
+loss "$tmp/local.log" > "$tmp/local.loss"
+loss "$tmp/s3.log" > "$tmp/s3.loss"
+[ "$(wc -l < "$tmp/local.loss")" = $steps ] || { cat "$tmp/local.log"; echo "FAIL: no $steps loss lines"; exit 1; }
+cmp "$tmp/local.loss" "$tmp/s3.loss" || { paste "$tmp/local.loss" "$tmp/s3.loss"; echo "FAIL: losses differ"; exit 1; }
+cmp "$tmp/$exp/local/$model" "$tmp/$exp/s3/$model" ||
+  { echo "FAIL: the exported model differs from the local run's"; exit 1; }
+echo "identical: $steps losses and $model ($(stat -c %s "$tmp/$exp/s3/$model") bytes), s3:// vs local"
