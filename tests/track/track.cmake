@@ -21,7 +21,7 @@ set_tests_properties(track_runs_plot PROPERTIES LABELS e2e TIMEOUT 300 RUN_SERIA
                      SKIP_RETURN_CODE 77 FIXTURES_REQUIRED fortunes_data
                      ENVIRONMENT "OMP_NUM_THREADS=1;DT_VENV_PYTHON=${DT_VENV_PYTHON}")
 # `dtrain runs export --format mlflow` (src/cli/runs_mlflow.c): a 3-attempt run and a second run
-# exported, read back with MLflow's client (the venv's mlflow-skinny; skipped without it) and
+# exported, read back with MLflow's client (the venv's mlflow; skipped without it) and
 # compared with the json/csv export; renamed keys, re-export in place, errors.
 add_test(NAME track_runs_mlflow COMMAND ${PROJECT_SOURCE_DIR}/tests/track/mlflow_export.sh
          $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA})
