@@ -232,12 +232,8 @@ void dt_train_track_open(dt_trainer *t, const dt_config *cfg) {
     gather_hosts(t, hosts, sizeof hosts);
     if (t->rank != 0) return;
     int ml = dt_mlflow_is_uri(uri);
-    if (!uri[0] || ml) {
-        const char *root = t->v.output.dir;
-        if (!strncmp(root, "file://", 7)) root += 7;
-        snprintf(path, sizeof path, "%s/dtrain.db", root);
-        uri = path;
-    }
+    dt_track_local_uri(uri, t->v.output.dir, path, sizeof path);
+    uri = path;
     dt_train_track *k = calloc(1, sizeof *k);
     if (!k) return;
     t->tk = k;

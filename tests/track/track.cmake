@@ -5,6 +5,9 @@ dt_test(NAME test_track SOURCES track/test_track.c LABELS unit TIMEOUT 120)
 # The model registry's API (src/track/registry.c): schema migration, versions, immutability,
 # aliases, references, the integrity check, a reader process during registrations.
 dt_test(NAME test_registry SOURCES track/test_registry.c LABELS unit TIMEOUT 60)
+# The MLflow client without a server (src/track/mlflow*.c): addresses, the spool a dead server
+# leaves (every value once, bit for bit, batches within MLflow's limits), sync's errors.
+dt_test(NAME test_mlflow SOURCES track/test_mlflow.c LABELS unit TIMEOUT 60)
 foreach(case compare attempts degraded)
   add_test(NAME track_runs_${case} COMMAND ${PROJECT_SOURCE_DIR}/tests/track/runs_cli.sh
            $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${case})
