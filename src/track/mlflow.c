@@ -102,6 +102,38 @@ static dt_status spool_line(dt_mlflow *m, const cJSON *op) {
                              strerror(e));
 }
 
+/* A params batch the server refused: most likely a resumed run whose config changed (MLflow
+ * never changes a param's value), which refuses the whole batch. Sent again one param at a time,
+ * so that only the changed ones are left as first logged (named in one warning). DT_OK when
+ * every request got an answer. */
+static dt_status params_one_by_one(dt_mlflow *m, const cJSON *op) {
+    cJSON *ps = cJSON_GetObjectItem(op, "params");
+    if (cJSON_GetArraySize(ps) < 2 || cJSON_GetObjectItem(op, "metrics")) return DT_ERR_INVALID;
+    char names[600] = "";
+    int kept = 0;
+    for (cJSON *p = ps->child; p; p = p->next) {
+        cJSON *one = cJSON_CreateObject(), *a = cJSON_CreateArray();
+        cJSON_AddStringToObject(one, "op", "batch");
+        cJSON_AddItemToObject(one, "params", a);
+        cJSON_AddItemReferenceToArray(a, p);
+        dt_status st = mlf_exec(&m->http, one, m->run_id);
+        cJSON_Delete(one);
+        if (st == DT_ERR_IO) return st;
+        if (st != DT_OK && kept++ < 8) {
+            size_t l = strlen(names);
+            snprintf(names + l, sizeof names - l, "%s%s", l ? ", " : "",
+                     cJSON_GetStringValue(cJSON_GetObjectItem(p, "key")));
+        }
+    }
+    if (kept && m->warnings++ < MAX_WARNINGS)
+        fprintf(stderr,
+                "warning: tracking: mlflow %s: %d param%s of run %s differ from what it first "
+                "logged (%s%s); MLflow keeps the first values\n",
+                m->http.base, kept, kept == 1 ? "" : "s", m->run_id, names,
+                kept > 8 ? ", ..." : "");
+    return DT_OK;
+}
+
 static void send_op(dt_mlflow *m, cJSON *op, int quitting) {
     const char *kind = cJSON_GetStringValue(cJSON_GetObjectItem(op, "op"));
     int is_begin = kind && !strcmp(kind, "begin");
@@ -131,6 +163,7 @@ static void send_op(dt_mlflow *m, cJSON *op, int quitting) {
         m->down = 0;
         return;
     }
+    if (st != DT_ERR_IO && params_one_by_one(m, op) == DT_OK) return;
     if (st != DT_ERR_IO) { /* refused: sending it again would be refused again */
         m->dropped++;
         warn(m, is_begin ? "nothing of this run is sent to MLflow" : "that request is dropped");

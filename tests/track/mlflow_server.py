@@ -12,7 +12,9 @@ beside it).
                 store's, every metric step present once with the same value, status FINISHED,
                 lineage as dtrain.* tags, log-batch requests within MLflow's limits; the same
                 run again with MLFLOW_TRACKING_TOKEN (every request carries the bearer token),
-                then with MLFLOW_TRACKING_USERNAME/PASSWORD (basic auth)
+                then with MLFLOW_TRACKING_USERNAME/PASSWORD (basic auth); a second attempt of
+                a run with train.steps changed: the same MLflow run gets both attempts' values
+                and ends FINISHED, train.steps keeps its first value, named in one warning
   CASE outage   the proxy answers 503 to every metrics batch with a step past 30 and to the
                 run's end, until the run has ended: training finishes (exit 0) with one MLflow warning, the
                 missing requests are in the run's spool; `dtrain runs sync` replays them (the
@@ -288,6 +290,26 @@ def main():
                 if remote(client, n2).info.status != "FINISHED":
                     fail("%s: not FINISHED" % n2)
             print("auth: bearer and basic sent on every request")
+            # a new attempt of a run (the same name again, more steps): the same MLflow run,
+            # both attempts' values, FINISHED again, and one warning naming the changed param
+            n2 = name + "-bearer"
+            err = train(dtrain, repo, data, out, n2, proxy.url, steps=6)
+            r = remote(client, n2)
+            hist = client.get_metric_history(r.info.run_id, "loss")
+            db = sqlite3.connect(os.path.join(out, "dtrain.db"))
+            want, attempts = db.execute(
+                "SELECT COUNT(*), MAX(m.attempt) FROM metrics m JOIN runs r ON r.id = m.run_id"
+                " WHERE r.name = ? AND m.key = 'loss'", (n2,)).fetchone()
+            if r.info.status != "FINISHED" or attempts != 2 or \
+                    sorted((m.step, m.value) for m in hist) != sorted(db.execute(
+                        "SELECT m.step, m.value FROM metrics m JOIN runs r ON r.id = m.run_id"
+                        " WHERE r.name = ? AND m.key = 'loss'", (n2,))):
+                fail("%s again: %s with %d loss values, expected FINISHED with the %d of both "
+                     "attempts" % (n2, r.info.status, len(hist), want))
+            lines = mlflow_lines(err)
+            if len(lines) != 1 or "train.steps" not in lines[0] or r.data.params["train.steps"] != "4":
+                fail("%s again: expected one warning naming train.steps (kept at 4): %s" % (n2, err))
+            print("a second attempt continues the MLflow run; the changed param is named")
         elif case == "outage":
             name = "outage-%d" % os.getpid()
             seen = {"refused": 0}
