@@ -17,8 +17,9 @@
  * (dt_mlflow_sync). Replays are idempotent: a run is found again by its experiment and name, the
  * server ignores a metric it already has (same key, step, timestamp and value), params and tags
  * are set to the same values. When the run itself could not be created, everything of it goes to
- * the spool. Other 4xx answers (a bad key, a changed param) are one warning and that request is
- * dropped: sending it again would fail again.
+ * the spool. Other 4xx answers (a bad key) are one warning and that request is dropped: sending it
+ * again would fail again; a refused params batch (a resumed run whose config changed: MLflow
+ * never changes a param) is sent again param by param, and the changed ones are named.
  *
  * Auth, as MLflow's own client: MLFLOW_TRACKING_TOKEN (bearer), else MLFLOW_TRACKING_USERNAME
  * and MLFLOW_TRACKING_PASSWORD (basic); MLFLOW_TRACKING_INSECURE_TLS=true skips TLS
