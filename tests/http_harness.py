@@ -37,3 +37,12 @@ def raw(port, data):
         pass
     s.close()
     return buf.decode("latin-1")
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p

@@ -33,6 +33,7 @@
 #ifndef DTRAIN_TRACK_H
 #define DTRAIN_TRACK_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "dtrain/status.h"
 
@@ -55,6 +56,10 @@ typedef struct dt_track_kv {
  * and the schema when missing. Errors name the path: cannot create, not a SQLite file, made by a
  * newer dtrain. */
 dt_status dt_track_open(const char *uri, dt_track **out);
+/* The SQLite store a run of a config writes: tracking.uri when it is a path or file://, else
+ * (empty, or an MLflow server: http://, https://, which is written in addition,
+ * include/dtrain/mlflow.h) <output_dir>/dtrain.db; "off" stays "off". */
+void dt_track_local_uri(const char *tracking_uri, const char *output_dir, char *out, size_t n);
 /* The same for readers: a missing file is DT_ERR_NOTFOUND, nothing is created. */
 dt_status dt_track_open_existing(const char *uri, dt_track **out);
 /* The file path. */

@@ -34,5 +34,8 @@ int dt_runs_export_mlflow(dt_track *s, const char *ref, const char *out_dir);
 /* Curves of `metrics` (comma-separated keys) for the runs refs[0..n) (each may itself be a
  * comma-separated list) into out_path, SVG or PNG by its extension (src/cli/runs_plot.c). */
 int dt_runs_plot(dt_track *s, int n, char **refs, const char *metrics, const char *out_path);
+/* `dtrain runs sync [--output-dir DIR] [--uri URI] [PATH ...]`: argv after "sync"; replays
+ * MLflow spool files (src/cli/runs_sync.c). */
+int dt_runs_sync(int argc, char **argv);
 
 #endif

@@ -38,6 +38,7 @@ static void usage(FILE *f) {
         "       dtrain runs export RUN --format mlflow -o DIR\n"
         "       dtrain runs plot RUN[,RUN...] [--metric KEY[,KEY...]] -o FILE.svg|FILE.png\n"
         "       dtrain runs rm [--force] RUN [RUN ...]\n"
+        "       dtrain runs sync [--output-dir DIR] [--uri URI] [SPOOL|RUN_DIR ...]\n"
         "each with --db PATH, or --output-dir DIR for DIR/dtrain.db (default runs/dtrain.db,\n"
         "where output.dir's default puts it; tracking.uri in the config moves it).\n"
         "RUN: a run id, EXPERIMENT/NAME, or a NAME unique in the store.\n"
@@ -52,6 +53,8 @@ static void usage(FILE *f) {
         "           mlflow: an MLflow file store in DIR (mlflow ui --backend-store-uri DIR)\n"
         "  plot     metric curves (default loss) of the runs on one chart per metric\n"
         "  rm       deletes runs from the store (files stay); a running one needs --force\n"
+        "  sync     replays what runs could not send to their MLflow server (tracking.uri\n"
+        "           http://...): each RUN_DIR/mlflow-spool.jsonl, by default all under DIR\n"
         "exit status: 0 done, 1 the store or a run cannot be read or written, 2 bad\n"
         "arguments\n");
 }
@@ -381,6 +384,7 @@ int dt_cli_runs(int argc, char **argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : EXIT_GOOD;
     }
+    if (!strcmp(argv[1], "sync")) return dt_runs_sync(argc - 2, argv + 2); /* no store needed */
     const char *cmd = argv[1], *db = NULL, *dir = NULL, *experiment = NULL, *status = NULL;
     const char *sweep = NULL;
     const char *format = NULL, *out = NULL, *metric = NULL;

@@ -248,7 +248,8 @@ static const dt_config_key keys[] = {
      OFF(output.export_model)},
     /* tracking */
     {"tracking.uri", DT_CFG_STR, "", 0, 0, 0, NULL,
-     "experiment store: SQLite file path or file:// (empty: <output.dir>/dtrain.db; off: none)",
+     "experiment store: SQLite file path or file:// (empty: <output.dir>/dtrain.db; off: none);"
+     " http(s)://HOST:PORT: also an MLflow tracking server (docs/tracking.md)",
      OFF(tracking.uri)},
 };
 /* clang-format on */

@@ -15,6 +15,7 @@
 #include "core/fsmode.h"
 #include "dtrain/config.h"
 #include "dtrain/launch.h"
+#include "dtrain/track.h"
 #include "dtrain/serve.h"
 #include "dtrain/trainer.h"
 #include "launch/launch_impl.h"
@@ -203,10 +204,8 @@ static dt_status prepare(job *j, dt_launch_track *trk, char *run_dir, size_t run
     int s3 = !strncmp(root, "s3://", 5);
     snprintf(run_dir, run_dir_n, "%s/%s/%s", root, v->output.experiment, j->run_name);
     /* the store the workers' rank 0 writes (src/train/track_glue.c), for the monitor */
-    if (v->tracking.uri[0])
-        snprintf(db, db_n, "%s", v->tracking.uri);
-    else
-        snprintf(db, db_n, "%s/dtrain.db", root);
+    /* an MLflow server is written by the workers alone; the launcher keeps the local record */
+    dt_track_local_uri(v->tracking.uri, root, db, db_n);
     snprintf(experiment, exp_n, "%s", v->output.experiment);
     trk->world = o->workers;
     snprintf(trk->experiment, sizeof trk->experiment, "%s", v->output.experiment);

@@ -398,11 +398,8 @@ dt_status dt_sweep_run(const dt_sweep_spec *spec, const dt_sweep_opts *o, dt_swe
     snprintf(s->out_dir, sizeof s->out_dir, "%s", v->output.dir);
     if (!strncmp(s->out_dir, "file://", 7))
         memmove(s->out_dir, s->out_dir + 7, strlen(s->out_dir) - 6);
-    const char *uri = v->tracking.uri;
-    if (uri[0])
-        snprintf(s->store, sizeof s->store, "%s", uri);
-    else
-        snprintf(s->store, sizeof s->store, "%s/dtrain.db", s->out_dir);
+    /* with an MLflow server too, the trials' metrics are read from the local record */
+    dt_track_local_uri(v->tracking.uri, s->out_dir, s->store, sizeof s->store);
     dt_config_free(cfg);
     if (strstr(s->out_dir, "://") || !strcmp(s->store, "off")) {
         free(s);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include "core/fsinfo.h"
 #include "core/fsmode.h"
+#include "dtrain/mlflow.h"
 #include "track/track_impl.h"
 
 /* A writer may wait this long for another writer's transaction (two launches, a reader's
@@ -266,6 +267,15 @@ static dt_status open_store(const char *uri, int create, dt_track **out) {
     }
     *out = s;
     return DT_OK;
+}
+
+void dt_track_local_uri(const char *tracking_uri, const char *output_dir, char *out, size_t n) {
+    if (tracking_uri[0] && !dt_mlflow_is_uri(tracking_uri)) {
+        snprintf(out, n, "%s", tracking_uri);
+        return;
+    }
+    if (!strncmp(output_dir, "file://", 7)) output_dir += 7;
+    snprintf(out, n, "%s/dtrain.db", output_dir);
 }
 
 dt_status dt_track_open(const char *uri, dt_track **out) {

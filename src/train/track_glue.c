@@ -3,6 +3,12 @@
  * the resolved config and lineage, logs train metrics at each log line and eval metrics at each
  * evaluation, records committed checkpoints and the exported model, and ends the run.
  *
+ * With tracking.uri an MLflow server (http:// or https://), the SQLite store stays the local
+ * record at <output.dir>/dtrain.db and the same run is sent to the server as well
+ * (include/dtrain/mlflow.h: a background sender, spooled to <run dir>/mlflow-spool.jsonl when
+ * the server is down): the resolved config as params, the lineage as dtrain.* tags, every
+ * metric, the last checkpoint and the exported model as tags, the final status.
+ *
  * Tracking never stops training: the first error of any call is one warning line on stderr and
  * tracking is off for the rest of the run (the flag is atomic: the checkpoint writer thread
  * records artifacts). Metrics are buffered by the store, so a log line never waits on disk. */
@@ -19,6 +25,7 @@
 #include <xxhash.h>
 #include "dtrain/checkpoint.h"
 #include "dtrain/dtrain.h"
+#include "dtrain/mlflow.h"
 #include "dtrain/track.h"
 #include "train/train_impl.h"
 
@@ -31,6 +38,7 @@ enum { HOST_CHARS = 64, MAX_HASH_GIB = 4, MAX_FILES = 64 };
 typedef struct dt_train_track dt_train_track;
 struct dt_train_track {
     dt_track *store;
+    dt_mlflow *ml; /* NULL unless tracking.uri names an MLflow server */
     int64_t run;
     atomic_int off; /* after the first error */
     int ended;
@@ -123,6 +131,54 @@ static int hash_model(const char *path, char *hex) {
 
 static void absolute(const char *p, char *out, size_t n);
 
+typedef struct kv_list {
+    dt_track_kv *kv;
+    int n, cap;
+} kv_list;
+
+static int kv_add(void *ud, const char *key, const char *value) {
+    kv_list *l = ud;
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 128;
+        dt_track_kv *k = realloc(l->kv, (size_t)cap * sizeof *k);
+        if (!k) return 1;
+        l->kv = k, l->cap = cap;
+    }
+    char *a = strdup(key), *b = strdup(value);
+    if (!a || !b) {
+        free(a), free(b);
+        return 1;
+    }
+    l->kv[l->n++] = (dt_track_kv){a, b};
+    return 0;
+}
+
+static void kv_free(kv_list *l) {
+    for (int i = 0; i < l->n; i++) free((char *)l->kv[i].key), free((char *)l->kv[i].value);
+    free(l->kv);
+}
+
+/* The run on the MLflow server: the config flattened as in the SQLite store's params, the
+ * lineage as dtrain.<key> tags. */
+static void mlflow_begin(dt_trainer *t, const char *name, const dt_track_kv *lin, int n_lin) {
+    dt_train_track *k = t->tk;
+    kv_list params = {0}, tags = {0};
+    if (t->config_yaml) dt_track_flatten_yaml(t->config_yaml, kv_add, &params);
+    char key[128];
+    for (int i = 0; i < n_lin; i++) {
+        snprintf(key, sizeof key, "dtrain.%s", lin[i].key);
+        kv_add(&tags, key, lin[i].value);
+    }
+    char world[16];
+    snprintf(world, sizeof world, "%d", t->world);
+    kv_add(&tags, "dtrain.world_size", world);
+    kv_add(&tags, "dtrain.run_dir", t->run_dir);
+    if (dt_mlflow_run_begin(k->ml, t->v.output.experiment, name, params.kv, params.n, tags.kv,
+                            tags.n) != DT_OK)
+        fprintf(stderr, "warning: tracking: %s\n", dt_last_error());
+    kv_free(&params), kv_free(&tags);
+}
+
 static void begin(dt_trainer *t, const dt_config *cfg, const char *hosts) {
     dt_train_track *k = t->tk;
     char chash[17], mhash[17], model[4096];
@@ -153,13 +209,18 @@ static void begin(dt_trainer *t, const dt_config *cfg, const char *hosts) {
     absolute(buf, dpath, sizeof dpath);
     lin[n++] = (dt_track_kv){"dataset.train.path", dpath};
     const char *name = strrchr(t->run_dir, '/');
-    if (dt_track_run_begin(k->store, t->v.output.experiment, name ? name + 1 : t->run_dir, t->world,
-                           hosts, t->config_yaml, lin, n, &k->run) != DT_OK) {
+    name = name ? name + 1 : t->run_dir;
+    char step[32];
+    snprintf(step, sizeof step, "%" PRId64, t->prog.step);
+    if (k->ml) {
+        mlflow_begin(t, name, lin, n);
+        if (t->prog.step > 0) dt_mlflow_tag(k->ml, "dtrain.resumed_from_step", step);
+    }
+    if (dt_track_run_begin(k->store, t->v.output.experiment, name, t->world, hosts, t->config_yaml,
+                           lin, n, &k->run) != DT_OK) {
         warn_off(t, "cannot begin the run");
         return;
     }
-    char step[32];
-    snprintf(step, sizeof step, "%" PRId64, t->prog.step);
     if (t->prog.step > 0 && dt_track_tag(k->store, k->run, "resumed_from_step", step) != DT_OK)
         warn_off(t, "cannot tag the run");
 }
@@ -170,15 +231,17 @@ void dt_train_track_open(dt_trainer *t, const dt_config *cfg) {
     char hosts[4096], path[4200];
     gather_hosts(t, hosts, sizeof hosts);
     if (t->rank != 0) return;
-    if (!uri[0]) {
-        const char *root = t->v.output.dir;
-        if (!strncmp(root, "file://", 7)) root += 7;
-        snprintf(path, sizeof path, "%s/dtrain.db", root);
-        uri = path;
-    }
+    int ml = dt_mlflow_is_uri(uri);
+    dt_track_local_uri(uri, t->v.output.dir, path, sizeof path);
+    uri = path;
     dt_train_track *k = calloc(1, sizeof *k);
     if (!k) return;
     t->tk = k;
+    char spool[sizeof t->run_dir + 32];
+    snprintf(spool, sizeof spool, "%s/mlflow-spool.jsonl", t->run_dir);
+    if (ml && dt_mlflow_open(t->v.tracking.uri, spool, &k->ml) != DT_OK)
+        fprintf(stderr, "warning: tracking: %s; nothing is sent to MLflow (training goes on)\n",
+                dt_last_error());
     if (dt_track_open(uri, &k->store) != DT_OK) {
         warn_off(t, "tracking.uri");
         return;
@@ -187,13 +250,15 @@ void dt_train_track_open(dt_trainer *t, const dt_config *cfg) {
 }
 
 static void metric(dt_trainer *t, const char *key, double v) {
+    if (t->tk && t->tk->ml) /* only fails on a bad key or no memory: never stops the run */
+        dt_mlflow_metric(t->tk->ml, key, t->prog.step, dt_track_wall(), v);
     if (on(t) &&
         dt_track_metric(t->tk->store, t->tk->run, key, t->prog.step, dt_track_wall(), v) != DT_OK)
         warn_off(t, "cannot record metrics");
 }
 
 void dt_train_track_log(dt_trainer *t) {
-    if (!on(t)) return;
+    if (!t->tk || (!t->tk->ml && atomic_load(&t->tk->off))) return;
     double sps = t->prog.samples_per_s * t->world; /* every rank's samples */
     metric(t, "loss", t->prog.loss);
     metric(t, "lr", t->prog.lr);
@@ -247,9 +312,11 @@ static void metrics_json(const dt_ckpt_metric *m, int n, char *out, size_t cap) 
 
 void dt_train_track_ckpt(dt_trainer *t, int64_t step, const char *store_url, const char *dir,
                          const dt_ckpt_state *state) {
-    if (!on(t)) return;
+    if (!t->tk) return;
     char uri[PATH_MAX + 1300], m[DT_CKPT_MAX_METRICS * 100];
     ckpt_uri(store_url, dir, uri, sizeof uri);
+    if (t->tk->ml) dt_mlflow_tag(t->tk->ml, "dtrain.checkpoint", uri);
+    if (!on(t)) return;
     metrics_json(state->metrics, state->n_metrics, m, sizeof m);
     if (dt_track_artifact(t->tk->store, t->tk->run, "checkpoint", uri, step, m) != DT_OK)
         warn_off(t, "cannot record the checkpoint");
@@ -265,9 +332,11 @@ void dt_train_track_ckpt_removed(dt_trainer *t, int64_t step, const char *store_
 }
 
 void dt_train_track_export(dt_trainer *t, const char *dir) {
-    if (!on(t)) return;
+    if (!t->tk) return;
     char uri[PATH_MAX], m[512];
     absolute(dir, uri, sizeof uri);
+    if (t->tk->ml) dt_mlflow_tag(t->tk->ml, "dtrain.model", uri);
+    if (!on(t)) return;
     dt_ckpt_metric ms[3] = {
         {"loss", t->prog.loss}, {"eval_loss", t->eval.loss}, {"eval_accuracy", t->eval.accuracy}};
     metrics_json(ms, t->have_eval ? 3 : 1, m, sizeof m);
@@ -286,6 +355,10 @@ void dt_train_track_end(dt_trainer *t, const char *status, const char *reason) {
                  t->prog.step);
     else
         snprintf(why, sizeof why, "%s", reason);
+    if (t->tk->ml) {
+        dt_mlflow_tag(t->tk->ml, "dtrain.exit_reason", why);
+        dt_mlflow_run_end(t->tk->ml, dt_mlflow_status(status));
+    }
     if (on(t) && dt_track_run_end(t->tk->store, t->tk->run, status, why) != DT_OK)
         warn_off(t, "cannot end the run");
 }
@@ -302,6 +375,8 @@ void dt_train_track_close(dt_trainer *t) {
     }
     if (dt_track_close(k->store) != DT_OK && !atomic_load(&k->off))
         warn_off(t, "cannot write metrics");
+    if (k->ml && dt_mlflow_close(k->ml) != DT_OK)
+        fprintf(stderr, "warning: tracking: %s\n", dt_last_error());
     free(k);
     t->tk = NULL;
 }

@@ -31,7 +31,7 @@ import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from http_harness import http, raw  # noqa: E402
+from http_harness import free_port, http, raw  # noqa: E402
 
 dtrain, repo, data, case = sys.argv[1:5]
 out_dir = sys.argv[5] if len(sys.argv) > 5 else None
@@ -60,14 +60,6 @@ def cleanup():
             p.kill()
             p.wait()
     shutil.rmtree(tmp, ignore_errors=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def wait_until(fn, secs, what):

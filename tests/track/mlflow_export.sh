@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `dtrain runs export --format mlflow` end to end: real `dtrain train` runs of the tiny Llama
-# write a store; the export is read back with MLflow's own client (the venv's mlflow-skinny,
+# write a store; the export is read back with MLflow's own client (the venv's mlflow,
 # tests/track/mlflow_check.py) and compared with `runs export --format json/csv`:
 #   - run m has 3 attempts: 10 steps with checkpoints, a restart of the same run from step 0
 #     (ckpt.resume=never: steps 5 and 10 again), a resume to step 15; its metric histories

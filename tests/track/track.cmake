@@ -5,6 +5,9 @@ dt_test(NAME test_track SOURCES track/test_track.c LABELS unit TIMEOUT 120)
 # The model registry's API (src/track/registry.c): schema migration, versions, immutability,
 # aliases, references, the integrity check, a reader process during registrations.
 dt_test(NAME test_registry SOURCES track/test_registry.c LABELS unit TIMEOUT 60)
+# The MLflow client without a server (src/track/mlflow*.c): addresses, the spool a dead server
+# leaves (every value once, bit for bit, batches within MLflow's limits), sync's errors.
+dt_test(NAME test_mlflow SOURCES track/test_mlflow.c LABELS unit TIMEOUT 60)
 foreach(case compare attempts degraded)
   add_test(NAME track_runs_${case} COMMAND ${PROJECT_SOURCE_DIR}/tests/track/runs_cli.sh
            $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${case})
@@ -21,7 +24,7 @@ set_tests_properties(track_runs_plot PROPERTIES LABELS e2e TIMEOUT 300 RUN_SERIA
                      SKIP_RETURN_CODE 77 FIXTURES_REQUIRED fortunes_data
                      ENVIRONMENT "OMP_NUM_THREADS=1;DT_VENV_PYTHON=${DT_VENV_PYTHON}")
 # `dtrain runs export --format mlflow` (src/cli/runs_mlflow.c): a 3-attempt run and a second run
-# exported, read back with MLflow's client (the venv's mlflow-skinny; skipped without it) and
+# exported, read back with MLflow's client (the venv's mlflow; skipped without it) and
 # compared with the json/csv export; renamed keys, re-export in place, errors.
 add_test(NAME track_runs_mlflow COMMAND ${PROJECT_SOURCE_DIR}/tests/track/mlflow_export.sh
          $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA})
@@ -51,5 +54,31 @@ foreach(case cli export)
            $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${case})
   set_tests_properties(track_models_${case} PROPERTIES LABELS e2e TIMEOUT 300 RUN_SERIAL TRUE
                        SKIP_RETURN_CODE 77 FIXTURES_REQUIRED fortunes_data
+                       ENVIRONMENT "OMP_NUM_THREADS=1;DT_VENV_PYTHON=${DT_VENV_PYTHON}")
+endforeach()
+# tracking.uri http://... (src/track/mlflow*.c, `dtrain runs sync`): real `dtrain train` runs log
+# to a real `mlflow server` (the venv's mlflow; every test exits 77 without it), started once
+# by the fixture (its start-up, 20-40 s, is the slow part) and read back with MLflow's client:
+# a run as its SQLite record (and with token or basic auth), a server failing mid-run (spooled,
+# replayed by `runs sync`, no duplicates), nothing listening and malformed uris (one warning,
+# training goes on).
+set(DT_MLFLOW_STATE ${CMAKE_CURRENT_BINARY_DIR}/track_mlflow_server)
+add_test(NAME track_mlflow_server_start
+         COMMAND python3 ${PROJECT_SOURCE_DIR}/tests/track/mlflow_server.py start ${DT_MLFLOW_STATE})
+add_test(NAME track_mlflow_server_stop
+         COMMAND python3 ${PROJECT_SOURCE_DIR}/tests/track/mlflow_server.py stop ${DT_MLFLOW_STATE})
+set_tests_properties(track_mlflow_server_start PROPERTIES FIXTURES_SETUP mlflow_server
+                     LABELS e2e TIMEOUT 180 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "DT_VENV_PYTHON=${DT_VENV_PYTHON}")
+set_tests_properties(track_mlflow_server_stop PROPERTIES FIXTURES_CLEANUP mlflow_server
+                     LABELS e2e TIMEOUT 30 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "DT_VENV_PYTHON=${DT_VENV_PYTHON}")
+foreach(case logged outage down)
+  add_test(NAME track_mlflow_${case}
+           COMMAND python3 ${PROJECT_SOURCE_DIR}/tests/track/mlflow_server.py
+                   $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${DT_MLFLOW_STATE}
+                   ${case})
+  set_tests_properties(track_mlflow_${case} PROPERTIES LABELS e2e TIMEOUT 120 RUN_SERIAL TRUE
+                       SKIP_RETURN_CODE 77 FIXTURES_REQUIRED "fortunes_data;mlflow_server"
                        ENVIRONMENT "OMP_NUM_THREADS=1;DT_VENV_PYTHON=${DT_VENV_PYTHON}")
 endforeach()
