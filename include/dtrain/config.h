@@ -131,6 +131,7 @@ typedef struct dt_config_values {
         dt_config_list targets;
         dt_config_list modules_to_save; /* PEFT's: whole modules trained beside the adapters */
         int share_base;                 /* the frozen base mapped once per host (docs/lora.md) */
+        int shard_base;                 /* the frozen base sharded across workers (docs/lora.md) */
     } lora;
     struct {
         char dir[DT_CFG_STR_MAX]; /* storage URI: path, file://..., s3://bucket/prefix */

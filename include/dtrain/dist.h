@@ -230,6 +230,15 @@ typedef struct dt_ddp_opts {
                          falls back to MPI_Allreduce where that cannot be used. Same bits as
                          MPI_Allreduce with 2 ranks; with more, a fixed summation order that
                          can differ from MPI's in rounding. ZeRO stages 0-1 only. */
+    int shard_frozen; /* 1: the frozen parameters (a LoRA base; lora.shard_base) are sharded
+                         too, at any ZeRO stage: each rank keeps 1/world of every frozen
+                         parameter's bytes in its slot of the frozen buffer (as stored: bf16
+                         bytes gathered as they are, so the gathered weight is the same bits);
+                         a parameter is all-gathered in place just before the schedule first
+                         reads it and released after its last reader, in forward and again in
+                         backward (recomputed segments read it there). They must live in the
+                         graph's own frozen buffer, loaded on every rank (not mapped from a
+                         file: dt_graph_param_external). Default 0. */
 } dt_ddp_opts;
 dt_ddp_opts dt_ddp_opts_default(void);
 
@@ -301,6 +310,9 @@ dt_status dt_ddp_gather_params(dt_ddp *d);
 /* Stage 3: gives back the memory of the parameters outside this rank's shard (the default
  * state between steps). Other stages: nothing. */
 dt_status dt_ddp_release_params(dt_ddp *d);
+/* dt_ddp_opts.shard_frozen: bytes of the frozen buffer this rank keeps between uses (its
+ * shards), and the whole frozen parameters' bytes; 0, 0 without. For memory reports. */
+void dt_ddp_frozen_bytes(const dt_ddp *d, size_t *kept, size_t *whole);
 
 /* What a trainer asks of the ZeRO policy instead of testing stage numbers (the stage is the
  * communicator's business; a NULL d is one process, which behaves as stage 0):
