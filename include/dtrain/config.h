@@ -292,8 +292,16 @@ typedef struct dt_plan {
      * pretrained base: mapped from the files or converted once per host, docs/lora.md); each
      * worker's total still counts it, as each maps it. */
     int base_shared;
+    /* 1 when the frozen base is sharded across the workers (lora.shard_base, world > 1):
+     * frozen_bytes is then each worker's 1/N of it plus the parameters gathered whole at once
+     * (frozen_gather_bytes: those between their first and last use in a pass and the next,
+     * prefetched -- the embedding or LM head and a layer's largest matrix, or two of those,
+     * or with recompute a whole layer and one more: src/config/plan.c), less their own
+     * slices. */
+    int base_sharded;
+    int64_t frozen_gather_bytes;
     /* The same before sharding (world 1), for the table. */
-    int64_t param_bytes_1, grad_bytes_1, optim_bytes_1;
+    int64_t param_bytes_1, grad_bytes_1, optim_bytes_1, frozen_bytes_1;
     char model_desc[200]; /* e.g. "llama: 32 layers, hidden 4096, ..." */
     char run_desc[300];   /* batch, precision, workers, ZeRO, LoRA, recompute */
 } dt_plan;

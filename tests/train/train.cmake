@@ -143,6 +143,24 @@ if(MPI_FOUND)
                        RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data
                        ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000;HF_HUB_OFFLINE=1")
 endif()
+# The frozen LoRA base sharded across workers (lora.shard_base): 2 ranks (no ZeRO) and 4 ranks
+# (ZeRO-3, recompute) give the adapters of the whole base bit for bit, rank 0's resident memory
+# falls by the base less its 1/N, `dtrain plan` models it, and a resume continues bit for bit.
+if(MPI_FOUND)
+  foreach(cfg "np2;0;false" "np4_zero3;3;true")
+    list(GET cfg 0 tag)
+    list(GET cfg 1 zero)
+    list(GET cfg 2 rc)
+    string(REGEX REPLACE "^np([0-9]+).*" "\\1" np ${tag})
+    add_test(NAME train_lora_shard_base_${tag}
+             COMMAND ${PROJECT_SOURCE_DIR}/tests/train/lora_shard_base.sh $<TARGET_FILE:dtrain>
+                     ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${DT_VENV_PYTHON} ${np} ${zero} ${rc}
+                     ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe --bind-to none)
+    set_tests_properties(train_lora_shard_base_${tag} PROPERTIES LABELS "dist;e2e;parity"
+                         TIMEOUT 120 RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data
+                         ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000;HF_HUB_OFFLINE=1")
+  endforeach()
+endif()
 # train.precision: bf16 (tiny Llama, narrow ResNet-18): close to fp32 but not equal, and a resume
 # bit for bit; through the exact emulation (DT_CPU_BF16=emulate) on any CPU.
 dt_test(NAME train_bf16 SOURCES train/test_train_bf16.c LABELS e2e TIMEOUT 300
