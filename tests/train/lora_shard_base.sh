@@ -44,6 +44,8 @@ run cut ckpt.resume=auto lora.shard_base=true
 grep -q "^resumed from" "$tmp/cut.log" || { echo "FAIL: the second 'cut' run did not resume"; cat "$tmp/cut.log"; exit 1; }
 
 fail=0
+grep -q "^frozen base: sharded across the $np workers" "$tmp/sharded.log" ||
+  { echo "FAIL: the start line does not say the base is sharded"; fail=1; }
 for a in sharded cut; do
   if cmp -s "$(adapter whole)" "$(adapter $a)"; then echo "identical adapters: whole base, $a"
   else echo "FAIL: the adapters of '$a' differ from the whole base's"; fail=1; fi
