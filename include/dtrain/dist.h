@@ -308,7 +308,8 @@ dt_status dt_ddp_clip_grad(dt_ddp *d, float max_norm, double *norm);
  * gathers all parameters and keeps them until dt_ddp_release_params. Stage 0: nothing. */
 dt_status dt_ddp_gather_params(dt_ddp *d);
 /* Stage 3: gives back the memory of the parameters outside this rank's shard (the default
- * state between steps). Other stages: nothing. */
+ * state between steps). Other stages: nothing. With dt_ddp_opts.shard_frozen the frozen
+ * parameters too, at any stage (dt_ddp_params_whole had gathered them). */
 dt_status dt_ddp_release_params(dt_ddp *d);
 /* dt_ddp_opts.shard_frozen: bytes of the frozen buffer this rank keeps between uses (its
  * shards), and the whole frozen parameters' bytes; 0, 0 without. For memory reports. */
@@ -319,7 +320,8 @@ void dt_ddp_frozen_bytes(const dt_ddp *d, size_t *kept, size_t *whole);
  *   dt_ddp_step_end        after the optimizer step: the new parameters everywhere they are
  *                          read (stages 1-2 all-gather the shards; 0 and 3: nothing)
  *   dt_ddp_params_whole    every parameter resident until dt_ddp_release_params (stage 3
- *                          gathers; others hold them anyway) -- for evaluation, export, a save
+ *                          gathers, and so does a sharded frozen base, dt_ddp_opts.shard_frozen;
+ *                          others hold them anyway) -- for evaluation, export, a save
  *   dt_ddp_accumulates     1: micro-batches may add into the full gradient buffer
  *                          (dt_graph_set_accumulate); 0 under stages 2-3, which reduce every
  *                          micro-batch into the shard
