@@ -236,9 +236,11 @@ typedef struct dt_ddp_opts {
                          bytes gathered as they are, so the gathered weight is the same bits);
                          a parameter is all-gathered in place just before the schedule first
                          reads it and released after its last reader, in forward and again in
-                         backward (recomputed segments read it there). They must live in the
-                         graph's own frozen buffer, loaded on every rank (not mapped from a
-                         file: dt_graph_param_external). Default 0. */
+                         backward (recomputed segments read it there). Loaded on every rank
+                         into the graph's frozen buffer, or pointing elsewhere (a mapping of the
+                         model file: dt_graph_param_external), in which case dt_ddp_open copies
+                         the own shard into the slot and points the parameter back at it (the
+                         caller may then drop the mapping's pages). Default 0. */
 } dt_ddp_opts;
 dt_ddp_opts dt_ddp_opts_default(void);
 

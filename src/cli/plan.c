@@ -70,8 +70,8 @@ static int fits(const dt_plan *p, double budget_gib) {
 /* The user's overrides, then the compared keys (so that these win). */
 static dt_status variant_config(const char *path, int n_over, char *const *over, int lora,
                                 int lora_in_config, int recompute, int zero, dt_config **out) {
-    char *args[7];
-    char **all = calloc((size_t)n_over + 8, sizeof *all);
+    char *args[6];
+    char **all = calloc((size_t)n_over + 7, sizeof *all);
     if (!all) return dt_error_set(DT_ERR_NOMEM, "plan --compare: out of memory");
     char zs[32];
     snprintf(zs, sizeof zs, "dist.zero_stage=%d", zero);
@@ -86,7 +86,6 @@ static dt_status variant_config(const char *path, int n_over, char *const *over,
     /* LoRA under ZeRO-3 shards the frozen base too (lora.shard_base, FSDP-style); the other
      * LoRA rows keep it whole per worker (shared within a host as the config says) */
     if (lora) args[k++] = zero >= 3 ? "lora.shard_base=true" : "lora.shard_base=false";
-    if (lora && zero >= 3) args[k++] = "lora.share_base=false";
     for (int i = 0; i < n_over; i++) all[i] = over[i];
     for (int i = 0; i < k; i++) all[n_over + i] = args[i];
     dt_status st = dt_config_from_args(path, n_over + k, all, out);

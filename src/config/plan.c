@@ -175,8 +175,9 @@ dt_status dt_plan_reshard(const dt_config *c, int world, dt_plan *p) {
                                       : p->frozen_bytes_1;
     p->total_bytes = p->param_bytes + p->grad_bytes + p->optim_bytes + p->frozen_bytes +
                      p->state_bytes + p->activation_bytes;
+    /* a sharded base is each worker's own 1/N (the mapping only serves the load) */
     p->base_shared = lora && v->lora.share_base && v->model.init == DT_CFG_INIT_PRETRAINED &&
-                     p->frozen_bytes > 0;
+                     p->frozen_bytes > 0 && !p->base_sharded;
     char lora_desc[160] = "";
     if (lora) {
         size_t j =

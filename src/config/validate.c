@@ -104,11 +104,6 @@ dt_status dt_config_validate(const dt_config *c) {
         return cross(c, "lora.targets", "lora.enabled is true but lora.targets is empty");
     if (v->lora.shard_base && !v->lora.enabled)
         return cross(c, "lora.shard_base", "lora.shard_base is true but lora.enabled is false");
-    if (v->lora.shard_base && v->lora.share_base && v->model.init == DT_CFG_INIT_PRETRAINED)
-        return cross(c, "lora.shard_base",
-                     "lora.shard_base is true but so is lora.share_base (sharding the base across "
-                     "workers and sharing it within a host are not combined yet: set "
-                     "lora.share_base=false)");
     if (v->lora.shard_base && dt_config_shares_auto(v->dist.batch_shares))
         return cross(c, "lora.shard_base",
                      "lora.shard_base is true but dist.batch_shares is auto (a rebuilt graph "

@@ -14,7 +14,9 @@
  * its own slot: the pages the kernel hands back are the reused memory, and no tensor pointer of
  * the compiled graph ever changes. At most the unit in use and the next one (prefetched) are
  * whole at a time, plus a unit whose readers span others (a tied embedding: from the lookup to
- * the LM head). */
+ * the LM head). A frozen parameter that points outside its slot (mapped from the model file)
+ * has its own shard copied in and is pointed back at the slot: a worker then touches only its
+ * 1/N of the file. */
 #include <stdlib.h>
 #include <string.h>
 #include "dist/ddp_impl.h"
@@ -50,13 +52,6 @@ dt_status dt_zero_frozen_init(dt_ddp *d) {
         const dt_param_info *pi = dt_graph_param_info(d->g, p);
         d->fz_of[p] = -1;
         if (!(pi->flags & DT_PARAM_FROZEN)) continue;
-        const dt_tensor *v = dt_graph_value(d->g, pi->id);
-        if ((const char *)v->data != fz + pi->offset)
-            return dt_error_set(DT_ERR_INVALID,
-                                "ddp init: frozen parameter '%s' does not live in the graph's "
-                                "frozen buffer (mapped from the model file?): it cannot be "
-                                "sharded (lora.shard_base needs lora.share_base=false)",
-                                pi->name);
         if (pi->offset % sizeof(float))
             return dt_error_set(DT_ERR_STATE,
                                 "ddp init: frozen parameter '%s' at byte %zu of the frozen buffer "
@@ -85,6 +80,18 @@ dt_status dt_zero_frozen_init(dt_ddp *d) {
                                 "one all-gather",
                                 pi->name, bytes);
         d->fz_shard[u] = dt_comm_shard_size(d->fz_len[u], world);
+        /* A parameter pointing elsewhere (a read-only mapping of the model file, or the host's
+         * converted segment: lora.share_base) gets its own shard copied into its slot, whose
+         * other pages stay untouched, and points at the slot from now on: each worker reads
+         * only its 1/N of the file's pages. */
+        const char *data = dt_graph_value(d->g, pi->id)->data, *slot = fz + pi->offset;
+        if (data != slot) {
+            size_t a = own_lo(d, u) * sizeof(float), b = own_hi(d, u) * sizeof(float);
+            if (b > bytes) b = bytes;
+            if (b > a) memcpy((char *)slot + a, data + a, b - a);
+            dt_status st = dt_graph_param_external(d->g, pi->id, slot);
+            if (st != DT_OK) return st;
+        }
     }
     d->fz_n = n;
     int nf = 0, ne = dt_graph_entry_count(d->g, &nf);

@@ -72,8 +72,7 @@ static dt_plan plan_of(const dt_plan_variant *r, int world, const char *extra) {
     char *over[6] = {a, b, c};
     int n = 3;
     /* LoRA's ZeRO-3 rows shard the frozen base as well */
-    if (r->lora && r->zero_stage == 3)
-        over[n++] = "lora.shard_base=true", over[n++] = "lora.share_base=false";
+    if (r->lora && r->zero_stage == 3) over[n++] = "lora.shard_base=true";
     if (extra) over[n++] = (char *)extra;
     dt_config *cfg = NULL;
     dt_plan p;

@@ -2,14 +2,17 @@
 # The frozen LoRA base sharded across workers (lora.shard_base): NP real MPI ranks LoRA-finetune
 # a 22M-parameter Llama from a bf16 safetensors base (43 MiB of frozen bf16 weights, mostly the
 # untied 16000 x 512 embedding and LM head) with the base sharded and, as the reference, with
-# every worker holding the whole base (lora.share_base=false both). Checked:
+# every worker holding the whole base (both copied into each worker: lora.share_base=false).
+# Checked:
 #   - the adapters are the same bits (a gathered bf16 slice is the loaded bytes, so the forward
 #     and backward see the same weights);
 #   - rank 0's resident memory after the last step (the "memory per worker" line, /proc VmRSS)
 #     is lower by the base less this rank's 1/NP of it, within 6 MiB;
 #   - `dtrain plan` models it: base/NP + the weights whole at once (an embedding-sized one and
 #     less than a layer more);
-#   - a run stopped after a checkpoint and resumed ends with the same bits as the straight run.
+#   - a run stopped after a checkpoint and resumed ends with the same bits as the straight run;
+#   - on 2 ranks, sharding from the mapped model file (lora.share_base=true) gives the same bits
+#     and keeps no more resident (each worker copies its shard out, the mapping is closed).
 # AdamW, so that a resume also restores the optimizer's moments.
 #   lora_shard_base.sh DTRAIN REPO DATA_DIR PYTHON NP ZERO_STAGE RECOMPUTE MPIEXEC [MPI ARGS...]
 # (RECOMPUTE true: backward's recomputed layers gather the weights again, a layer at a time)
@@ -39,6 +42,8 @@ rss() { sed -nE 's/^memory per worker: ([0-9]+) MiB resident after the last step
 
 run whole ckpt.resume=never
 run sharded ckpt.resume=never lora.shard_base=true
+# from the mapped model file (lora.share_base=true): each worker copies its shard out of it
+if [ "$np" = 2 ]; then run mapped ckpt.resume=never lora.shard_base=true lora.share_base=true; fi
 run cut ckpt.resume=never lora.shard_base=true train.steps=2 ckpt.every_steps=2
 run cut ckpt.resume=auto lora.shard_base=true
 grep -q "^resumed from" "$tmp/cut.log" || { echo "FAIL: the second 'cut' run did not resume"; cat "$tmp/cut.log"; exit 1; }
@@ -46,13 +51,18 @@ grep -q "^resumed from" "$tmp/cut.log" || { echo "FAIL: the second 'cut' run did
 fail=0
 grep -q "^frozen base: sharded across the $np workers" "$tmp/sharded.log" ||
   { echo "FAIL: the start line does not say the base is sharded"; fail=1; }
-for a in sharded cut; do
+for a in sharded cut $([ "$np" = 2 ] && echo mapped); do
   if cmp -s "$(adapter whole)" "$(adapter $a)"; then echo "identical adapters: whole base, $a"
   else echo "FAIL: the adapters of '$a' differ from the whole base's"; fail=1; fi
 done
 
 # memory: the frozen base this rank no longer holds
 w=$(rss whole) s=$(rss sharded)
+if [ "$np" = 2 ]; then
+  m=$(rss mapped)
+  echo "rank 0 resident after the last step, sharded from the mapped file: $m MiB (copied: $s)"
+  [ $((m - s)) -le 6 ] || { echo "FAIL: the mapped file's pages stay resident after sharding"; fail=1; }
+fi
 "$dtrain" plan "${args[@]}" -n "$np" --json > "$tmp/plan-whole.json"
 "$dtrain" plan "${args[@]}" lora.shard_base=true -n "$np" --json > "$tmp/plan-sharded.json"
 "$py" - "$tmp" "$np" "$w" "$s" <<'PY' || fail=1

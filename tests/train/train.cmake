@@ -27,7 +27,7 @@ set_tests_properties(train_fortunes_export_hf PROPERTIES LABELS "e2e;parity"
 # Config errors: exit code 2, one line naming the key/file, no training step. One test a case.
 foreach(case typo unknown-override wrong-type out-of-range bad-enum bad-depth malformed-yaml
         missing-config missing-data channels classes model-data-kind lora-resnet shard-base-no-lora
-        shard-base-shared shard-base-auto-shares short-warmup
+        shard-base-auto-shares short-warmup
         bf16-no-cpu device-spec device-cuda device-cuda-index crop-scale crop-ratio jitter mean-std
         std-zero resize label-smoothing)
   add_test(NAME train_cli_error_${case} COMMAND ${PROJECT_SOURCE_DIR}/tests/train/cli_errors.sh
