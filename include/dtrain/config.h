@@ -134,6 +134,7 @@ typedef struct dt_config_values {
         dt_config_list targets;
         dt_config_list modules_to_save; /* PEFT's: whole modules trained beside the adapters */
         int share_base;                 /* the frozen base mapped once per host (docs/lora.md) */
+        int shard_base;                 /* the frozen base sharded across workers (docs/lora.md) */
     } lora;
     struct {
         char dir[DT_CFG_STR_MAX]; /* storage URI: path, file://..., s3://bucket/prefix */
@@ -295,8 +296,16 @@ typedef struct dt_plan {
      * worker's total still counts it, as each maps it. */
     int base_shared;
     int gpu; /* 1: the graph compiled for a GPU plan (dt_plan_gpu_compute), 0: for this CPU */
+    /* 1 when the frozen base is sharded across the workers (lora.shard_base, world > 1):
+     * frozen_bytes is then each worker's 1/N of it plus the parameters gathered whole at once
+     * (frozen_gather_bytes: those between their first and last use in a pass and the next,
+     * prefetched -- the embedding or LM head and a layer's largest matrix, or two of those,
+     * or with recompute a whole layer and one more: src/config/plan.c), less their own
+     * slices. */
+    int base_sharded;
+    int64_t frozen_gather_bytes;
     /* The same before sharding (world 1), for the table. */
-    int64_t param_bytes_1, grad_bytes_1, optim_bytes_1;
+    int64_t param_bytes_1, grad_bytes_1, optim_bytes_1, frozen_bytes_1;
     char model_desc[200]; /* e.g. "llama: 32 layers, hidden 4096, ..." */
     char run_desc[300];   /* batch, precision, workers, ZeRO, LoRA, recompute */
 } dt_plan;

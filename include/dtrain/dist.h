@@ -230,6 +230,17 @@ typedef struct dt_ddp_opts {
                          falls back to MPI_Allreduce where that cannot be used. Same bits as
                          MPI_Allreduce with 2 ranks; with more, a fixed summation order that
                          can differ from MPI's in rounding. ZeRO stages 0-1 only. */
+    int shard_frozen; /* 1: the frozen parameters (a LoRA base; lora.shard_base) are sharded
+                         too, at any ZeRO stage: each rank keeps 1/world of every frozen
+                         parameter's bytes in its slot of the frozen buffer (as stored: bf16
+                         bytes gathered as they are, so the gathered weight is the same bits);
+                         a parameter is all-gathered in place just before the schedule first
+                         reads it and released after its last reader, in forward and again in
+                         backward (recomputed segments read it there). Loaded on every rank
+                         into the graph's frozen buffer, or pointing elsewhere (a mapping of the
+                         model file: dt_graph_param_external), in which case dt_ddp_open copies
+                         the own shard into the slot and points the parameter back at it (the
+                         caller may then drop the mapping's pages). Default 0. */
 } dt_ddp_opts;
 dt_ddp_opts dt_ddp_opts_default(void);
 
@@ -299,15 +310,20 @@ dt_status dt_ddp_clip_grad(dt_ddp *d, float max_norm, double *norm);
  * gathers all parameters and keeps them until dt_ddp_release_params. Stage 0: nothing. */
 dt_status dt_ddp_gather_params(dt_ddp *d);
 /* Stage 3: gives back the memory of the parameters outside this rank's shard (the default
- * state between steps). Other stages: nothing. */
+ * state between steps). Other stages: nothing. With dt_ddp_opts.shard_frozen the frozen
+ * parameters too, at any stage (dt_ddp_params_whole had gathered them). */
 dt_status dt_ddp_release_params(dt_ddp *d);
+/* dt_ddp_opts.shard_frozen: bytes of the frozen buffer this rank keeps between uses (its
+ * shards), and the whole frozen parameters' bytes; 0, 0 without. For memory reports. */
+void dt_ddp_frozen_bytes(const dt_ddp *d, size_t *kept, size_t *whole);
 
 /* What a trainer asks of the ZeRO policy instead of testing stage numbers (the stage is the
  * communicator's business; a NULL d is one process, which behaves as stage 0):
  *   dt_ddp_step_end        after the optimizer step: the new parameters everywhere they are
  *                          read (stages 1-2 all-gather the shards; 0 and 3: nothing)
  *   dt_ddp_params_whole    every parameter resident until dt_ddp_release_params (stage 3
- *                          gathers; others hold them anyway) -- for evaluation, export, a save
+ *                          gathers, and so does a sharded frozen base, dt_ddp_opts.shard_frozen;
+ *                          others hold them anyway) -- for evaluation, export, a save
  *   dt_ddp_accumulates     1: micro-batches may add into the full gradient buffer
  *                          (dt_graph_set_accumulate); 0 under stages 2-3, which reduce every
  *                          micro-batch into the shard

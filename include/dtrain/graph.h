@@ -127,6 +127,8 @@ void dt_graph_set_loss_scale(dt_graph *g, float s);
 #define DT_GRAPH_ENTRY_PARAMS 8
 int dt_graph_entry_count(const dt_graph *g, int *n_forward);
 int dt_graph_entry_params(const dt_graph *g, int k, int *params);
+/* The same for the frozen parameters entry k reads (a LoRA base sharded across ranks). */
+int dt_graph_entry_frozen(const dt_graph *g, int k, int *params);
 /* The op entry k runs ("conv2d", "matmul", ...; NULL when k is out of range) and how:
  * *phase = 0 forward, 1 backward, 2 recomputed forward. For profilers (bench_ddp --profile). */
 const char *dt_graph_entry_op(const dt_graph *g, int k, int *phase);

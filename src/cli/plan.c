@@ -38,7 +38,8 @@ static void usage(FILE *f) {
             "                    3. lower ZeRO stage first (each stage adds communication:\n"
             "                       stage 3 gathers the parameters in every step).\n"
             "                  LoRA uses the config's lora.* settings, or r=16 on\n"
-            "                  q_proj,k_proj,v_proj,o_proj when lora.enabled is false. When\n"
+            "                  q_proj,k_proj,v_proj,o_proj when lora.enabled is false; LoRA\n"
+            "                  under ZeRO 3 also shards the frozen base (lora.shard_base). When\n"
             "                  nothing fits, names the worker count (up to %d) at which the\n"
             "                  first configuration in that order would fit.\n"
             "  --budget-gib G  memory per worker for --compare, GiB (default 24)\n"
@@ -81,8 +82,8 @@ static int fits(const dt_plan *p, double budget_gib) {
 /* The user's overrides, then the compared keys (so that these win). */
 static dt_status variant_config(const char *path, int n_over, char *const *over, int lora,
                                 int lora_in_config, int recompute, int zero, dt_config **out) {
-    char *args[5];
-    char **all = calloc((size_t)n_over + 6, sizeof *all);
+    char *args[6];
+    char **all = calloc((size_t)n_over + 7, sizeof *all);
     if (!all) return dt_error_set(DT_ERR_NOMEM, "plan --compare: out of memory");
     char zs[32];
     snprintf(zs, sizeof zs, "dist.zero_stage=%d", zero);
@@ -94,6 +95,9 @@ static dt_status variant_config(const char *path, int n_over, char *const *over,
         args[k++] = "lora.rank=" COMPARE_LORA_DEFAULT_RANK;
         args[k++] = "lora.targets=" COMPARE_LORA_DEFAULT_TARGETS;
     }
+    /* LoRA under ZeRO-3 shards the frozen base too (lora.shard_base, FSDP-style); the other
+     * LoRA rows keep it whole per worker (shared within a host as the config says) */
+    if (lora) args[k++] = zero >= 3 ? "lora.shard_base=true" : "lora.shard_base=false";
     for (int i = 0; i < n_over; i++) all[i] = over[i];
     for (int i = 0; i < k; i++) all[n_over + i] = args[i];
     dt_status st = dt_config_from_args(path, n_over + k, all, out);

@@ -113,6 +113,15 @@ dt_status plan_compute_as(const dt_config *c, int world, int threads, int bf16, 
                         (double)m.num_hidden_layers * (16 * D + 6 * F + 4 * H + 2.0 * m.lora.rank));
         if ((st = too_large(bound, "data.batch x data.seq_len tokens of this model"))) return st;
         if ((st = dt_plan_measure_llama(&m, batch, v->data.seq_len, threads, bf16, &f))) return st;
+        /* lora.shard_base (zero_frozen.c): whole at once are the weights between their first
+         * and last use in a pass and the next one (prefetched): the embedding (or LM head) and
+         * what follows it, where a tied embedding stays whole through forward beside two of a
+         * layer's matrices; or two of a layer's matrices -- with recompute a whole layer and
+         * the next matrix in backward, whose recomputed forward reads all of them first */
+        int64_t ends = f.frozen_largest + f.frozen_layer_largest * (m.tie_word_embeddings ? 2 : 1),
+                mid = m.recompute ? f.frozen_layer_bytes + f.frozen_layer_largest
+                                  : 2 * f.frozen_layer_largest;
+        p->frozen_gather_bytes = ends > mid ? ends : mid;
         p->seq_len = v->data.seq_len;
         p->logits_bytes = batch * p->seq_len * m.vocab_size * 4;
         snprintf(p->model_desc, sizeof p->model_desc,
@@ -140,7 +149,7 @@ dt_status plan_compute_as(const dt_config *c, int world, int threads, int bf16, 
     p->params_trainable = f.params_trainable;
     p->params_frozen = f.params_frozen;
     p->params_total = f.params_trainable + f.params_frozen;
-    p->frozen_bytes = f.frozen_bytes;
+    p->frozen_bytes = p->frozen_bytes_1 = f.frozen_bytes;
     p->state_bytes = f.state_bytes;
     p->activation_bytes = f.activation_bytes;
     p->saved_bytes = f.saved_bytes;
@@ -166,10 +175,16 @@ dt_status dt_plan_reshard(const dt_config *c, int world, dt_plan *p) {
     p->param_bytes = 4 * (z >= 3 ? shard(t, world) : t);
     p->grad_bytes = 4 * (z >= 2 ? shard(t, world) : t);
     p->optim_bytes = 4 * p->optim_states * (z >= 1 ? shard(t, world) : t);
+    /* lora.shard_base: 1/N of the base (zero_frozen.c) and the parameters whole at once */
+    p->base_sharded = lora && v->lora.shard_base && world > 1 && p->frozen_bytes_1 > 0;
+    p->frozen_bytes = p->base_sharded ? (p->frozen_bytes_1 + world - 1) / world +
+                                            p->frozen_gather_bytes * (world - 1) / world
+                                      : p->frozen_bytes_1;
     p->total_bytes = p->param_bytes + p->grad_bytes + p->optim_bytes + p->frozen_bytes +
                      p->state_bytes + p->activation_bytes;
+    /* a sharded base is each worker's own 1/N (the mapping only serves the load) */
     p->base_shared = lora && v->lora.share_base && v->model.init == DT_CFG_INIT_PRETRAINED &&
-                     p->frozen_bytes > 0;
+                     p->frozen_bytes > 0 && !p->base_sharded;
     char lora_desc[160] = "";
     if (lora) {
         size_t j =
@@ -242,7 +257,12 @@ void plan_print_rows(FILE *f, const dt_plan *p, int width, int64_t weight_bf16_b
     snprintf(lbl, sizeof lbl, "  optimizer state (%dx f32) %s", p->optim_states,
              p->zero_stage >= 1 ? z : "");
     fprintf(f, "%-*s %10.2f %10.2f\n", width, lbl, gib(p->optim_bytes), gib(p->optim_bytes_1));
-    if (p->params_frozen)
+    if (p->params_frozen && p->base_sharded)
+        fprintf(f, "%-*s %10.2f %10.2f\n", width,
+                p->frozen_bytes_1 < 3 * p->params_frozen ? "  frozen base weights (bf16) (sharded)"
+                                                         : "  frozen base weights (f32) (sharded)",
+                gib(p->frozen_bytes), gib(p->frozen_bytes_1));
+    else if (p->params_frozen)
         fprintf(f, "%-*s %10.2f\n", width,
                 /* bf16 matrices; the frozen norms (a few thousandths of it) stay f32 */
                 p->frozen_bytes < 3 * p->params_frozen ? "  frozen base weights (bf16)"
@@ -260,17 +280,19 @@ void plan_print_json_body(FILE *f, const dt_plan *p) {
             "\"param_bytes\": %lld, \"grad_bytes\": %lld, \"optim_bytes\": %lld, "
             "\"frozen_bytes\": %lld, \"state_bytes\": %lld, \"activation_bytes\": %lld, "
             "\"saved_bytes\": %lld, \"logits_bytes\": %lld, \"total_bytes\": %lld, "
+            "\"base_sharded\": %s, \"frozen_gather_bytes\": %lld, "
             "\"unsharded\": {\"param_bytes\": %lld, \"grad_bytes\": %lld, "
-            "\"optim_bytes\": %lld}, \"host\": {\"workers\": %d, \"base_shared\": %s, "
-            "\"total_bytes\": %lld}",
+            "\"optim_bytes\": %lld, \"frozen_bytes\": %lld}, \"host\": {\"workers\": %d, "
+            "\"base_shared\": %s, \"total_bytes\": %lld}",
             p->model_desc, p->kind == DT_CFG_MODEL_LLAMA ? "llama" : "resnet", p->world,
             p->zero_stage, (long long)p->batch, (long long)p->seq_len, (long long)p->params_total,
             (long long)p->params_trainable, (long long)p->params_frozen, p->optim_states,
             (long long)p->param_bytes, (long long)p->grad_bytes, (long long)p->optim_bytes,
             (long long)p->frozen_bytes, (long long)p->state_bytes, (long long)p->activation_bytes,
             (long long)p->saved_bytes, (long long)p->logits_bytes, (long long)p->total_bytes,
+            p->base_sharded ? "true" : "false", (long long)p->frozen_gather_bytes,
             (long long)p->param_bytes_1, (long long)p->grad_bytes_1, (long long)p->optim_bytes_1,
-            p->world, p->base_shared ? "true" : "false",
+            (long long)p->frozen_bytes_1, p->world, p->base_shared ? "true" : "false",
             (long long)dt_plan_host_bytes(p, p->world));
 }
 
@@ -299,4 +321,9 @@ void dt_plan_print(FILE *f, const dt_plan *p, int json) {
                 : p->zero_stage == 2 ? "optimizer state and gradients"
                                      : "optimizer state, gradients and parameters",
                 p->world);
+    if (p->base_sharded)
+        fprintf(f,
+                "lora.shard_base shards the frozen base by %d: each worker keeps 1/%d of it and "
+                "gathers each weight whole just before use (%.2f GiB at once at most).\n",
+                p->world, p->world, gib(p->frozen_gather_bytes));
 }

@@ -13,8 +13,11 @@ typedef struct plan_figures {
     int64_t saved_bytes;      /* of it, bytes live when forward ends (kept for backward) */
     int64_t state_bytes;      /* non-trainable state (batchnorm running statistics) */
     int64_t frozen_bytes;     /* the frozen-parameter buffer (LoRA base: bf16 matrices) */
-    int64_t params_trainable; /* elements of the flat parameter buffer */
-    int64_t params_frozen;    /* elements of the frozen parameters */
+    int64_t frozen_largest;   /* the largest frozen parameter's bytes (lora.shard_base gathers) */
+    int64_t frozen_layer_largest; /* the same among a decoder layer's ("layers." in the name) */
+    int64_t frozen_layer_bytes;   /* the frozen bytes of decoder layer 0 */
+    int64_t params_trainable;     /* elements of the flat parameter buffer */
+    int64_t params_frozen;        /* elements of the frozen parameters */
 } plan_figures;
 
 /* One training step's graph (forward, cross entropy, backward) of batch x seq_len tokens /

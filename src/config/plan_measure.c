@@ -10,6 +10,7 @@
  * Shapes: Llama ids [B, T] i32 -> logits [B, T, V] -> [B*T, V] -> cross entropy with targets
  * [B*T] i32; ResNet x [B, C, S, S] f32 -> logits [B, classes] -> cross entropy with y [B] i32.
  * The logits are kept (the trainer reads them after forward). */
+#include <string.h>
 #include "config/plan_impl.h"
 #include "dtrain/ops.h"
 #include "dtrain/runtime.h"
@@ -38,10 +39,16 @@ static dt_status measure(dt_graph *g, int logits, int targets, int64_t rows, int
     f->state_bytes = (int64_t)m.state_bytes;
     f->frozen_bytes = (int64_t)m.frozen_bytes;
     f->params_trainable = (int64_t)(m.param_bytes / sizeof(float));
-    f->params_frozen = 0;
+    f->params_frozen = 0, f->frozen_largest = 0, f->frozen_layer_largest = 0;
+    f->frozen_layer_bytes = 0;
     for (int i = 0; i < dt_graph_param_count(g); i++) {
         const dt_param_info *pi = dt_graph_param_info(g, i);
-        if (pi->flags & DT_PARAM_FROZEN) f->params_frozen += (int64_t)pi->numel;
+        if (!(pi->flags & DT_PARAM_FROZEN)) continue;
+        f->params_frozen += (int64_t)pi->numel;
+        int64_t b = (int64_t)dt_tensor_nbytes(dt_graph_shape(g, pi->id));
+        if (b > f->frozen_largest) f->frozen_largest = b;
+        if (strstr(pi->name, "layers.") && b > f->frozen_layer_largest) f->frozen_layer_largest = b;
+        if (!strncmp(pi->name, "model.layers.0.", 15)) f->frozen_layer_bytes += b;
     }
     return DT_OK;
 }

@@ -211,6 +211,10 @@ static const dt_config_key keys[] = {
      "the workers of a host share one copy of the frozen base: read-only mappings of the model "
      "files, or one worker's conversion in shared memory (false: each worker copies it)",
      OFF(lora.share_base)},
+    {"lora.shard_base", DT_CFG_BOOL, "false", 0, 0, 0, NULL,
+     "shard the frozen base across the workers (each keeps 1/N of every frozen weight, gathered "
+     "just before use and released after, as FSDP); needs lora.share_base=false",
+     OFF(lora.shard_base)},
     /* ckpt */
     {"ckpt.dir", DT_CFG_URI, "", 0, 0, 0, NULL,
      "checkpoint storage (path, file://, s3://bucket/prefix; empty: the run directory)",

@@ -102,6 +102,12 @@ dt_status dt_config_validate(const dt_config *c) {
                      "llama)");
     if (v->lora.enabled && v->lora.targets.n == 0)
         return cross(c, "lora.targets", "lora.enabled is true but lora.targets is empty");
+    if (v->lora.shard_base && !v->lora.enabled)
+        return cross(c, "lora.shard_base", "lora.shard_base is true but lora.enabled is false");
+    if (v->lora.shard_base && dt_config_shares_auto(v->dist.batch_shares))
+        return cross(c, "lora.shard_base",
+                     "lora.shard_base is true but dist.batch_shares is auto (a rebuilt graph "
+                     "would need the sharded base loaded again; use fixed shares)");
     if (v->optim.nesterov && v->optim.name != DT_CFG_OPTIM_SGD)
         return cross(c, "optim.nesterov",
                      "optim.nesterov is true but optim.name is adamw "

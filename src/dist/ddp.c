@@ -30,13 +30,15 @@ static double thread_cpu(void) {
 
 /* The watchdog's name for what a job's collectives move (dt_comm_set_timeout's line). */
 static const char *job_unit(const ddp_job *j) {
-    return j->kind == JOB_F64      ? NULL
-           : j->kind == JOB_GATHER ? "parameter bucket"
-                                   : "gradient bucket";
+    return j->kind == JOB_F64             ? NULL
+           : j->kind == JOB_GATHER        ? "parameter bucket"
+           : j->kind == JOB_GATHER_FROZEN ? "frozen parameter"
+                                          : "gradient bucket";
 }
 
 static dt_status run_job(dt_ddp *d, const ddp_job *j) {
     if (j->kind == JOB_F64) return dt_comm_allreduce_f64(d->c, j->f64, j->n);
+    if (j->kind == JOB_GATHER_FROZEN) return dt_zero_frozen_gather(d, j->bucket);
     const ddp_bucket *bk = &d->b[j->bucket];
     if (j->kind == JOB_GATHER)
         return dt_comm_allgather_range(d->c, d->param + bk->lo, bk->lo, bk->hi, d->shard);
@@ -79,6 +81,12 @@ static void *comm_main(void *arg) {
             if (j.kind == JOB_F64) {
                 snprintf(d->err_msg, sizeof d->err_msg, "ddp: sum of %zu values: %s", j.n,
                          dt_last_error());
+            } else if (j.kind == JOB_GATHER_FROZEN) {
+                const dt_param_info *pi = NULL;
+                for (int p = 0; p < d->n_params && !pi; p++)
+                    if (d->fz_of[p] == j.bucket) pi = dt_graph_param_info(d->g, p);
+                snprintf(d->err_msg, sizeof d->err_msg, "ddp: gathering frozen '%s': %s",
+                         pi ? pi->name : "?", dt_last_error());
             } else {
                 const ddp_bucket *bk = &d->b[j.bucket];
                 snprintf(d->err_msg, sizeof d->err_msg, "ddp: %s bucket %d [%zu, %zu): %s",
@@ -87,6 +95,7 @@ static void *comm_main(void *arg) {
             }
         }
         if (j.kind == JOB_GATHER) d->unit[j.bucket] = UNIT_GATHERED;
+        if (j.kind == JOB_GATHER_FROZEN) d->fz_state[j.bucket] = UNIT_GATHERED;
         d->n_done++;
         pthread_cond_broadcast(&d->done);
     }
@@ -98,6 +107,7 @@ long dt_ddp_enqueue_job(dt_ddp *d, ddp_job j) {
     if (j.kind == JOB_REDUCE) d->b[j.bucket].queued = 1;
     pthread_mutex_lock(&d->mu);
     if (j.kind == JOB_GATHER) d->unit[j.bucket] = UNIT_QUEUED;
+    if (j.kind == JOB_GATHER_FROZEN) d->fz_state[j.bucket] = UNIT_QUEUED;
     long seq = d->q_tail++;
     d->queue[seq % d->qcap] = j;
     pthread_cond_signal(&d->work);
@@ -254,6 +264,7 @@ dt_status dt_ddp_open(dt_graph *g, dt_comm *c, const dt_ddp_opts *opts, dt_ddp *
     d->n_params = dt_graph_param_count(g);
     d->enabled = 1, d->overlap = o.overlap != 0, d->average = o.average != 0;
     d->sparse = o.sparse != 0, d->shm_asked = o.shm != 0;
+    d->fz_asked = o.shard_frozen != 0 && dt_comm_size(c) > 1;
     size_t cap = (size_t)(o.bucket_mb * 1048576.0 / sizeof(float));
     dt_status st = make_buckets(d, cap ? cap : 1);
     if (st == DT_OK) st = dt_zero_init(d);
@@ -337,6 +348,12 @@ dt_status dt_ddp_wait(dt_ddp *d) {
                                 "ddp wait: rank %d: parameter bucket %d is still gathered after "
                                 "backward (ZeRO-3 schedule bookkeeping)",
                                 dt_comm_rank(d->c), k);
+    for (int u = 0; !d->fz_full && u < d->fz_n; u++)
+        if (d->fz_state[u] != UNIT_RELEASED)
+            return dt_error_set(DT_ERR_STATE,
+                                "ddp wait: rank %d: frozen parameter unit %d is still gathered "
+                                "after backward (sharded base schedule bookkeeping)",
+                                dt_comm_rank(d->c), u);
     if (complete < d->nb)
         return dt_error_set(DT_ERR_STATE,
                             "ddp wait: rank %d: only %d of %d gradient buckets were completed by "

@@ -21,7 +21,7 @@ typedef struct ddp_bucket {
 /* A job of the communication thread. Jobs run strictly in queue order, and every rank queues
  * the same jobs in the same order (they come from the same schedule), as MPI's collective
  * matching needs. */
-enum { JOB_REDUCE = 0, JOB_GATHER = 1, JOB_F64 = 2 };
+enum { JOB_REDUCE = 0, JOB_GATHER = 1, JOB_F64 = 2, JOB_GATHER_FROZEN = 3 };
 typedef struct ddp_job {
     int kind, bucket;
     double *f64; /* JOB_F64: buf [n] summed over ranks in place */
@@ -61,6 +61,16 @@ struct dt_ddp {
     int *unit;         /* stage 3: [nb] UNIT_* */
     int full;          /* stage 3: all parameters gathered (evaluation, export): hooks idle */
     zero_pass pass[2]; /* forward, backward */
+    /* Frozen parameters sharded (dt_ddp_opts.shard_frozen; zero_frozen.c): one unit per frozen
+     * parameter, its bytes seen as fz_len[u] floats at fz_base + fz_lo[u] (slots are 64-byte
+     * aligned), rank r keeping [r*fz_shard[u], (r+1)*fz_shard[u]) of them. fz_n 0: not sharded. */
+    int fz_asked, fz_n;
+    int *fz_of; /* [n_params] unit of each frozen parameter, -1 for others */
+    float *fz_base;
+    size_t *fz_lo, *fz_len, *fz_shard;
+    int *fz_state;        /* [fz_n] UNIT_* */
+    int fz_full;          /* every frozen unit gathered (evaluation): hooks idle for them */
+    zero_pass fz_pass[2]; /* forward, backward */
     /* Backward thread only (no lock): buckets complete in this step, misuse seen. */
     int n_complete, twice;
     /* Shared with the communication thread, under mu. */
@@ -106,5 +116,24 @@ void dt_zero_free(dt_ddp *d);
 void dt_zero_release(dt_ddp *d, float *buf, size_t lo, size_t hi);
 /* Stage >= 2, comm thread: reduce-scatter bucket k into the own shard, release its pages. */
 dt_status dt_zero_reduce_bucket(dt_ddp *d, int k);
+/* The units (buckets, or frozen units when `frozen`) entry k reads: writes at most
+ * DT_GRAPH_ENTRY_PARAMS indices into out, returns how many (duplicates possible). */
+int dt_zero_entry_units(const dt_ddp *d, int k, int frozen, int *out);
+/* Fills ps with the first/last use and first-use order of n units over entries [from, to). */
+dt_status dt_zero_build_pass(dt_ddp *d, zero_pass *ps, int from, int to, int n, int frozen);
+void dt_zero_free_pass(zero_pass *ps);
+
+/* zero_frozen.c */
+/* Collective on no rank (local): units, shards; the frozen buffer's pages outside the own
+ * shards are given back. Needs the frozen parameters loaded. */
+dt_status dt_zero_frozen_init(dt_ddp *d);
+void dt_zero_frozen_free(dt_ddp *d);
+/* Gives back frozen unit u's bytes outside the own shard (compute thread). */
+void dt_zero_frozen_release(dt_ddp *d, int u);
+/* Comm thread: all-gathers frozen unit u in place. */
+dt_status dt_zero_frozen_gather(dt_ddp *d, int u);
+/* Every frozen unit whole until dt_zero_frozen_release_all (compute thread, comm idle). */
+dt_status dt_zero_frozen_whole(dt_ddp *d);
+void dt_zero_frozen_release_all(dt_ddp *d);
 
 #endif

@@ -61,16 +61,32 @@ dt_status dt_zero_reduce_bucket(dt_ddp *d, int k) {
 
 /* ---- stage 3: gather before use, release after ------------------------------------------ */
 
-/* Waits until bucket k's parameters are gathered (queueing the gather if nobody did). */
-static dt_status ensure(dt_ddp *d, int k) {
+/* A set of gathered units: the trainable parameters' buckets, or the frozen parameters
+ * (one unit each) under dt_ddp_opts.shard_frozen. */
+typedef struct unit_set {
+    int *state;
+    const zero_pass *pass; /* [2] */
+    int kind;              /* JOB_GATHER or JOB_GATHER_FROZEN */
+    int frozen;
+} unit_set;
+
+static void release(dt_ddp *d, const unit_set *us, int u) {
+    if (us->frozen)
+        dt_zero_frozen_release(d, u);
+    else
+        release_unit(d, u);
+}
+
+/* Waits until unit k is gathered (queueing the gather if nobody did). */
+static dt_status ensure(dt_ddp *d, const unit_set *us, int k) {
     pthread_mutex_lock(&d->mu);
-    int state = d->unit[k];
+    int state = us->state[k];
     pthread_mutex_unlock(&d->mu);
     if (state == UNIT_GATHERED) return DT_OK;
-    if (state == UNIT_RELEASED) dt_ddp_enqueue(d, JOB_GATHER, k);
+    if (state == UNIT_RELEASED) dt_ddp_enqueue(d, us->kind, k);
     double t0 = dt_ddp_now();
     pthread_mutex_lock(&d->mu);
-    while (d->unit[k] != UNIT_GATHERED) pthread_cond_wait(&d->done, &d->mu);
+    while (us->state[k] != UNIT_GATHERED) pthread_cond_wait(&d->done, &d->mu);
     dt_status st = d->err;
     char msg[sizeof d->err_msg];
     memcpy(msg, d->err_msg, sizeof msg);
@@ -79,38 +95,59 @@ static dt_status ensure(dt_ddp *d, int k) {
     return st == DT_OK ? DT_OK : dt_error_set(st, "%s", msg);
 }
 
-static dt_status on_entry(void *ud, int k, int after) {
-    dt_ddp *d = ud;
-    if (d->full) return DT_OK;
-    int params[DT_GRAPH_ENTRY_PARAMS];
-    int np = dt_graph_entry_params(d->g, k, params);
-    const zero_pass *ps = &d->pass[k >= d->pass[1].from];
-    for (int i = 0; i < np; i++) {
-        int u = d->bucket_of[params[i]];
-        if (u < 0) continue;
+static dt_status hook_units(dt_ddp *d, const unit_set *us, int k, int after) {
+    int units[DT_GRAPH_ENTRY_PARAMS];
+    int nu = dt_zero_entry_units(d, k, us->frozen, units);
+    const zero_pass *ps = &us->pass[k >= us->pass[1].from];
+    for (int i = 0; i < nu; i++) {
+        int u = units[i];
         if (after) {
-            if (ps->last[u] == k) release_unit(d, u);
+            if (ps->last[u] == k) release(d, us, u);
             continue;
         }
-        dt_status st = ensure(d, u);
+        dt_status st = ensure(d, us, u);
         if (st != DT_OK) return st;
-        /* At a bucket's first use, prefetch the bucket first used next. Only then: a later
-         * prefetch could re-gather a bucket already released in this pass, which would stay
+        /* At a unit's first use, prefetch the unit first used next. Only then: a later
+         * prefetch could re-gather a unit already released in this pass, which would stay
          * gathered -- and stale after the optimizer step. */
         int next = ps->pos[u] + 1;
         if (ps->first[u] == k && next < ps->n_order) {
             int v = ps->order[next];
             pthread_mutex_lock(&d->mu);
-            int idle = d->unit[v] == UNIT_RELEASED;
+            int idle = us->state[v] == UNIT_RELEASED;
             pthread_mutex_unlock(&d->mu);
-            if (idle) dt_ddp_enqueue(d, JOB_GATHER, v);
+            if (idle) dt_ddp_enqueue(d, us->kind, v);
         }
     }
     return DT_OK;
 }
 
-static dt_status build_pass(dt_ddp *d, zero_pass *ps, int from, int to) {
-    int nb = d->nb ? d->nb : 1;
+static dt_status on_entry(void *ud, int k, int after) {
+    dt_ddp *d = ud;
+    if (d->stage >= 3 && !d->full) {
+        unit_set us = {d->unit, d->pass, JOB_GATHER, 0};
+        dt_status st = hook_units(d, &us, k, after);
+        if (st != DT_OK) return st;
+    }
+    if (d->fz_n && !d->fz_full) {
+        unit_set us = {d->fz_state, d->fz_pass, JOB_GATHER_FROZEN, 1};
+        return hook_units(d, &us, k, after);
+    }
+    return DT_OK;
+}
+
+int dt_zero_entry_units(const dt_ddp *d, int k, int frozen, int *out) {
+    int params[DT_GRAPH_ENTRY_PARAMS], n = 0;
+    int np =
+        frozen ? dt_graph_entry_frozen(d->g, k, params) : dt_graph_entry_params(d->g, k, params);
+    const int *of = frozen ? d->fz_of : d->bucket_of;
+    for (int i = 0; i < np; i++)
+        if (of[params[i]] >= 0) out[n++] = of[params[i]];
+    return n;
+}
+
+dt_status dt_zero_build_pass(dt_ddp *d, zero_pass *ps, int from, int to, int n, int frozen) {
+    int nb = n ? n : 1;
     ps->from = from, ps->to = to;
     ps->first = malloc((size_t)nb * sizeof(int));
     ps->last = malloc((size_t)nb * sizeof(int));
@@ -118,14 +155,13 @@ static dt_status build_pass(dt_ddp *d, zero_pass *ps, int from, int to) {
     ps->pos = malloc((size_t)nb * sizeof(int));
     if (!ps->first || !ps->last || !ps->order || !ps->pos)
         return dt_error_set(DT_ERR_NOMEM, "ddp init: out of memory");
-    for (int u = 0; u < d->nb; u++) ps->first[u] = ps->last[u] = ps->pos[u] = -1;
+    for (int u = 0; u < n; u++) ps->first[u] = ps->last[u] = ps->pos[u] = -1;
     ps->n_order = 0;
-    int params[DT_GRAPH_ENTRY_PARAMS];
+    int units[DT_GRAPH_ENTRY_PARAMS];
     for (int k = from; k < to; k++) {
-        int np = dt_graph_entry_params(d->g, k, params);
-        for (int i = 0; i < np; i++) {
-            int u = d->bucket_of[params[i]];
-            if (u < 0) continue;
+        int nu = dt_zero_entry_units(d, k, frozen, units);
+        for (int i = 0; i < nu; i++) {
+            int u = units[i];
             if (ps->first[u] < 0) {
                 ps->first[u] = k;
                 ps->pos[u] = ps->n_order;
@@ -137,11 +173,21 @@ static dt_status build_pass(dt_ddp *d, zero_pass *ps, int from, int to) {
     return DT_OK;
 }
 
+void dt_zero_free_pass(zero_pass *ps) {
+    free(ps->first), free(ps->last), free(ps->order), free(ps->pos);
+    ps->first = ps->last = ps->order = ps->pos = NULL;
+}
+
 dt_status dt_zero_init(dt_ddp *d) {
     int world = dt_comm_size(d->c), rank = dt_comm_rank(d->c);
     d->page = (size_t)sysconf(_SC_PAGESIZE);
+    if (d->fz_asked) {
+        dt_status st = dt_zero_frozen_init(d);
+        if (st != DT_OK) return st;
+    }
     if (d->stage == 0) {
         d->shard = d->n, d->own_lo = 0, d->own_hi = d->n;
+        if (d->fz_n) dt_graph_on_entry(d->g, on_entry, d);
         return DT_OK;
     }
     d->shard = dt_comm_shard_size(d->n, world);
@@ -168,21 +214,21 @@ dt_status dt_zero_init(dt_ddp *d) {
         d->unit = calloc((size_t)(d->nb ? d->nb : 1), sizeof(int));
         if (!d->unit) return dt_error_set(DT_ERR_NOMEM, "ddp init: out of memory");
         int nf = 0, ne = dt_graph_entry_count(d->g, &nf);
-        dt_status st = build_pass(d, &d->pass[0], 0, nf);
-        if (st == DT_OK) st = build_pass(d, &d->pass[1], nf, ne);
+        dt_status st = dt_zero_build_pass(d, &d->pass[0], 0, nf, d->nb, 0);
+        if (st == DT_OK) st = dt_zero_build_pass(d, &d->pass[1], nf, ne, d->nb, 0);
         if (st != DT_OK) return st;
         d->full = 1; /* parameters are whole until the first dt_ddp_release_params */
         for (int u = 0; u < d->nb; u++) d->unit[u] = UNIT_GATHERED;
-        dt_graph_on_entry(d->g, on_entry, d);
     }
+    if (d->fz_n || d->stage >= 3) dt_graph_on_entry(d->g, on_entry, d);
     return DT_OK;
 }
 
 void dt_zero_free(dt_ddp *d) {
-    if (d->stage >= 3 && d->g) dt_graph_on_entry(d->g, NULL, NULL);
+    if ((d->stage >= 3 || d->fz_n) && d->g) dt_graph_on_entry(d->g, NULL, NULL);
     free(d->gshard), free(d->unit);
-    for (int p = 0; p < 2; p++)
-        free(d->pass[p].first), free(d->pass[p].last), free(d->pass[p].order), free(d->pass[p].pos);
+    for (int p = 0; p < 2; p++) dt_zero_free_pass(&d->pass[p]);
+    dt_zero_frozen_free(d);
 }
 
 /* ---- public ------------------------------------------------------------------------------ */
@@ -233,6 +279,7 @@ dt_status dt_ddp_gather_params(dt_ddp *d) {
 
 dt_status dt_ddp_release_params(dt_ddp *d) {
     if (!d) return dt_error_set(DT_ERR_INVALID, "ddp release_params: ddp is NULL");
+    dt_zero_frozen_release_all(d);
     if (d->stage < 3) return DT_OK;
     for (int u = 0; u < d->nb; u++) release_unit(d, u);
     d->full = 0;
@@ -246,7 +293,8 @@ dt_status dt_ddp_step_end(dt_ddp *d) {
 }
 
 dt_status dt_ddp_params_whole(dt_ddp *d) {
-    return d && d->stage >= 3 ? dt_ddp_gather_params(d) : DT_OK;
+    dt_status st = d ? dt_zero_frozen_whole(d) : DT_OK;
+    return st == DT_OK && d && d->stage >= 3 ? dt_ddp_gather_params(d) : st;
 }
 
 int dt_ddp_accumulates(const dt_ddp *d) {

@@ -106,7 +106,8 @@ int dt_graph_entry_count(const dt_graph *g, int *n_forward) {
     return ok ? g->n_entries : 0;
 }
 
-int dt_graph_entry_params(const dt_graph *g, int k, int *params) {
+/* The parameters entry k reads (through views) whose flags match `want` under `mask`. */
+static int entry_params(const dt_graph *g, int k, int *params, unsigned mask, unsigned want) {
     if (!g || !g->compiled || k < 0 || k >= g->n_entries) return 0;
     const dt_node *nd = &g->nodes[g->entries[k].node];
     int n = 0;
@@ -114,12 +115,20 @@ int dt_graph_entry_params(const dt_graph *g, int k, int *params) {
         const dt_node *r = &g->nodes[nd->in[j]];
         while (r->op && (r->op->flags & DT_OPF_ALIAS)) r = &g->nodes[r->in[0]]; /* views */
         if (r->kind != DT_NODE_PARAM || r->param < 0) continue;
-        if (g->params[r->param].flags & (DT_PARAM_FROZEN | DT_PARAM_STATE)) continue;
+        if ((g->params[r->param].flags & mask) != want) continue;
         int dup = 0;
         for (int i = 0; i < n; i++) dup |= params[i] == r->param;
         if (!dup) params[n++] = r->param;
     }
     return n;
+}
+
+int dt_graph_entry_params(const dt_graph *g, int k, int *params) {
+    return entry_params(g, k, params, DT_PARAM_FROZEN | DT_PARAM_STATE, 0);
+}
+
+int dt_graph_entry_frozen(const dt_graph *g, int k, int *params) {
+    return entry_params(g, k, params, DT_PARAM_FROZEN, DT_PARAM_FROZEN);
 }
 
 const char *dt_graph_entry_op(const dt_graph *g, int k, int *phase) {

@@ -205,6 +205,17 @@ const char *dt_train_base_note(const dt_trainer *t) {
     return t->base ? t->base->note : "";
 }
 
+void dt_train_base_sharded(dt_trainer *t) {
+    dt_train_base *b = t->base;
+    if (!b) return;
+    if (b->seg) munmap((void *)b->seg, b->seg_bytes);
+    b->seg = NULL;
+    dt_base_map_close(b->map);
+    b->map = NULL;
+    size_t n = strlen(b->note);
+    snprintf(b->note + n, sizeof b->note - n, "; each worker copied its shard out");
+}
+
 void dt_train_base_free(dt_trainer *t) {
     dt_train_base *b = t->base;
     if (!b) return;

@@ -377,6 +377,13 @@ dt_status dt_trainer_run(dt_trainer *t) {
                                                      : " (windows may span documents)");
         if (t->ddp) fprintf(t->log, "gradient all-reduce: %s\n", dt_ddp_exchange_note(t->ddp));
         if (dt_train_base_note(t)[0]) fprintf(t->log, "%s\n", dt_train_base_note(t));
+        size_t kept = 0, whole = 0;
+        dt_ddp_frozen_bytes(t->ddp, &kept, &whole);
+        if (whole) /* lora.shard_base */
+            fprintf(t->log,
+                    "frozen base: sharded across the %d workers: %.1f MiB kept per worker of "
+                    "%.1f MiB, each weight gathered just before use and released after\n",
+                    t->world, (double)kept / 1048576.0, (double)whole / 1048576.0);
         if (t->uneven) { /* dist.batch_shares: who takes how much of the global batch */
             char parts[512];
             int l = 0;

@@ -112,6 +112,9 @@ dt_status dt_train_base_reattach(dt_trainer *t);
 int dt_train_base_held(const dt_trainer *t);
 const char *dt_train_base_note(const dt_trainer *t);
 void dt_train_base_free(dt_trainer *t);
+/* lora.shard_base, after dt_ddp_open copied each worker's shard out of the mappings: they are
+ * closed (the graph no longer points into them) and the note says so. No-op without them. */
+void dt_train_base_sharded(dt_trainer *t);
 /* This process's proportional set size (shared pages divided among their users), MiB, from
  * /proc/self/smaps_rollup (-1 if unknown); and, collective, its sum over the workers of this
  * host (*n_host of them). */

@@ -443,8 +443,10 @@ dt_status dt_train_make_ddp(dt_trainer *t) {
                      .average = 0,
                      .zero_stage = (int)t->v.dist.zero_stage,
                      .sparse = t->v.dist.sparse_embedding,
-                     .shm = t->v.dist.shared_memory};
+                     .shm = t->v.dist.shared_memory,
+                     .shard_frozen = t->v.lora.enabled && t->v.lora.shard_base};
     dt_status st = dt_ddp_open(t->g, t->comm, &o, &t->ddp);
+    if (st == DT_OK && o.shard_frozen) dt_train_base_sharded(t); /* shards copied out */
     if (st == DT_OK && t->v.dist.sync_batchnorm)
         dt_graph_set_sync_batchnorm(t->g, sync_sum, t->ddp);
     if (st == DT_OK) st = dt_ddp_broadcast_params(t->ddp);

@@ -69,11 +69,15 @@ static dt_plan plan_of(const dt_plan_variant *r, int world, const char *extra) {
     snprintf(a, sizeof a, "lora.enabled=%s", r->lora ? "true" : "false");
     snprintf(b, sizeof b, "model.recompute=%s", r->recompute ? "true" : "false");
     snprintf(c, sizeof c, "dist.zero_stage=%d", r->zero_stage);
-    char *over[4] = {a, b, c, (char *)extra};
+    char *over[6] = {a, b, c};
+    int n = 3;
+    /* LoRA's ZeRO-3 rows shard the frozen base as well */
+    if (r->lora && r->zero_stage == 3) over[n++] = "lora.shard_base=true";
+    if (extra) over[n++] = (char *)extra;
     dt_config *cfg = NULL;
     dt_plan p;
     memset(&p, 0, sizeof p);
-    CHECK_OK(dt_config_from_args(l8, extra ? 4 : 3, over, &cfg));
+    CHECK_OK(dt_config_from_args(l8, n, over, &cfg));
     if (cfg) CHECK_OK(dt_plan_compute(cfg, world, &p));
     dt_config_free(cfg);
     return p;
@@ -114,6 +118,13 @@ static void check_rows(const dt_plan_variant *rows, int n, int chosen, int world
                       r->plan.params_trainable < rows[i - 8].plan.params_trainable,
                   "row %d: LoRA frozen %lld trainable %lld", i, (long long)r->plan.params_frozen,
                   (long long)r->plan.params_trainable);
+        /* LoRA under ZeRO-3: the frozen base sharded, 1/N of it plus the gathered weights */
+        if (r->lora && r->zero_stage == 3 && world > 1)
+            CHECK(r->plan.base_sharded && r->plan.frozen_bytes < rows[i - 1].plan.frozen_bytes &&
+                      r->plan.frozen_bytes_1 == rows[i - 1].plan.frozen_bytes &&
+                      r->plan.frozen_bytes >= rows[i - 1].plan.frozen_bytes / world,
+                  "row %d: sharded base %lld, whole %lld", i, (long long)r->plan.frozen_bytes,
+                  (long long)rows[i - 1].plan.frozen_bytes);
         /* min_workers: fits there and not one below (monotone in the worker count). */
         if (r->min_workers) {
             CHECK(plan_of(r, r->min_workers, NULL).total_bytes <= budget * GIB,

@@ -38,6 +38,11 @@ case_ channels "model.in_channels" "$ex" "${base[@]}" model.in_channels=3
 case_ classes "model.num_classes" "$ex" "${base[@]}" model.num_classes=5
 case_ model-data-kind "model.kind" "$ex" "${base[@]}" model.kind=llama model.hf_path=$repo/examples/llama-tiny
 case_ lora-resnet "lora" "$ex" "${base[@]}" lora.enabled=true
+# lora.shard_base: only with LoRA, and not with a graph rebuilt for new batch shares
+case_ shard-base-no-lora "lora.shard_base is true but lora.enabled is false" "$ex" "${base[@]}" lora.shard_base=true
+case_ shard-base-auto-shares "lora.shard_base is true but dist.batch_shares is auto" \
+  "$repo/examples/llama-tiny-fortunes.yaml" "${base[@]}" lora.enabled=true lora.share_base=false \
+  lora.shard_base=true dist.batch_shares=auto
 # the photo transform keys
 case_ crop-scale "data.crop_scale: need two numbers [min, max] with 0 < min <= max <= 1" "$ex" "${base[@]}" data.crop_scale=0.5,1.5
 case_ crop-ratio "data.crop_ratio: item 2 'x' is not a number" "$ex" "${base[@]}" data.crop_ratio=3/4,x

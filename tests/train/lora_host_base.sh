@@ -19,35 +19,7 @@ mpi=("$mpiexec" "$@")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/bf16" "$tmp/f32"
-"$py" - "$tmp" <<'PY'
-import json, sys, torch
-from safetensors.torch import save_file
-d = sys.argv[1]
-cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000,
-       "hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 2,
-       "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 512,
-       "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": False,
-       "hidden_act": "silu", "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "bfloat16"}
-g = torch.Generator().manual_seed(5)
-h, f, L, kv = 512, 1408, 2, 256
-shapes = {"model.embed_tokens.weight": (32000, h), "lm_head.weight": (32000, h),
-          "model.norm.weight": (h,)}
-for i in range(L):
-    p = f"model.layers.{i}."
-    shapes.update({p + "self_attn.q_proj.weight": (h, h), p + "self_attn.k_proj.weight": (kv, h),
-                   p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, h),
-                   p + "mlp.gate_proj.weight": (f, h), p + "mlp.up_proj.weight": (f, h),
-                   p + "mlp.down_proj.weight": (h, f), p + "input_layernorm.weight": (h,),
-                   p + "post_attention_layernorm.weight": (h,)})
-sd = {}
-for k, s in shapes.items():
-    t = torch.ones(s) if len(s) == 1 else torch.randn(s, generator=g) * 0.02
-    # norms stay f32 (the base keeps them f32), matrices bf16
-    sd[k] = t if len(s) == 1 else t.to(torch.bfloat16)
-for sub, conv in (("bf16", lambda t: t), ("f32", lambda t: t.float())):
-    json.dump(cfg, open(f"{d}/{sub}/config.json", "w"))
-    save_file({k: conv(v).contiguous() for k, v in sd.items()}, f"{d}/{sub}/model.safetensors")
-PY
+"$py" "$repo/tests/train/make_llama_base.py" 32000 5 ones-f32 "$tmp/bf16" "$tmp/f32"
 base_mib=$("$py" -c "print(round((2*32000*512 + 2*(2*512*512 + 2*256*512 + 3*1408*512)) * 2 / 1048576))")
 
 # run NAME NP BATCH BASE [overrides...]: the adapter in $tmp/NAME.adapter, the log in $tmp/NAME.log

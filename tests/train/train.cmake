@@ -26,7 +26,8 @@ set_tests_properties(train_fortunes_export_hf PROPERTIES LABELS "e2e;parity"
                      FIXTURES_REQUIRED fortunes_model)
 # Config errors: exit code 2, one line naming the key/file, no training step. One test a case.
 foreach(case typo unknown-override wrong-type out-of-range bad-enum bad-depth malformed-yaml
-        missing-config missing-data channels classes model-data-kind lora-resnet short-warmup
+        missing-config missing-data channels classes model-data-kind lora-resnet shard-base-no-lora
+        shard-base-auto-shares short-warmup
         bf16-no-cpu device-spec device-cuda device-cuda-index crop-scale crop-ratio jitter mean-std
         std-zero resize label-smoothing)
   add_test(NAME train_cli_error_${case} COMMAND ${PROJECT_SOURCE_DIR}/tests/train/cli_errors.sh
@@ -141,6 +142,24 @@ if(MPI_FOUND)
   set_tests_properties(train_lora_host_base PROPERTIES LABELS "dist;e2e;parity" TIMEOUT 300
                        RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data
                        ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000;HF_HUB_OFFLINE=1")
+endif()
+# The frozen LoRA base sharded across workers (lora.shard_base): 2 ranks (no ZeRO) and 4 ranks
+# (ZeRO-3, recompute) give the adapters of the whole base bit for bit, rank 0's resident memory
+# falls by the base less its 1/N, `dtrain plan` models it, and a resume continues bit for bit.
+if(MPI_FOUND)
+  foreach(cfg "np2;0;false" "np4_zero3;3;true")
+    list(GET cfg 0 tag)
+    list(GET cfg 1 zero)
+    list(GET cfg 2 rc)
+    string(REGEX REPLACE "^np([0-9]+).*" "\\1" np ${tag})
+    add_test(NAME train_lora_shard_base_${tag}
+             COMMAND ${PROJECT_SOURCE_DIR}/tests/train/lora_shard_base.sh $<TARGET_FILE:dtrain>
+                     ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${DT_VENV_PYTHON} ${np} ${zero} ${rc}
+                     ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe --bind-to none)
+    set_tests_properties(train_lora_shard_base_${tag} PROPERTIES LABELS "dist;e2e;parity"
+                         TIMEOUT 120 RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data
+                         ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000;HF_HUB_OFFLINE=1")
+  endforeach()
 endif()
 # train.precision: bf16 (tiny Llama, narrow ResNet-18): close to fp32 but not equal, and a resume
 # bit for bit; through the exact emulation (DT_CPU_BF16=emulate) on any CPU.
