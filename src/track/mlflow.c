@@ -127,10 +127,10 @@ static dt_status params_one_by_one(dt_mlflow *m, const cJSON *op) {
     }
     if (kept && m->warnings++ < MAX_WARNINGS)
         fprintf(stderr,
-                "warning: tracking: mlflow %s: %d param%s of run %s differ from what it first "
+                "warning: tracking: mlflow %s: %d param%s of run %s %s from what it first "
                 "logged (%s%s); MLflow keeps the first values\n",
-                m->http.base, kept, kept == 1 ? "" : "s", m->run_id, names,
-                kept > 8 ? ", ..." : "");
+                m->http.base, kept, kept == 1 ? "" : "s", m->run_id,
+                kept == 1 ? "differs" : "differ", names, kept > 8 ? ", ..." : "");
     return DT_OK;
 }
 
