@@ -65,7 +65,7 @@ test-slow: build venv
 # launch_recover; the plain resume: ckpt_sigkill and ckpt_resume_llama_zero2; concurrent runs:
 # test_track and track_faults_kill; the host-shared LoRA base, a resident-memory test:
 # test_base_map). The plots (track_runs_plot/compare) run in the main pass only.
-ASAN_E2E_SKIP = ^(lora_e2e_definitions|demo|launch_long|train_fmnist|train_progress|train_fortunes|train_fortunes_export_hf|train_dist_np3|train_dist_np4|train_zero_memory|train_lora_memory|track_faults_monitor|ckpt_s3_multipart_retry|ckpt_s3_multipart_outage|launch_srun|track_runs_plot|ckpt_resume_llama_zero0|track_faults_concurrent|launch_preempt|track_runs_compare|train_shares_auto|train_lora_host_base|argo_pipeline)$$
+ASAN_E2E_SKIP = ^(lora_e2e_definitions|demo|launch_long|train_fmnist|train_progress|train_fortunes|train_fortunes_export_hf|train_dist_np3|train_dist_np4|train_zero_memory|train_lora_memory|track_faults_monitor|ckpt_s3_multipart_retry|ckpt_s3_multipart_outage|launch_srun|track_runs_plot|ckpt_resume_llama_zero0|track_faults_concurrent|launch_preempt|track_runs_compare|train_shares_auto|train_lora_host_base|argo_pipeline|train_lora_shard_base_np4_zero3)$$
 ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:verify_asan_link_order=0 UBSAN_OPTIONS=print_stacktrace=1 \
   LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitize/lsan.supp:print_suppressions=0 \
   LD_PRELOAD=$(CURDIR)/$(ASAN_BUILD)/libdt_nodlclose.so DT_GRAPH_POISON=1
