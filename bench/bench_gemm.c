@@ -13,6 +13,11 @@
  * For the bf16-weight linear (dt_linear with a frozen bf16 weight: convert x, bf16 matmul;
  * backward: convert g, bf16 matmul; 2 GEMMs for forward + backward since there is no dW) the
  * onednn column is oneDNN's raw bf16 matmul with x already in bf16 (forward only).
+ * "bf16 mode" rows are dt_linear with an f32 weight compiled with dt_graph_opts.bf16_gemm (the
+ * trainer's train.precision: bf16): on a CPU with bf16 instructions x, w and g are packed to bf16
+ * and the three products run oneDNN's bf16 matmuls, elsewhere (or with DT_CPU_BF16=emulate)
+ * the f32 emulation; cblas and onednn there are the raw f32 GEMMs (ours/onednn > 1: faster than
+ * the f32 GEMMs themselves).
  * Times are the best of several repetitions (at least 3, and about SECONDS per figure: on a
  * shared machine the best of a longer window filters out other processes' interference).
  *
@@ -176,7 +181,7 @@ static void bf16mm_free(bf16mm *b) {
 
 /* ---- ours: through a compiled graph ---------------------------------------------------- */
 
-enum { OP_LINEAR, OP_MATMUL, OP_LINEAR_BF16 };
+enum { OP_LINEAR, OP_MATMUL, OP_LINEAR_BF16, OP_LINEAR_BF16MODE };
 
 static void g_fwd(void *p) {
     if (dt_graph_forward(p, 1) != DT_OK) fprintf(stderr, "forward: %s\n", dt_last_error());
@@ -195,12 +200,14 @@ static dt_graph *ours_init(int op, int M, int K, int N) {
         w = dt_graph_param(g, "w", DT_F32, 2, (int64_t[]){K, N}, 0);
         y = dt_matmul(g, x, w, 0, 0);
     } else {
-        w = dt_graph_param(g, "w", op == OP_LINEAR ? DT_F32 : DT_BF16, 2, (int64_t[]){N, K},
-                           op == OP_LINEAR ? 0 : DT_PARAM_FROZEN);
+        int f32w = op != OP_LINEAR_BF16;
+        w = dt_graph_param(g, "w", f32w ? DT_F32 : DT_BF16, 2, (int64_t[]){N, K},
+                           f32w ? 0 : DT_PARAM_FROZEN);
         y = dt_linear(g, x, w, -1);
     }
     int loss = dt_sum(g, y);
-    if (loss < 0 || dt_graph_compile(g, loss, NULL) != DT_OK) {
+    dt_graph_opts o = {.bf16_gemm = op == OP_LINEAR_BF16MODE};
+    if (loss < 0 || dt_graph_compile(g, loss, &o) != DT_OK) {
         fprintf(stderr, "graph: %s\n", dt_last_error());
         dt_graph_free(g);
         return NULL;
@@ -268,6 +275,9 @@ int main(int argc, char **argv) {
         {"linear 2048x512->32000", OP_LINEAR, 2048, 512, 32000},
         {"bf16 2048x512->1408", OP_LINEAR_BF16, 2048, 512, 1408},
         {"bf16 2048x2048->2048", OP_LINEAR_BF16, 2048, 2048, 2048},
+        {"bf16 mode 2048x512->1408", OP_LINEAR_BF16MODE, 2048, 512, 1408},
+        {"bf16 mode 2048x2048->2048", OP_LINEAR_BF16MODE, 2048, 2048, 2048},
+        {"bf16 mode 2048x512->32000", OP_LINEAR_BF16MODE, 2048, 512, 32000},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) {
@@ -276,7 +286,11 @@ int main(int argc, char **argv) {
         double flop = 2.0 * M * N * K, t[3];
         printf("%s (M=%d K=%d N=%d, %s%s)\n", cases[i].what, M, K, N,
                op == OP_MATMUL ? "dt_matmul" : "dt_linear",
-               op == OP_LINEAR_BF16 ? ", bf16 weight" : "");
+               op == OP_LINEAR_BF16 ? ", bf16 weight"
+               : op == OP_LINEAR_BF16MODE
+                   ? (dt_bf16_gemm_mode() == DT_BF16_NATIVE ? ", bf16 mode: native kernels"
+                                                            : ", bf16 mode: emulated")
+                   : "");
         dt_graph *g = ours_init(op, M, K, N), *gl = loss_init(M, N);
         if (!g || !gl) continue;
         raw rc, rd;

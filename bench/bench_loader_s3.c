@@ -2,8 +2,9 @@
  * dt_loader_next with T prefetch threads over S seconds (after one warm-up batch), the s3://
  * copy read with a cache of C MiB (small: blocks keep being fetched), and the ratio
  * (bench/bench_loader_s3.sh). Encoded images: RandomResizedCrop(224) + flip + normalise;
- * stored images: normalise only.
- *   bench_loader_s3 LOCAL_DIR S3_URL THREADS SECONDS CACHE_MB */
+ * stored images: normalise only. WINDOW_MB > 0: block-aware shuffling (data.shuffle_window_mb)
+ * on both sides.
+ *   bench_loader_s3 LOCAL_DIR S3_URL THREADS SECONDS CACHE_MB [WINDOW_MB] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -14,6 +15,8 @@ static double now(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+
+static int64_t g_window_mb;
 
 static int run(const char *dir, int threads, double secs, int64_t cache_mb, double *rate) {
     dt_dataset_opts o = dt_dataset_opts_default();
@@ -27,6 +30,7 @@ static int run(const char *dir, int threads, double secs, int64_t cache_mb, doub
     dt_loader_config c;
     dt_loader_config_default(&c);
     c.batch_size = 32, c.prefetch_threads = threads, c.seed = 1;
+    c.shuffle_window_bytes = g_window_mb << 20;
     if (in->kind == DT_DATA_ENCODED) c.augment = 1, c.image_size = 224;
     for (int i = 0; i < 3; i++) c.mean[i] = 0.5f, c.std[i] = 0.25f;
     dt_loader *l;
@@ -59,10 +63,12 @@ static int run(const char *dir, int threads, double secs, int64_t cache_mb, doub
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6) {
-        fprintf(stderr, "usage: bench_loader_s3 LOCAL_DIR S3_URL THREADS SECONDS CACHE_MB\n");
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr,
+                "usage: bench_loader_s3 LOCAL_DIR S3_URL THREADS SECONDS CACHE_MB [WINDOW_MB]\n");
         return 2;
     }
+    g_window_mb = argc == 7 ? atoll(argv[6]) : 0;
     int threads = atoi(argv[3]);
     double secs = atof(argv[4]), local, s3;
     if (run(argv[1], threads, secs, 512, &local) ||

@@ -4,8 +4,10 @@
 # photos (500x375 .. 1024x768, ~150 kB; decode + RandomResizedCrop(224) + flip + normalise) and
 # Fashion-MNIST's train split (47 MB of 28x28 pixels; normalise only: the fetch is all the
 # work). The s3:// side reads with data.cache_mb=16 (BENCH_CACHE_MB), so blocks keep being fetched (the datasets
-# are larger). Prints samples/s of both and the ratio. About a minute.
-# Usage: bench/bench_loader_s3.sh [BUILD_DIR=build]   (BENCH_LOADER_SECONDS, BENCH_THREADS)
+# are larger). BENCH_WINDOW_MB > 0: block-aware shuffling (data.shuffle_window_mb) on both
+# sides. Prints samples/s of both and the ratio. About a minute.
+# Usage: bench/bench_loader_s3.sh [BUILD_DIR=build]   (BENCH_LOADER_SECONDS, BENCH_THREADS,
+#        BENCH_CACHE_MB, BENCH_WINDOW_MB)
 set -e
 . "$(dirname "$0")/header.inc"
 bench_header
@@ -29,7 +31,7 @@ for ds in photo/train fm/train; do
   for f in "$TMP/\$ds"/*; do
     "$BUILD/tests/s3_get" put "s3://\$DT_S3_BUCKET/\$ds" "\$(basename "\$f")" "\$f"
   done
-  OMP_NUM_THREADS=1 "$BIN" "$TMP/\$ds" "s3://\$DT_S3_BUCKET/\$ds" $TH $SECS ${BENCH_CACHE_MB:-16}
+  OMP_NUM_THREADS=1 "$BIN" "$TMP/\$ds" "s3://\$DT_S3_BUCKET/\$ds" $TH $SECS ${BENCH_CACHE_MB:-16} ${BENCH_WINDOW_MB:-0}
 done
 RUNEOF
 bash "$ROOT/tests/storage/seaweed.sh" run -- bash "$TMP/run.sh"

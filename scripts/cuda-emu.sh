@@ -6,19 +6,21 @@
 # scripts/gpu-check.sh.
 #
 #   scripts/cuda-emu.sh BUILD_DIR [TEST...]     (default tests: cuda_rope cuda_embedding
-#                                                cuda_dropout cuda_attention)
+#                                                cuda_dropout cuda_attention cuda_graph_llama)
 #
 # BUILD_DIR: a Ninja build configured with -DDT_CUDA=OFF (e.g. the sanitizer build; then the
 # emulated kernels are built with ASan/UBSan too) in which the named test targets are built.
-# The tests run on the CPU device (their calls that check that a CPU stream is refused fail
-# here, since the emulation accepts it). Needs g++ with C++20 and python3. Exit 0 when every
-# test passed.
+# The tests run on an emulated CUDA device (scripts/cuda-emu/emu_device.c: the CPU backend
+# reporting one CUDA device, host memory, and a plain-loop f32 stand-in for the cuBLASLt
+# wrapper), so that a graph compiled for cuda:0 takes its CUDA paths (their calls that check
+# that a CPU stream is refused fail here, since the emulation accepts it). Needs g++ with
+# C++20 and python3. Exit 0 when every test passed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:?usage: scripts/cuda-emu.sh BUILD_DIR [TEST...]}" && pwd)
 shift
 tests=("$@")
-[[ ${#tests[@]} -gt 0 ]] || tests=(cuda_rope cuda_embedding cuda_dropout cuda_attention)
+[[ ${#tests[@]} -gt 0 ]] || tests=(cuda_rope cuda_embedding cuda_dropout cuda_attention cuda_graph_llama)
 grep -q '^DT_CUDA:BOOL=OFF' "$build/CMakeCache.txt" ||
   { echo "cuda-emu: $build is not a -DDT_CUDA=OFF build" >&2; exit 2; }
 san=()
@@ -33,17 +35,20 @@ objs=()
 for cu in "$root"/src/device/*.cu; do
   b=$(basename "$cu" .cu)
   python3 "$root/scripts/cuda-emu/conv.py" "$cu" "$work/$b.cpp"
-  g++ -std=c++20 -O1 -g "${san[@]}" "${inc[@]}" -c "$work/$b.cpp" -o "$work/$b.o"
-  objs+=("$work/$b.o")
+  g++ -std=c++20 -O1 -g "${san[@]}" "${inc[@]}" -c "$work/$b.cpp" -o "$work/kern_$b.o"
+  objs+=("$work/kern_$b.o") # not $b.o: cuda_nn.cu and the test cuda_nn.c share a name
 done
-# cuda_testutil.c with cuda_test_device on the CPU device instead of exiting 77
+# the emulated CUDA device and GEMM
+gcc -std=gnu11 -g "${san[@]}" -D_GNU_SOURCE "${inc[@]}" -c "$root/scripts/cuda-emu/emu_device.c" -o "$work/emu_device.o"
+objs+=("$work/emu_device.o")
+# cuda_testutil.c with cuda_test_device on the emulated device instead of exiting 77
 python3 - "$root/tests/device/cuda_testutil.c" "$work/testutil_cpu.c" <<'PY'
 import sys
 s = open(sys.argv[1]).read()
 i, j = s.index('dt_device cuda_test_device('), s.index('void *cuda_test_upload(')
 s = s[:i] + '''dt_device cuda_test_device(const char *test, dt_stream **s) {
-    dt_device d = {DT_DEVICE_CPU, 0};
-    printf("%s: on the CPU device, CUDA kernels emulated (scripts/cuda-emu.sh)\\n", test);
+    dt_device d = {DT_DEVICE_CUDA, 0};
+    printf("%s: on an emulated CUDA device, kernels run on the CPU (scripts/cuda-emu.sh)\\n", test);
     if (dt_stream_create(d, s) != DT_OK) die("stream create");
     return d;
 }

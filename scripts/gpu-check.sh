@@ -10,7 +10,8 @@
 # either installed, or unpacked under DT_DEPS_PREFIX (a folder with usr/include, usr/lib/...),
 # or, without DT_DEPS_PREFIX, the bundle that scripts/gpu-bundle.sh makes in .gpu-deps (carried
 # as .gpu-deps/carry, unpacked here into .gpu-deps/root). MPI is left out (-DCMAKE_DISABLE_FIND_
-# PACKAGE_MPI=ON) and so is the CLI (-DDT_CLI=OFF: no cairo needed). DT_GPU_BUILD names the build
+# PACKAGE_MPI=ON) unless mpirun is found (then the two-rank tests cuda_train_dist_* run too,
+# their skips reported but not counted as failures), and so is the CLI (-DDT_CLI=OFF: no cairo needed). DT_GPU_BUILD names the build
 # folder (default build-gpu), DT_GPU_JOBS the parallel jobs (default: every core).
 # It builds only the device tests and the library (not the CLI or the other tests), for sm_90
 # only, then runs ctest -L gpu, then compares the GEMM speed with PyTorch's on the same GPU when
@@ -91,14 +92,32 @@ if [[ -n "${DT_DEPS_PREFIX:-}" ]]; then
     exit 1
   fi
 fi
+# cuDNN for the convolutions: DT_CUDNN_ROOT when set; else the toolkit's when it has cudnn.h;
+# else PyTorch's (its nvidia-cudnn wheel has include/cudnn.h and lib/libcudnn.so.9). Without
+# any, the build has no convolutions and cuda_conv fails (skipped counts as failed here).
+if [[ -z "${DT_CUDNN_ROOT:-}" && ! -f $(dirname "$(dirname "$nvcc_bin")")/include/cudnn.h ]]; then
+  DT_CUDNN_ROOT=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null)
+fi
+if [[ -n "${DT_CUDNN_ROOT:-}" ]]; then
+  cm_extra+=("-DDT_CUDNN_ROOT=$DT_CUDNN_ROOT")
+  lib_path=$DT_CUDNN_ROOT/lib${lib_path:+:$lib_path}
+fi
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
+# Two ranks training on the GPU(s) (cuda_train_dist_host/_nccl, tests/device/cuda_train_dist.c)
+# need MPI: built in, and run, only when mpirun is found here.
+mpi_opt=(-DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON)
+dist_tests=()
+if command -v mpirun >/dev/null; then
+  mpi_opt=()
+  dist_tests=(cuda_train_dist_host cuda_train_dist_nccl)
+fi
 
 # Configure: Release, CUDA on, sm_90 machine code only (the PTX is not needed to run here).
 tc=$(date +%s)
 if ! cmake -S "$repo" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DDT_CUDA=ON \
     -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DCMAKE_CUDA_ARCHITECTURES=90-real -DDT_CLI=OFF \
-    -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON "${cm_extra[@]}" \
+    "${mpi_opt[@]}" "${cm_extra[@]}" \
     >"$out/configure.log" 2>&1; then
   say "FAIL: configure (see configure.log); the first missing piece:"
   grep -m3 -E "Could NOT find|not found|NOTFOUND|Error" "$out/configure.log" | tee -a "$sum"
@@ -108,10 +127,15 @@ fi
 # Where the main libraries were found (the bundle's, when one is used).
 say "libraries: $(grep -E '^(DNNL_LIB|OPENBLAS_LIB|CURL_LIBRARY_RELEASE|SQLite3_LIBRARY):' \
   "$build/CMakeCache.txt" | sed 's/:[A-Z]*=/=/' | tr '\n' ' ')"
+say "cudnn: $(grep -m1 -E '^-- cuDNN|cuDNN not found' "$out/configure.log" | sed 's/^-- //')"
 # The CUDA kernel tests (tests/device/device.cmake); each is also run alone below for its log.
-cuda_tests=(cuda_device cuda_optim cuda_nn cuda_gemm cuda_rope cuda_embedding cuda_dropout cuda_attention)
+cuda_tests=(cuda_device cuda_optim cuda_nn cuda_gemm cuda_rope cuda_embedding cuda_dropout cuda_attention
+  cuda_conv cuda_batchnorm cuda_pool cuda_graph_llama cuda_train_llama
+  cuda_graph_resnet cuda_train_resnet cuda_optim_dev cuda_train_capture)
 targets=(device_cpu "${cuda_tests[@]}")
-if ! cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$out/build.log" 2>&1; then
+build_targets=("${targets[@]}")
+[[ ${#dist_tests[@]} -gt 0 ]] && build_targets+=(cuda_train_dist)
+if ! cmake --build "$build" -j "$jobs" --target "${build_targets[@]}" >"$out/build.log" 2>&1; then
   say "FAIL: build (see build.log):"
   grep -m5 -E "error|FAILED" "$out/build.log" | tee -a "$sum"
   exit 1
@@ -123,6 +147,15 @@ say "configure + build: $(($(date +%s) - tc)) s"
    --output-on-failure --timeout 300) >"$out/ctest.log" 2>&1
 rc=$?
 grep -E "Test +#|tests passed|Skipped|Failed" "$out/ctest.log" | tee -a "$sum"
+# The two-rank runs (mpirun -np 2 under ctest): cuda_train_dist_nccl is skipped with fewer than
+# 2 GPUs or no loadable NCCL -- reported in the summary, not counted as a failure; a failure is.
+if [[ ${#dist_tests[@]} -gt 0 ]]; then
+  (cd "$build" && LD_LIBRARY_PATH=$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ctest -R "^($(IFS='|'; echo "${dist_tests[*]}"))\$" \
+     --output-on-failure -V --timeout 300) >"$out/ctest-dist.log" 2>&1 || rc=1
+  grep -E "Test +#|gpu comm:|skipped:" "$out/ctest-dist.log" | tee -a "$sum"
+else
+  say "cuda_train_dist: not run (no mpirun here)"
+fi
 for t in "${cuda_tests[@]}"; do
   LD_LIBRARY_PATH=$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$build/tests/$t" >"$out/$t.log" 2>&1
 done

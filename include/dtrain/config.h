@@ -49,11 +49,15 @@ enum {
 };
 enum { DT_CFG_PREC_FP32 = 0, DT_CFG_PREC_BF16 = 1 };
 enum { DT_CFG_BACKEND_AUTO = 0, DT_CFG_BACKEND_MPI = 1, DT_CFG_BACKEND_SINGLE = 2 };
+/* dist.gpu_comm: dt_gpu_comm_kind's values (dtrain/gpu_comm.h) */
+enum { DT_CFG_GPU_COMM_AUTO = 0, DT_CFG_GPU_COMM_NCCL = 1, DT_CFG_GPU_COMM_HOST = 2 };
 enum { DT_CFG_CORRUPT_STOP = 0, DT_CFG_CORRUPT_SKIP = 1 };
 enum { DT_CFG_PACK_CONCAT = 0, DT_CFG_PACK_DOCS = 1 }; /* dt_pack_mode's values */
 enum { DT_CFG_PROGRESS_AUTO = 0, DT_CFG_PROGRESS_ON = 1, DT_CFG_PROGRESS_OFF = 2 };
 /* train.memory_check: refuse (on), go on with a warning (warn) or skip (off) */
+enum { DT_CFG_CUDA_GRAPH_AUTO = 0, DT_CFG_CUDA_GRAPH_OFF = 1 }; /* train.cuda_graph */
 enum { DT_CFG_MEMCHECK_ON = 0, DT_CFG_MEMCHECK_OFF = 1, DT_CFG_MEMCHECK_WARN = 2 };
+enum { DT_CFG_SHARD_FALSE = 0, DT_CFG_SHARD_TRUE = 1, DT_CFG_SHARD_AUTO = 2 }; /* lora.shard_base */
 
 typedef struct dt_config_list {
     int n;
@@ -78,10 +82,11 @@ typedef struct dt_config_values {
         int64_t seq_len;    /* language models */
         int64_t image_size; /* images: H = W in pixels; 0 = from the dataset */
         int augment, shuffle;
-        int64_t workers; /* prefetch threads */
-        int on_corrupt;  /* DT_CFG_CORRUPT_*: a payload block failing its checksum */
-        int pack;        /* DT_CFG_PACK_*: token windows over the stream, or whole documents */
-        int64_t resize;  /* encoded images, eval: shorter side (0: image size * 8 / 7) */
+        int64_t shuffle_window_mb; /* block-aware shuffling: MiB mixed at a time (0: off) */
+        int64_t workers;           /* prefetch threads */
+        int on_corrupt;            /* DT_CFG_CORRUPT_*: a payload block failing its checksum */
+        int pack;       /* DT_CFG_PACK_*: token windows over the stream, or whole documents */
+        int64_t resize; /* encoded images, eval: shorter side (0: image size * 8 / 7) */
         /* encoded images: RandomResizedCrop bounds, ColorJitter strengths; normalisation
          * (numbers as text: dt_config_numbers) */
         dt_config_list crop_scale, crop_ratio, jitter, mean, std;
@@ -111,6 +116,7 @@ typedef struct dt_config_values {
         double label_smoothing;
         int precision;               /* DT_CFG_PREC_* */
         char device[DT_CFG_STR_MAX]; /* auto | cpu | cuda | cuda:N (dt_device_resolve) */
+        int cuda_graph;              /* DT_CFG_CUDA_GRAPH_*: the step as a CUDA graph */
         int64_t log_every, eval_every;
         int progress;     /* DT_CFG_PROGRESS_*: the terminal progress line */
         int memory_check; /* DT_CFG_MEMCHECK_*: the plan against the memory available */
@@ -125,6 +131,7 @@ typedef struct dt_config_values {
         int sync_batchnorm;
         int sparse_embedding;
         int shared_memory;
+        int gpu_comm;     /* DT_CFG_GPU_COMM_*: the device ranks' gradient all-reduce */
         double timeout_s; /* the hang watchdog (dt_comm_set_timeout); 0: off */
     } dist;
     struct {
@@ -134,7 +141,8 @@ typedef struct dt_config_values {
         dt_config_list targets;
         dt_config_list modules_to_save; /* PEFT's: whole modules trained beside the adapters */
         int share_base;                 /* the frozen base mapped once per host (docs/lora.md) */
-        int shard_base;                 /* the frozen base sharded across workers (docs/lora.md) */
+        int shard_base; /* DT_CFG_SHARD_*: the frozen base sharded across workers (docs/lora.md);
+                           dt_config_shard_base resolves auto */
     } lora;
     struct {
         char dir[DT_CFG_STR_MAX]; /* storage URI: path, file://..., s3://bucket/prefix */
@@ -220,6 +228,10 @@ dt_status dt_config_numbers(const dt_config_list *l, const char *key, double *ou
 /* 1 when dist.batch_shares is "auto": the trainer measures each worker's speed and re-balances
  * at dist.rebalance_step. */
 int dt_config_shares_auto(const char *s);
+/* 1 when a LoRA base is to be sharded across the workers (on 2 or more): lora.shard_base=true,
+ * or auto under dist.zero_stage 3 with fixed dist.batch_shares (a rebuilt graph cannot keep a
+ * sharded base); the trainer and dtrain plan both decide by it. */
+int dt_config_shard_base(const dt_config_values *v);
 /* dist.batch_shares=auto's split: n workers' measured rates (samples per second of compute,
  * each > 0 and finite) into integer parts of the global batch G proportional to them (the
  * largest remainder of each rate's share, ties to the lower rank), every part at least 1
@@ -334,6 +346,13 @@ void dt_plan_print(FILE *f, const dt_plan *p, int json);
  * of the limit also writes warn. A config the plan cannot describe, or a host whose memory cannot
  * be read, passes. warn[0] is '\0' when there is nothing to say. */
 dt_status dt_plan_admit(const dt_config *c, int world, int local_ranks, char *warn, size_t n);
+/* The same for buffers that replace ones this worker holds now: the graph, flat buffers and
+ * loaders of config `held` (the same model; e.g. another data.batch), which are freed before those
+ * of c are allocated (dist.batch_shares=auto's re-balance). What held's plan needs counts as
+ * available: the check is of the growth, not of c's whole plan against what is free beside the
+ * old buffers. held NULL: dt_plan_admit. */
+dt_status dt_plan_admit_rebuild(const dt_config *c, const dt_config *held, int world,
+                                int local_ranks, char *warn, size_t n);
 /* ---- GPU memory plan (`dtrain plan --device`, docs/gpu.md) ------------------------------ */
 
 /* A GPU to plan for: a known card by name, the visible one, or a size. */

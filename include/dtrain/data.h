@@ -94,6 +94,8 @@ dt_status dt_dataset_open_with(const char *dir, const dt_dataset_opts *o, dt_dat
  * cache and needed again counts again) and their bytes; returns 0 (nothing set) for a local
  * one. */
 int dt_dataset_fetched(const dt_dataset *d, int64_t *blocks, int64_t *bytes);
+/* Of those, the blocks the loader queued ahead of its readers (0 for a local dataset). */
+int64_t dt_dataset_fetched_ahead(const dt_dataset *d);
 /* Bytes of all the dataset's shard files. */
 int64_t dt_dataset_bytes(const dt_dataset *d);
 void dt_dataset_close(dt_dataset *d);
@@ -118,6 +120,8 @@ dt_status dt_dataset_doc(const dt_dataset *d, int64_t i, const uint32_t **tokens
 /* Number of shards and the path of shard s (for benchmarks and tools). */
 int dt_dataset_shard_count(const dt_dataset *d);
 const char *dt_dataset_shard_path(const dt_dataset *d, int s);
+/* Size in bytes of shard s (the file, or the object of an s3:// dataset); -1 if no such shard. */
+int64_t dt_dataset_shard_bytes(const dt_dataset *d, int s);
 
 /* ---- writing ---- */
 typedef struct dt_dataset_writer dt_dataset_writer;
@@ -197,7 +201,10 @@ int dt_data_import_current(const char *kind, const char *const *srcs, int n_srcs
 /* Copies the Hugging Face tokenizer a token dataset was made with (kept beside its manifest,
  * checked against the manifest's tokenizer_xxh3) into dst_dir as tokenizer.json, with its
  * tokenizer_config.json if there is one; *copied 0 when the dataset has none to give (another
- * kind of tokenizer, a chat import whose tokens were added in memory, an older import). */
+ * kind of tokenizer, a chat import whose tokens were added in memory, an older import).
+ * dataset_dir may be an s3:// URL: the files are fetched (AWS_* as for dt_store_open), and a
+ * tokenizer file that fails the xxh3 is an error naming the object. dst_dir NULL: nothing is
+ * written (the check before training; *copied 1 when there is one to give). */
 dt_status dt_dataset_tokenizer_export(const char *dataset_dir, const char *dst_dir, int *copied);
 
 /* ---- loader ---- */
@@ -215,7 +222,13 @@ typedef struct dt_loader_config {
     int64_t global_batch, global_offset;
     uint64_t seed;
     int rank, world_size;
-    int shuffle;          /* 1: permute every epoch (default); 0: dataset order */
+    int shuffle; /* 1: permute every epoch (default); 0: dataset order */
+    /* > 0 (with shuffle): block-aware shuffling for datasets larger than a cache: chunks of
+     * consecutive samples (about 1-4 MiB of the dataset's bytes) are permuted and taken about
+     * this many bytes of chunks at a time, the samples permuted inside each such window; each
+     * rank then reads a contiguous part of the epoch's order (global_batch: as before), so the
+     * ranks read disjoint windows. 0: one permutation of the whole dataset (default) */
+    int64_t shuffle_window_bytes;
     int pad_remainder;    /* 0: drop the N mod world_size last samples of the epoch's order;
                              1: pad with the first ones so every sample is seen */
     int drop_last;        /* 1: drop a final partial batch of an epoch (default 0) */

@@ -128,6 +128,26 @@ dt_status dt_event_query(dt_event *e, int *done);
 /* Milliseconds from a to b (both recorded and reached, same device). */
 dt_status dt_event_elapsed_ms(dt_event *a, dt_event *b, float *ms);
 
+/* Stream capture: the work issued on a stream between dt_stream_capture_begin and
+ * dt_stream_capture_end is recorded instead of run, and becomes a graph that
+ * dt_stream_graph_launch replays as one launch (cudaStreamBeginCapture / EndCapture /
+ * cudaGraphInstantiate / cudaGraphLaunch). A replay issues the same kernels with the same
+ * arguments and copies between the same addresses: what changes per replay must be read from
+ * device memory (or a pinned host buffer a captured copy reads). Inside the region the calling
+ * thread must not allocate or wait for the device (CUDA's thread-local capture mode: such a
+ * call fails, and so does the end of the capture). Only CUDA streams capture: the CPU device
+ * runs work as it is issued, so it refuses with one line. */
+typedef struct dt_stream_graph dt_stream_graph;
+
+dt_status dt_stream_capture_begin(dt_stream *s);
+/* Ends the capture begun on s and instantiates its graph into *out. Always ends the capture
+ * (the stream is usable again afterwards); on failure *out is NULL and the message says why
+ * (e.g. a call in the region that the capture does not allow). */
+dt_status dt_stream_capture_end(dt_stream *s, dt_stream_graph **out);
+/* Issues one replay of g on s (a stream of g's device). */
+dt_status dt_stream_graph_launch(dt_stream_graph *g, dt_stream *s);
+void dt_stream_graph_destroy(dt_stream_graph *g);
+
 #ifdef __cplusplus
 }
 #endif

@@ -44,6 +44,30 @@ dt_status dt_cuda_sgd(dt_stream *s, float *p, const float *g, float *buf,
                       const dt_cuda_optim_seg *segs, int n_seg, float momentum, float dampening,
                       int nesterov, int first);
 
+/* Capturable variants (the step as a CUDA graph, docs/gpu.md): the per-step scalars are read
+ * from device memory when the kernel runs, not passed as launch arguments, so a replayed graph
+ * applies the values the host wrote into the block before the replay. segs gives start, len and
+ * (SGD) wd, which do not change between steps; its lr, decay and step_size are ignored. The
+ * device block: a dt_cuda_optim_dev_head followed by n_seg dt_cuda_optim_dev_seg (the same
+ * order as segs), 16-byte aligned (dt_optim_cuda_block_bytes / _fill compute it). */
+typedef struct dt_cuda_optim_dev_head {
+    float bc2_sqrt; /* AdamW: sqrt(1 - beta2^t) */
+    int32_t first;  /* SGD: 1 at the first step (the momentum buffer is set, not blended) */
+    int32_t pad[2];
+} dt_cuda_optim_dev_head;
+typedef struct dt_cuda_optim_dev_seg {
+    float lr, decay, step_size; /* the fields of dt_cuda_optim_seg that change per step */
+} dt_cuda_optim_dev_seg;
+
+dt_status dt_cuda_adamw_dev(dt_stream *s, float *p, const float *g, float *m, float *v,
+                            const dt_cuda_optim_seg *segs, int n_seg,
+                            const dt_cuda_adamw_scalars *k, const dt_cuda_optim_dev_head *dhead,
+                            const dt_cuda_optim_dev_seg *dseg);
+dt_status dt_cuda_sgd_dev(dt_stream *s, float *p, const float *g, float *buf,
+                          const dt_cuda_optim_seg *segs, int n_seg, float momentum, float dampening,
+                          int nesterov, const dt_cuda_optim_dev_head *dhead,
+                          const dt_cuda_optim_dev_seg *dseg);
+
 /* ---- global gradient norm and clipping ----------------------------------------------------- */
 
 /* Doubles of scratch dt_cuda_grad_sumsq needs. */
@@ -184,6 +208,146 @@ dt_status dt_cuda_gemm_run(dt_cuda_gemm *h, dt_stream *s, dt_gemm_mode mode, int
                            int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
                            int64_t lda, const void *B, int64_t ldb, float beta, float *C,
                            int64_t ldc);
+
+/* ---- convolution through cuDNN 9 (src/ops/conv.c: NCHW f32, torch conv2d) ----------------- */
+
+/* A cuDNN handle on one device (one per device and thread that issues convolutions). In a
+ * build whose CUDA toolkit has no cuDNN, create refuses with one line. */
+typedef struct dt_cuda_dnn dt_cuda_dnn;
+dt_status dt_cuda_dnn_create(dt_device d, dt_cuda_dnn **out);
+void dt_cuda_dnn_destroy(dt_cuda_dnn *h);
+
+/* x [N, C, H, W], w [O, C/groups, KH, KW], y [N, O, OH, OW] with
+ * OH = (H + 2 pad_h - dil_h (KH - 1) - 1) / stride_h + 1 (W alike), as dt_conv2d. */
+typedef struct dt_cuda_conv_shape {
+    int64_t N, C, H, W, O, KH, KW;
+    int stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups;
+} dt_cuda_conv_shape;
+
+/* Plan flags. */
+#define DT_CUDA_CONV_TF32 1     /* allow TF32 tensor-core engines (only when asked for) */
+#define DT_CUDA_CONV_ACC_DX 2   /* backward-data adds into dx (the CPU's gin_beta 1) */
+#define DT_CUDA_CONV_ACC_DW 4   /* backward-filter adds into dw and db */
+#define DT_CUDA_CONV_FWD_ONLY 8 /* plan the forward only (inference) */
+/* The workspace cap the planner assumes for cuDNN (src/config/plan_gpu.c): 256 MiB. */
+#define DT_CUDA_CONV_WORKSPACE_CAP ((size_t)256 << 20)
+
+/* The engines of one convolution shape, chosen once at setup: for each direction the first
+ * engine of cuDNN's heuristic (mode A, then the fallback list) that is deterministic (no
+ * NONDETERMINISTIC note: reruns give the same bits), not reduced-precision (no TF32/down-
+ * conversion unless DT_CUDA_CONV_TF32, no FFT), finalizes, and needs at most ws_cap bytes of
+ * workspace (0: DT_CUDA_CONV_WORKSPACE_CAP). Device pointers passed to the runs must be
+ * 16-byte aligned (what the plans were made for). */
+typedef struct dt_cuda_conv dt_cuda_conv;
+dt_status dt_cuda_conv_create(dt_cuda_dnn *h, const dt_cuda_conv_shape *shape, int flags,
+                              size_t ws_cap, dt_cuda_conv **out);
+void dt_cuda_conv_destroy(dt_cuda_conv *c);
+/* Bytes of workspace the runs need (the largest of the three directions); the caller
+ * allocates it once. */
+size_t dt_cuda_conv_work(const dt_cuda_conv *c);
+/* out_hw = {OH, OW} of the plan's shape. */
+void dt_cuda_conv_out_hw(const dt_cuda_conv *c, int64_t out_hw[2]);
+/* y = conv(x, w) + bias (bias [O] or NULL). */
+dt_status dt_cuda_conv_fwd(dt_cuda_conv *c, dt_stream *s, float *y, const float *x, const float *w,
+                           const float *bias, void *work);
+/* dx (+)= d loss / dx from gy [N, O, OH, OW] and w. */
+dt_status dt_cuda_conv_bwd_data(dt_cuda_conv *c, dt_stream *s, float *dx, const float *gy,
+                                const float *w, void *work);
+/* dw (+)= d loss / dw from gy and x (dw may be NULL), db [O] (+)= sum of gy over N, OH, OW
+ * (db may be NULL; a fixed-order reduction, no atomics). */
+dt_status dt_cuda_conv_bwd_filter(dt_cuda_conv *c, dt_stream *s, float *dw, float *db,
+                                  const float *gy, const float *x, void *work);
+
+/* ---- per-channel bias of NCHW values (the convolution's bias) ------------------------------ */
+
+/* y [N, C, P] += b[c]. */
+dt_status dt_cuda_bias_add(dt_stream *s, float *y, const float *b, int64_t N, int64_t C, int64_t P);
+/* db [C] = (accumulate ? db : 0) + sum of gy [N, C, P] over N and P (double partials, fixed
+ * order: the same bits on every run). */
+dt_status dt_cuda_bias_grad(dt_stream *s, float *db, const float *gy, int64_t N, int64_t C,
+                            int64_t P, int accumulate);
+
+/* ---- batchnorm2d (src/ops/batchnorm.c), x, y, res [N, C, P], P = H * W; [C] vectors --------- */
+
+#define DT_CUDA_BN_EVAL 0      /* normalise with the running statistics */
+#define DT_CUDA_BN_TRAIN 1     /* batch statistics, running statistics updated */
+#define DT_CUDA_BN_RECOMPUTE 2 /* batch statistics, running statistics left alone */
+/* Bytes of scratch for dt_cuda_bn_fwd and dt_cuda_bn_bwd (per-channel partial sums). */
+size_t dt_cuda_bn_work(int64_t N, int64_t C, int64_t P);
+/* y = relu?(x * alpha + beta + res?), alpha = rstd w, beta = b - mean alpha, as the CPU op.
+ * Training: mean = float(sum x / M), var = sum (x - mean)^2 / M (two passes, double partials
+ * in a fixed order, M = N P >= 2), rstd = 1 / sqrtf(var + eps), and under DT_CUDA_BN_TRAIN
+ * rm = (1 - momentum) rm + momentum mean, rv = (1 - momentum) rv + momentum var M / (M - 1).
+ * Eval: mean = rm, rstd = 1 / sqrtf(rv + eps). mean and rstd [C] are kept for the backward.
+ * res may be NULL (no residual); relu 0 or 1. */
+dt_status dt_cuda_bn_fwd(dt_stream *s, float *y, float *mean, float *rstd, float *rm, float *rv,
+                         const float *x, const float *w, const float *b, const float *res, int relu,
+                         int64_t N, int64_t C, int64_t P, float momentum, float eps, int mode,
+                         void *work);
+/* Accumulate bits of dt_cuda_bn_bwd (the CPU op's gin_beta per input). */
+#define DT_CUDA_BN_ACC_GX 1
+#define DT_CUDA_BN_ACC_GW 2
+#define DT_CUDA_BN_ACC_GB 4
+#define DT_CUDA_BN_ACC_GRES 8
+/* With relu, gy is first masked in place by out > 0 (out: the forward's y), as the CPU op.
+ * gb = sum gy, gw = sum gy (x - mean) rstd; training (the forward's mode was not eval):
+ * gx = k gy + u (x - mean) + v with k = w rstd, u = -k rstd^2 sum gy (x - mean) / M,
+ * v = -k sum gy / M; eval: gx = k gy. gres = gy (the residual's gradient). gx, gw, gb, gres
+ * may each be NULL; gx and gres may be one buffer (the residual is x: gx is written first). */
+dt_status dt_cuda_bn_bwd(dt_stream *s, float *gx, float *gw, float *gb, float *gres, float *gy,
+                         const float *x, const float *out, const float *mean, const float *rstd,
+                         const float *w, int training, int relu, int64_t N, int64_t C, int64_t P,
+                         int accumulate, void *work);
+
+/* ---- pooling (src/ops/pool.c: NCHW, ceil_mode off, dilation 1) ------------------------------ */
+
+/* x [planes, H, W] -> y [planes, OH, OW], planes = N * C, OH = (H + 2 ph - kh) / sh + 1. */
+typedef struct dt_cuda_pool2d {
+    int64_t planes, H, W, OH, OW;
+    int kh, kw, sh, sw, ph, pw;
+} dt_cuda_pool2d;
+/* y = window max (padding as -inf), arg [planes, OH, OW] = h * W + w of the first max in window
+ * order (a NaN wins, a later NaN over an earlier one), as the CPU op. */
+dt_status dt_cuda_maxpool_fwd(dt_stream *s, float *y, int32_t *arg, const float *x,
+                              const dt_cuda_pool2d *p);
+/* gx (+)= gy gathered at arg: each input element adds the outputs that chose it in output
+ * order, the CPU's scatter order (no atomics). */
+dt_status dt_cuda_maxpool_bwd(dt_stream *s, float *gx, const float *gy, const int32_t *arg,
+                              const dt_cuda_pool2d *p, int accumulate);
+/* count_include_pad: each window divides by its extent clipped to the padded input. */
+dt_status dt_cuda_avgpool_fwd(dt_stream *s, float *y, const float *x, const dt_cuda_pool2d *p);
+dt_status dt_cuda_avgpool_bwd(dt_stream *s, float *gx, const float *gy, const dt_cuda_pool2d *p,
+                              int accumulate);
+/* Global average pooling: y [planes] = mean of x [planes, P]; gx (+)= gy / P. */
+dt_status dt_cuda_gap_fwd(dt_stream *s, float *y, const float *x, int64_t planes, int64_t P);
+dt_status dt_cuda_gap_bwd(dt_stream *s, float *gx, const float *gy, int64_t planes, int64_t P,
+                          int accumulate);
+
+/* ---- graph helpers (src/device/cuda_graph.cu): what the graph executor and the ops' CUDA
+ * glue need besides the kernels above. beta is 0 (overwrite, the output is never read) or 1
+ * (add into it), as the graph's gin_beta. --------------------------------------------------- */
+
+/* Sets bytes of device memory to value, in order on s (cudaMemsetAsync). */
+dt_status dt_cuda_memset(dt_stream *s, void *p, int value, size_t bytes);
+/* y [n] = alpha x + beta y. */
+dt_status dt_cuda_axpby(dt_stream *s, float *y, const float *x, int64_t n, float alpha, float beta);
+/* y [n] = op(a, b) + beta y, op 0: a + b, 1: a - b, 2: a * b (no broadcasting). */
+dt_status dt_cuda_ew(dt_stream *s, float *y, const float *a, const float *b, int64_t n, int op,
+                     float beta);
+/* y = x sigmoid(x); gx = gy silu'(x) + beta gx, all [n]. */
+dt_status dt_cuda_silu_fwd(dt_stream *s, float *y, const float *x, int64_t n);
+dt_status dt_cuda_silu_bwd(dt_stream *s, float *gx, const float *gy, const float *x, int64_t n,
+                           float beta);
+/* y = x < 0 ? 0 : x (a NaN passes through); gx = gy (y > 0) + beta gx, all [n] (the backward
+ * reads the forward's output, as src/ops/activation.c). */
+dt_status dt_cuda_relu_fwd(dt_stream *s, float *y, const float *x, int64_t n);
+dt_status dt_cuda_relu_bwd(dt_stream *s, float *gx, const float *gy, const float *y, int64_t n,
+                           float beta);
+#define DT_CUDA_PERMUTE_DIMS 8
+/* dst, contiguous over shape [nd] (nd <= DT_CUDA_PERMUTE_DIMS), = src read with
+ * src_strides[j] elements per step of dim j (+ beta dst): transpose and permute. */
+dt_status dt_cuda_strided_copy(dt_stream *s, float *dst, const float *src, int nd,
+                               const int64_t *shape, const int64_t *src_strides, float beta);
 
 #ifdef __cplusplus
 }

@@ -17,5 +17,6 @@
 #include "dtrain/config.h"
 #include "dtrain/trainer.h"
 #include "dtrain/dist.h"
+#include "dtrain/gpu_comm.h"
 
 #endif

@@ -23,6 +23,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "dtrain/device.h"
 #include "dtrain/tensor.h"
 
 #ifdef __cplusplus
@@ -98,6 +99,17 @@ typedef struct dt_graph_opts {
      * "Precision modes"). Needs a CPU with bf16 instructions (compile fails with one line
      * otherwise) or DT_CPU_BF16=emulate, which runs the exact f32 emulation on any CPU. */
     int bf16_gemm;
+    /* Where the graph runs: the CPU (the default, {0}) or a CUDA device. For a CUDA device the
+     * arena, the inputs and the flat parameter/gradient/frozen/state buffers are device memory
+     * (allocated once, zeroed), every op runs its CUDA kernel on the graph's stream
+     * (dt_graph_stream) and compile fails with one line naming the first op that has none
+     * ("graph: conv2d has no CUDA kernel yet"; checked before anything is allocated, so also
+     * where no GPU is visible). What runs on CUDA today: the Llama graph's ops in f32 (linear
+     * without bias, f32 weights), rmsnorm, rope, attention, silu, add/sub/mul without
+     * broadcasting, scale, transpose/permute, reshape, embedding (f32 table), dropout and
+     * cross-entropy (i32 targets) -- docs/gpu.md. bf16_gemm is refused; measure_only plans
+     * for the device (its kernels' workspaces) without allocating anything. */
+    dt_device device;
 } dt_graph_opts;
 
 /* Derives the backward schedule from `loss` (a scalar), plans memory, allocates every buffer
@@ -173,6 +185,22 @@ const char *dt_graph_name(const dt_graph *g, int id);
 int dt_graph_node_count(const dt_graph *g);
 /* Shape of a node (valid before compile). */
 const dt_tensor *dt_graph_shape(const dt_graph *g, int id);
+
+/* Device graphs (dt_graph_opts.device is CUDA). Every pointer the accessors here give --
+ * dt_graph_value/grad data, the flat buffers -- is then device memory: the host must not
+ * dereference it, but copy with these two (on a CPU graph they are plain memcpy). Forward and
+ * backward only issue work on the graph's stream and return; dt_graph_download waits for it
+ * (dt_stream_sync) before copying, dt_graph_upload orders its copy after the work issued so far
+ * and waits for it. Kernel-side checks (embedding ids, cross-entropy targets outside their
+ * range) are not reported on a device graph yet: such a step gives NaN or zero rows. The grad
+ * ready callback and dt_graph_on_entry fire when an entry's kernels are issued, not done. */
+dt_device dt_graph_device(const dt_graph *g);
+/* The stream the kernels of a device graph run on (NULL on a CPU graph). */
+dt_stream *dt_graph_stream(dt_graph *g);
+/* Host src -> graph memory dst (a pointer into a value, gradient or flat buffer), bytes. */
+dt_status dt_graph_upload(dt_graph *g, void *dst, const void *src, size_t bytes);
+/* Graph memory src -> host dst, after the work issued so far has finished. */
+dt_status dt_graph_download(dt_graph *g, void *dst, const void *src, size_t bytes);
 
 /* Flat buffers. */
 float *dt_graph_flat_param(dt_graph *g, size_t *n);

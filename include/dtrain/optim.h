@@ -97,6 +97,26 @@ void dt_optim_free(dt_optim *opt);
  * the reduce-scattered gradients) -- and hold hi - lo elements. Parallel (OpenMP), allocates
  * nothing, and the result does not depend on the number of threads. */
 dt_status dt_optim_step(dt_optim *opt, float *params, const float *grads, float lr);
+/* The same step on a CUDA device (src/optim/optim_cuda.c): params, grads and the moment
+ * buffers bufs[0..n_buffers) (dt_optim_get_state's count; hi - lo floats each, zeroed before
+ * the first step) are device memory of stream s; the kernels are only issued on s. The
+ * optimizer's own host buffers are not touched (they are what checkpoints read: the caller
+ * downloads the device ones into them). Same segments and scalars as dt_optim_step. */
+typedef struct dt_stream dt_stream;
+dt_status dt_optim_step_cuda(dt_optim *opt, dt_stream *s, float *params, const float *grads,
+                             float *const *bufs, float lr);
+/* The step as a CUDA graph (docs/gpu.md): dt_optim_step_cuda_dev issues the same kernels, which
+ * read the per-step scalars (learning rates, bias corrections, SGD's first step) from the device
+ * block dblock when they run, so a captured launch can be replayed for later steps. Before each
+ * run of those kernels the caller fills the block for the coming step on the host
+ * (dt_optim_cuda_block_fill: step dt_optim_get_state's step + 1, learning rate lr; the bytes
+ * dt_optim_cuda_block_bytes gives) and copies it to dblock on the stream; after each, it counts
+ * the step with dt_optim_step_done (dt_optim_step_cuda_dev itself does not advance the step). */
+size_t dt_optim_cuda_block_bytes(const dt_optim *opt);
+dt_status dt_optim_cuda_block_fill(const dt_optim *opt, float lr, void *block, size_t bytes);
+dt_status dt_optim_step_cuda_dev(dt_optim *opt, dt_stream *s, float *params, const float *grads,
+                                 float *const *bufs, const void *dblock);
+dt_status dt_optim_step_done(dt_optim *opt);
 
 /* State for checkpoints. The buffers are the optimizer's own (hi - lo floats each): a
  * checkpoint writer reads them, a reader writes them and then calls dt_optim_set_step.

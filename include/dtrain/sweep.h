@@ -1,7 +1,7 @@
 /* Hyperparameter sweeps (`dtrain sweep`): a spec (a base config, overrides, parameters to vary,
  * a sampler, a metric, an early-stopping rule), the trials sampled from it, the schedulers that
  * stop trials early (ASHA, the median rule), and the supervisor that runs the trials as normal
- * `dtrain train` processes on slots of this machine.
+ * `dtrain train` processes on slots of this machine, or as `dtrain launch` jobs across hosts.
  *
  *   dt_sweep_spec *s;
  *   dt_sweep_spec_load("sweep.yaml", &s);          // every key checked against the schema
@@ -154,6 +154,16 @@ typedef struct dt_sweep_opts {
     int quiet;        /* no per-trial lines on stdout */
     const char *name; /* the sweep id (NULL: sweep-YYYYMMDD-HHMMSS) */
     FILE *log;        /* progress lines (NULL: stdout) */
+    /* Trials across hosts: "h1:4,h2:2" (an Open MPI host list; or hostfile, a file of
+     * "HOST slots=N" lines). Each trial is then a `dtrain launch -n workers --hosts H:workers`
+     * job on one host, and a host of S slots runs S / workers trials at once (slots above must be
+     * 0: the hosts give them). The hosts must see output.dir at the same path (a shared file
+     * system): the trials write their checkpoints and the store there, and the sweep reads their
+     * metrics from it. NULL: this machine. */
+    const char *hosts, *hostfile;
+    int workers;             /* MPI workers of each trial (0: 1; > 1 also on this machine) */
+    const char *mpirun;      /* dtrain launch --mpirun (NULL: its default) */
+    const char *mpirun_args; /* dtrain launch --mpirun-args (NULL: none) */
 } dt_sweep_opts;
 
 typedef struct dt_sweep_result {

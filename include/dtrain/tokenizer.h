@@ -1,4 +1,5 @@
-/* Byte-level BPE tokenizer (tiktoken / Llama 3 / GPT-2 style).
+/* BPE tokenizer: byte-level (tiktoken / Llama 3 / GPT-2 style) or SentencePiece-style (Llama 2,
+ * Mistral, Gemma tokenizer.json: normalizer, Metaspace, characters with byte fallback).
  *
  * Loads either a tiktoken rank file ("base64-token rank" per line: OpenAI's cl100k_base, Llama
  * 3's original/tokenizer.model) or a Hugging Face tokenizer.json with a byte-level BPE model
@@ -43,8 +44,10 @@ dt_status dt_tokenizer_load(const char *path, dt_tokenizer **out);
 /* A tiktoken rank file with an explicit pattern (NULL: cl100k) and no special tokens. */
 dt_status dt_tokenizer_load_tiktoken(const char *rank_file, const char *pattern,
                                      dt_tokenizer **out);
-/* A Hugging Face tokenizer.json: model BPE over byte-level tokens; pre_tokenizer ByteLevel,
- * Split (regex, Isolated) or a Sequence of those; added tokens become special tokens. */
+/* A Hugging Face tokenizer.json: model BPE over byte-level tokens with pre_tokenizer ByteLevel,
+ * Split (regex, Isolated) or a Sequence of those; or SentencePiece-style BPE (byte_fallback,
+ * normalizer Prepend / Replace, pre_tokenizer Metaspace, decoders Replace / ByteFallback / Fuse /
+ * Strip / Metaspace). Added tokens become special tokens. Anything else is refused naming it. */
 dt_status dt_tokenizer_load_hf(const char *json_path, dt_tokenizer **out);
 void dt_tokenizer_free(dt_tokenizer *t);
 
@@ -61,11 +64,15 @@ int64_t dt_tokenizer_vocab_size(const dt_tokenizer *t);
 const char *dt_tokenizer_describe(const dt_tokenizer *t);
 
 #define DT_TOK_ALLOW_SPECIAL 1 /* recognise special-token text in the input */
+/* The text continues a string already encoded (it follows a special token): a SentencePiece
+ * Metaspace pre-tokenizer with prepend_scheme "first" does not prepend its "\u2581" to it. */
+#define DT_TOK_CONTINUED 2
 
 /* Appends the ids of `len` bytes of UTF-8 to `out`. */
 dt_status dt_tokenizer_encode(dt_tokenizer *t, const char *text, size_t len, int flags,
                               dt_tokens *out);
-/* Bytes of token `id` (not NUL-terminated); NULL if the id is unknown. */
+/* Bytes of token `id` (not NUL-terminated); NULL if the id is unknown. For a SentencePiece-style
+ * tokenizer, the text the token decodes to ("\u2581a" -> " a", "<0x0A>" -> "\n"). */
 const char *dt_tokenizer_token_bytes(const dt_tokenizer *t, int32_t id, size_t *len);
 /* Decodes into a malloc'd NUL-terminated buffer (*text; *len excludes the NUL). The bytes may
  * be invalid UTF-8 if the ids split a character. */

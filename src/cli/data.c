@@ -5,7 +5,8 @@
  *   dtrain data verify DIR...
  *
  * DIR may be one split (a directory with manifest.json) or an import's output directory, in
- * which case every split inside it is inspected or verified. */
+ * which case every split inside it is inspected or verified, or one split in an object store
+ * (s3://BUCKET/PREFIX, read as training reads it: every block fetched and checked). */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <inttypes.h>
@@ -19,13 +20,14 @@
 #include "core/file.h"
 #include "dtrain/data.h"
 #include "dtrain/status.h"
+#include "dtrain/storage.h"
 
 static void usage(FILE *f) {
     fprintf(
         f,
         "usage: dtrain data import KIND SRC... -o DIR [options]\n"
-        "       dtrain data inspect DIR\n"
-        "       dtrain data verify DIR...\n"
+        "       dtrain data inspect DIR|s3://BUCKET/PREFIX\n"
+        "       dtrain data verify DIR|s3://BUCKET/PREFIX...\n"
         "kinds:\n"
         "  fashion-mnist, mnist  SRC is a directory of IDX files (plain or .gz), e.g.\n"
         "                        /usr/share/datasets/fashion-mnist -> DIR/train, DIR/test\n"
@@ -251,18 +253,47 @@ static int cmd_import(int argc, char **argv) {
     return dt_cli_json_end(res, 0, NULL);
 }
 
-static void print_meta(const char *dir) {
+static int is_url(const char *dir) {
+    return !strncmp(dir, "s3://", 5);
+}
+
+/* The manifest's text (malloc'd, NUL-ended): from the directory, or fetched from an s3:// URL. */
+static char *read_manifest(const char *dir) {
+    char *b = NULL;
+    if (is_url(dir)) {
+        dt_store_opts so = dt_store_opts_default();
+        dt_store *st;
+        void *p = NULL;
+        size_t n = 0;
+        if (dt_store_open(dir, &so, &st) != DT_OK) return NULL;
+        if (dt_store_get(st, DT_MANIFEST_NAME, &p, &n) == DT_OK && (b = malloc(n + 1))) {
+            memcpy(b, p, n);
+            b[n] = 0;
+        }
+        free(p);
+        dt_store_close(st);
+        return b;
+    }
     char *p = join(dir, DT_MANIFEST_NAME);
     FILE *f = NULL;
     if (p) dt_file_fopen_regular(p, "rb", &f);
     free(p);
-    if (!f) return;
+    if (!f) return NULL;
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) == (size_t)n) {
+    b = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (b && fread(b, 1, (size_t)n, f) == (size_t)n)
         b[n] = 0;
+    else
+        free(b), b = NULL;
+    fclose(f);
+    return b;
+}
+
+static void print_meta(const char *dir) {
+    char *b = read_manifest(dir);
+    if (b) {
         cJSON *r = cJSON_Parse(b);
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "meta");
         for (const cJSON *e = m ? m->child : NULL; e; e = e->next) {
@@ -273,7 +304,6 @@ static void print_meta(const char *dir) {
         cJSON_Delete(r);
     }
     free(b);
-    fclose(f);
 }
 
 /* Encoded images: formats, sizes and the labels per class (with the class names). */
@@ -378,11 +408,10 @@ static int inspect_one(const char *dir) {
     print_meta(dir);
     printf("  %-13s %d\n", "shards", in->n_shards);
     for (int s = 0; s < dt_dataset_shard_count(d); s++) {
-        struct stat sb;
         const char *p = dt_dataset_shard_path(d, s);
-        stat(p, &sb);
         const char *base = strrchr(p, '/');
-        printf("    %s  %lld bytes\n", base ? base + 1 : p, (long long)sb.st_size);
+        printf("    %s  %lld bytes\n", base ? base + 1 : p,
+               (long long)dt_dataset_shard_bytes(d, s));
     }
     dt_dataset_close(d);
     return 0;
@@ -412,6 +441,10 @@ static int for_each_split(const char *cmd, int argc, char **argv, int (*one)(con
     }
     int rc = 0;
     for (int i = 1; i < argc; i++) {
+        if (is_url(argv[i])) { /* a split in an object store: opened as training opens it */
+            rc |= one(argv[i]);
+            continue;
+        }
         char *splits[8];
         int n = list_splits(argv[i], splits, 8);
         if (!n) {

@@ -1,4 +1,5 @@
-/* dtrain models register|ls|show|diff|alias|export|verify [--db PATH | --output-dir DIR] [--json]
+/* dtrain models register|ls|show|diff|alias|export|verify|sync [--db PATH | --output-dir DIR]
+ * [--json]
  *
  * The model registry (include/dtrain/registry.h) in the experiment store that `dtrain train`
  * writes (default runs/dtrain.db):
@@ -12,6 +13,7 @@
  *   alias     NAME VERSION ALIAS (moves the alias), or --remove NAME ALIAS
  *   export    NAME[@REF] -o DIR [--format hf|peft|merged] [--base DIR] (src/cli/models_show.c)
  *   verify    NAME[@REF]: every file against its registration
+ *   sync      [NAME]: versions and aliases without their MLflow twin sent (src/cli/models_mlflow.c)
  * NAME alone is the latest version; NAME@3, NAME@latest and NAME@ALIAS name one. With --json
  * each command prints one JSON object. */
 #include <errno.h>
@@ -29,32 +31,39 @@
 enum { MAX_POS = 8 };
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: dtrain models register RUN|CHECKPOINT|sweep:ID --name NAME [--description T]\n"
-            "       dtrain models ls [NAME]\n"
-            "       dtrain models show NAME[@REF]\n"
-            "       dtrain models diff NAME@REF NAME@REF\n"
-            "       dtrain models alias NAME VERSION ALIAS | alias --remove NAME ALIAS\n"
-            "       dtrain models export NAME[@REF] -o DIR [--format hf|peft|merged] [--base DIR]\n"
-            "       dtrain models verify NAME[@REF]\n"
-            "each with --json (one JSON object on stdout) and --db PATH, or --output-dir DIR for\n"
-            "DIR/dtrain.db (default runs/dtrain.db).\n"
-            "REF: a version number, latest, or an alias; NAME alone is the latest version.\n"
-            "RUN: a run id, EXPERIMENT/NAME or a NAME unique in the store: its newest committed\n"
-            "checkpoint that verifies. CHECKPOINT: a checkpoint folder (.../checkpoints/step-N).\n"
-            "sweep:ID: the best trial's run of the sweep ID (dtrain sweep --name ID) in the\n"
-            "output dir (--output-dir, the folder of --db, or runs).\n"
-            "  register  a new, immutable version: the checkpoint's files and their xxh3, the\n"
-            "            run's lineage, params and metrics at that step\n"
-            "  ls        models (versions, latest, aliases), or the versions of NAME\n"
-            "  show      run, lineage, metrics, aliases, the artefact and whether it is intact\n"
-            "  diff      the params, lineage and metrics that differ\n"
-            "  alias     points ALIAS at VERSION (moving it), or removes it\n"
-            "  export    verifies the artefact, then writes DIR: hf (a Hugging Face folder; a\n"
-            "            whole model), peft (the adapter) or merged (LoRA checkpoints); --base:\n"
-            "            the model folder when the run's model.hf_path is not found from here\n"
-            "  verify    re-hashes every file of the version; exit 1 naming each changed one\n"
-            "exit status: 0 done, 1 failed (or a changed artefact), 2 usage error\n");
+    fprintf(
+        f,
+        "usage: dtrain models register RUN|CHECKPOINT|sweep:ID --name NAME [--description T]\n"
+        "       dtrain models ls [NAME]\n"
+        "       dtrain models show NAME[@REF]\n"
+        "       dtrain models diff NAME@REF NAME@REF\n"
+        "       dtrain models alias NAME VERSION ALIAS | alias --remove NAME ALIAS\n"
+        "       dtrain models export NAME[@REF] -o DIR [--format hf|peft|merged] [--base DIR]\n"
+        "       dtrain models verify NAME[@REF]\n"
+        "       dtrain models sync [NAME] [--mlflow URI]\n"
+        "each with --json (one JSON object on stdout) and --db PATH, or --output-dir DIR for\n"
+        "DIR/dtrain.db (default runs/dtrain.db); register, alias and sync with --mlflow URI|off:\n"
+        "the MLflow server that gets the version too (default: the run's tracking.uri when\n"
+        "it is http(s)://)\n"
+        "REF: a version number, latest, or an alias; NAME alone is the latest version.\n"
+        "RUN: a run id, EXPERIMENT/NAME or a NAME unique in the store: its newest committed\n"
+        "checkpoint that verifies. CHECKPOINT: a checkpoint folder (.../checkpoints/step-N).\n"
+        "sweep:ID: the best trial's run of the sweep ID (dtrain sweep --name ID) in the\n"
+        "output dir (--output-dir, the folder of --db, or runs).\n"
+        "  register  a new, immutable version: the checkpoint's files and their xxh3, the\n"
+        "            run's lineage, params and metrics at that step\n"
+        "  ls        models (versions, latest, aliases), or the versions of NAME\n"
+        "  show      run, lineage, metrics, aliases, the artefact and whether it is intact\n"
+        "  diff      the params, lineage and metrics that differ\n"
+        "  alias     points ALIAS at VERSION (moving it), or removes it\n"
+        "  export    verifies the artefact, then writes DIR: hf (a Hugging Face folder; a\n"
+        "            whole model), peft (the adapter) or merged (LoRA checkpoints); --base:\n"
+        "            the model folder when the run's model.hf_path is not found from here\n"
+        "  verify    re-hashes every file of the version; exit 1 naming each changed one\n"
+        "  sync      sends each version (of NAME, or all) and alias that MLflow lacks, e.g.\n"
+        "            made before MLflow was used (the run is created there if missing);\n"
+        "            exit 1 when one was refused\n"
+        "exit status: 0 done, 1 failed (or a changed artefact), 2 usage error\n");
 }
 
 void dt_models_print_json(cJSON *o) {
@@ -145,17 +154,18 @@ static int cmd_register(dt_track *s, const char *ref, const reg_opts *ro, const 
         fprintf(stderr, "dtrain models register: %s\n", dt_last_error());
         return MODELS_BAD;
     }
-    if (a->json) {
-        dt_models_print_json(dt_models_version_json(&v));
-    } else {
+    cJSON *o = a->json ? dt_models_version_json(&v) : NULL;
+    if (!a->json) {
         cJSON *files = cJSON_Parse(v.files_json);
         printf("registered %s version %d: %s (step %lld)%s%s%s, %d files, hash %s\n", v.name,
                v.version, v.path, (long long)v.step, v.run[0] ? " of run " : "", v.run,
                v.run[0] ? "" : " (no run recorded it)", cJSON_GetArraySize(files), v.hash);
         cJSON_Delete(files);
     }
+    int bad = dt_models_mlflow_register(&v, a->mlflow, ro->description, o);
+    if (o) dt_models_print_json(o);
     dt_registry_version_free(&v);
-    return MODELS_OK;
+    return bad ? MODELS_BAD : MODELS_OK;
 }
 
 /* ---- alias ----------------------------------------------------------------------------------- */
@@ -169,19 +179,20 @@ static int cmd_alias(dt_track *s, int remove, char **pos, int n, const dt_models
         fprintf(stderr, "dtrain models alias: %s\n", dt_last_error());
         return MODELS_BAD;
     }
+    cJSON *o = a->json ? cJSON_CreateObject() : NULL;
     if (a->json) {
-        cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", pos[0]);
         cJSON_AddStringToObject(o, "alias", alias);
         cJSON_AddItemToObject(o, "version",
                               remove ? cJSON_CreateNull() : cJSON_CreateNumber(version));
-        dt_models_print_json(o);
     } else if (remove) {
         printf("removed alias %s of %s\n", alias, pos[0]);
     } else {
         printf("%s@%s -> version %d\n", pos[0], alias, version);
     }
-    return MODELS_OK;
+    int bad = dt_models_mlflow_alias(s, pos[0], version, alias, a->mlflow, o);
+    if (o) dt_models_print_json(o);
+    return bad ? MODELS_BAD : MODELS_OK;
 }
 
 /* ---- ls -------------------------------------------------------------------------------------- */
@@ -265,6 +276,7 @@ int dt_cli_models(int argc, char **argv) {
                            : !strcmp(s, "-o") || !strcmp(s, "--output") ? &a.out
                            : !strcmp(s, "--format")                     ? &a.format
                            : !strcmp(s, "--base")                       ? &a.base
+                           : !strcmp(s, "--mlflow")                     ? &a.mlflow
                                                                         : NULL;
         if (opt && i + 1 < argc) {
             *opt = argv[++i];
@@ -293,7 +305,8 @@ int dt_cli_models(int argc, char **argv) {
                 {"diff", 2, 2, "needs two NAME@REF"},
                 {"alias", 3, 3, "needs NAME VERSION ALIAS (or --remove NAME ALIAS)"},
                 {"export", 1, 1, "needs one NAME[@REF]"},
-                {"verify", 1, 1, "needs one NAME[@REF]"}};
+                {"verify", 1, 1, "needs one NAME[@REF]"},
+                {"sync", 0, 1, "takes at most one NAME"}};
     int c = -1;
     for (int i = 0; i < (int)(sizeof cmds / sizeof *cmds); i++)
         if (!strcmp(a.cmd, cmds[i].cmd)) c = i;
@@ -354,7 +367,8 @@ int dt_cli_models(int argc, char **argv) {
              : c == 3 ? dt_models_diff(s, pos[0], pos[1], &a)
              : c == 4 ? cmd_alias(s, remove, pos, n, &a)
              : c == 5 ? dt_models_export(s, pos[0], &a)
-                      : dt_models_verify(s, pos[0], &a);
+             : c == 6 ? dt_models_verify(s, pos[0], &a)
+                      : dt_models_mlflow_sync(s, n ? pos[0] : NULL, a.mlflow, a.json);
     dt_track_close(s);
     return rc;
 }

@@ -39,7 +39,8 @@ static void usage(FILE *f) {
             "                       stage 3 gathers the parameters in every step).\n"
             "                  LoRA uses the config's lora.* settings, or r=16 on\n"
             "                  q_proj,k_proj,v_proj,o_proj when lora.enabled is false; LoRA\n"
-            "                  under ZeRO 3 also shards the frozen base (lora.shard_base). When\n"
+            "                  under ZeRO 3 also shards the frozen base (lora.shard_base=auto,\n"
+            "                  the default; true: every LoRA row, false: none). When\n"
             "                  nothing fits, names the worker count (up to %d) at which the\n"
             "                  first configuration in that order would fit.\n"
             "  --budget-gib G  memory per worker for --compare, GiB (default 24)\n"
@@ -95,9 +96,11 @@ static dt_status variant_config(const char *path, int n_over, char *const *over,
         args[k++] = "lora.rank=" COMPARE_LORA_DEFAULT_RANK;
         args[k++] = "lora.targets=" COMPARE_LORA_DEFAULT_TARGETS;
     }
-    /* LoRA under ZeRO-3 shards the frozen base too (lora.shard_base, FSDP-style); the other
-     * LoRA rows keep it whole per worker (shared within a host as the config says) */
-    if (lora) args[k++] = zero >= 3 ? "lora.shard_base=true" : "lora.shard_base=false";
+    /* LoRA rows keep the config's lora.shard_base, so each row is what the trainer would do:
+     * auto (the default) shards the frozen base under ZeRO-3 only (FSDP-style) and keeps it
+     * whole per worker below (shared within a host as the config says). Full finetuning has
+     * no frozen base: auto, whatever the config says (true would be refused without LoRA). */
+    if (!lora) args[k++] = "lora.shard_base=auto";
     for (int i = 0; i < n_over; i++) all[i] = over[i];
     for (int i = 0; i < k; i++) all[n_over + i] = args[i];
     dt_status st = dt_config_from_args(path, n_over + k, all, out);

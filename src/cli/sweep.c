@@ -2,6 +2,8 @@
  * include/dtrain/sweep.h).
  *
  *   dtrain sweep SWEEP.yaml [--slots N] [--threads-per-slot T] [--name ID] [--dry-run]
+ *                      [--hosts h1:S,h2:S | --hostfile F] [--workers-per-trial W]
+ *                      [--mpirun PATH] [--mpirun-args "ARGS"]
  *   dtrain sweep --resume ID [--output-dir DIR] [--slots N] [--threads-per-slot T]
  *   dtrain sweep show ID [--output-dir DIR]
  *
@@ -21,20 +23,25 @@
 #include "dtrain/sweep.h"
 
 static int usage(FILE *f) {
-    fprintf(f,
-            "usage: dtrain sweep SWEEP.yaml [--slots N] [--threads-per-slot T] [--name ID]\n"
-            "                   [--dry-run] [--json] [-q]\n"
-            "       dtrain sweep --resume ID [--output-dir DIR] [--slots N] [--json] [-q]\n"
-            "       dtrain sweep show ID [--output-dir DIR] [--json]\n"
-            "Runs the trials of SWEEP.yaml (a base config, overrides, parameters to vary; grid,\n"
-            "random or Sobol sampling; ASHA or median-rule early stopping) as `dtrain train`\n"
-            "processes, N at once on this machine with T threads each (default: the cores split\n"
-            "between the slots); each trial is a tracked run tagged with the sweep's id.\n"
-            "--resume continues a sweep that was killed or stopped; show lists its trials.\n"
-            "--json: one JSON object on stdout (status, id, trials, best, exit_code); the\n"
-            "progress lines go to stderr\n"
-            "exit status: 0 every trial done or stopped early, 1 a trial failed, 2 bad sweep\n"
-            "file or options (nothing started), 75 stopped by SIGTERM/SIGINT (--resume)\n");
+    fprintf(
+        f, "usage: dtrain sweep SWEEP.yaml [--slots N] [--threads-per-slot T] [--name ID]\n"
+           "                   [--hosts h1:S,h2:S | --hostfile FILE] [--workers-per-trial W]\n"
+           "                   [--mpirun PATH] [--mpirun-args \"ARGS\"] [--dry-run] [--json] [-q]\n"
+           "       dtrain sweep --resume ID [--output-dir DIR] [--slots N] [--json] [-q]\n"
+           "       dtrain sweep show ID [--output-dir DIR] [--json]\n"
+           "Runs the trials of SWEEP.yaml (a base config, overrides, parameters to vary; grid,\n"
+           "random or Sobol sampling; ASHA or median-rule early stopping) as `dtrain train`\n"
+           "processes, N at once on this machine with T threads each (default: the cores split\n"
+           "between the slots); each trial is a tracked run tagged with the sweep's id.\n"
+           "--hosts/--hostfile: each trial is a `dtrain launch -n W --hosts HOST:W` job on one\n"
+           "host, S / W of them at once on a host of S slots (T threads a worker, default 1);\n"
+           "output.dir must be the same shared folder on every host. --workers-per-trial W\n"
+           "alone: trials of W workers on this machine.\n"
+           "--resume continues a sweep that was killed or stopped; show lists its trials.\n"
+           "--json: one JSON object on stdout (status, id, trials, best, exit_code); the\n"
+           "progress lines go to stderr\n"
+           "exit status: 0 every trial done or stopped early, 1 a trial failed, 2 bad sweep\n"
+           "file or options (nothing started), 75 stopped by SIGTERM/SIGINT (--resume)\n");
     return 2;
 }
 
@@ -142,8 +149,12 @@ int dt_cli_sweep(int argc, char **argv) {
                 return usage(stderr);
         } else if (!v) {
             return usage(stderr);
-        } else if (!strcmp(a, "--slots") || !strcmp(a, "--threads-per-slot")) {
-            if (parse_pos(v, !strcmp(a, "--slots") ? &o.slots : &o.threads)) {
+        } else if (!strcmp(a, "--slots") || !strcmp(a, "--threads-per-slot") ||
+                   !strcmp(a, "--workers-per-trial")) {
+            int *dst = !strcmp(a, "--slots")              ? &o.slots
+                       : !strcmp(a, "--threads-per-slot") ? &o.threads
+                                                          : &o.workers;
+            if (parse_pos(v, dst)) {
                 fprintf(stderr, "dtrain sweep: %s '%s': expected an integer in 1..4096\n", a, v);
                 return 2;
             }
@@ -154,6 +165,14 @@ int dt_cli_sweep(int argc, char **argv) {
             resume = argv[++i];
         else if (!strcmp(a, "--output-dir"))
             out_dir = argv[++i];
+        else if (!strcmp(a, "--hosts"))
+            o.hosts = argv[++i];
+        else if (!strcmp(a, "--hostfile"))
+            o.hostfile = argv[++i];
+        else if (!strcmp(a, "--mpirun"))
+            o.mpirun = argv[++i];
+        else if (!strcmp(a, "--mpirun-args"))
+            o.mpirun_args = argv[++i];
         else
             return usage(stderr);
     }

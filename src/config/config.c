@@ -648,6 +648,12 @@ int dt_config_shares_auto(const char *s) {
     return s && !strcmp(s, "auto");
 }
 
+int dt_config_shard_base(const dt_config_values *v) {
+    if (!v->lora.enabled || v->lora.shard_base == DT_CFG_SHARD_FALSE) return 0;
+    if (v->lora.shard_base == DT_CFG_SHARD_TRUE) return 1;
+    return v->dist.zero_stage >= 3 && !dt_config_shares_auto(v->dist.batch_shares);
+}
+
 dt_status dt_config_share_from_rates(int64_t G, const double *rates, int n, int64_t *parts) {
     if (n < 1 || G < n)
         return dt_error_set(DT_ERR_INVALID,

@@ -175,8 +175,9 @@ dt_status dt_plan_reshard(const dt_config *c, int world, dt_plan *p) {
     p->param_bytes = 4 * (z >= 3 ? shard(t, world) : t);
     p->grad_bytes = 4 * (z >= 2 ? shard(t, world) : t);
     p->optim_bytes = 4 * p->optim_states * (z >= 1 ? shard(t, world) : t);
-    /* lora.shard_base: 1/N of the base (zero_frozen.c) and the parameters whole at once */
-    p->base_sharded = lora && v->lora.shard_base && world > 1 && p->frozen_bytes_1 > 0;
+    /* lora.shard_base (auto: ZeRO-3): 1/N of the base (zero_frozen.c) and the parameters whole
+     * at once */
+    p->base_sharded = lora && dt_config_shard_base(v) && world > 1 && p->frozen_bytes_1 > 0;
     p->frozen_bytes = p->base_sharded ? (p->frozen_bytes_1 + world - 1) / world +
                                             p->frozen_gather_bytes * (world - 1) / world
                                       : p->frozen_bytes_1;
@@ -323,7 +324,8 @@ void dt_plan_print(FILE *f, const dt_plan *p, int json) {
                 p->world);
     if (p->base_sharded)
         fprintf(f,
-                "lora.shard_base shards the frozen base by %d: each worker keeps 1/%d of it and "
+                "The frozen base is sharded by %d (lora.shard_base): each worker keeps 1/%d of "
+                "it and "
                 "gathers each weight whole just before use (%.2f GiB at once at most).\n",
                 p->world, p->world, gib(p->frozen_gather_bytes));
 }

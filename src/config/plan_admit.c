@@ -79,10 +79,21 @@ static size_t suggestions(const dt_config *c, const dt_plan *p, int world, int64
     return j;
 }
 
+/* What one worker of L on a host needs for plan p: a shared base is held once by the host, whose
+ * memory per_worker divides. */
+static int64_t worker_need(const dt_plan *p, int L) {
+    return (dt_plan_host_bytes(p, L) + L - 1) / L;
+}
+
 dt_status dt_plan_admit(const dt_config *c, int world, int local_ranks, char *warn, size_t n) {
+    return dt_plan_admit_rebuild(c, NULL, world, local_ranks, warn, n);
+}
+
+dt_status dt_plan_admit_rebuild(const dt_config *c, const dt_config *held, int world,
+                                int local_ranks, char *warn, size_t n) {
     if (n) warn[0] = '\0';
     if (!c || c->v.train.memory_check == DT_CFG_MEMCHECK_OFF) return DT_OK;
-    dt_plan p;
+    dt_plan p, ph;
     if (dt_plan_compute(c, world, &p) != DT_OK) { /* what it cannot plan, it cannot judge */
         dt_error_clear();
         return DT_OK;
@@ -90,13 +101,22 @@ dt_status dt_plan_admit(const dt_config *c, int world, int local_ranks, char *wa
     dt_mem_avail m;
     dt_mem_available(local_ranks, &m);
     if (m.per_worker < 0) return DT_OK;
-    char src[700], share[80] = "", msg[2048];
+    char src[700], share[128] = "", msg[2048];
     dt_mem_source(&m, src, sizeof src);
     if (m.local_ranks > 1)
         snprintf(share, sizeof share, " shared by %d ranks on this host", m.local_ranks);
-    /* a shared base is held once by the host, whose memory per_worker divides */
     int L = m.local_ranks > 1 ? m.local_ranks : 1;
-    int64_t need = (dt_plan_host_bytes(&p, L) + L - 1) / L;
+    int64_t need = worker_need(&p, L);
+    /* The buffers of `held` are resident now, so they are out of MemAvailable and in the
+     * cgroup's usage; they are freed before the new ones are allocated, so they count as
+     * available (a plan that cannot be made counts nothing: the stricter check). */
+    if (held && dt_plan_compute(held, world, &ph) == DT_OK) {
+        int64_t h = worker_need(&ph, L);
+        m.per_worker += h;
+        size_t l = strlen(share);
+        snprintf(share + l, sizeof share - l, ", with %.2f GiB it frees first", h / GIB);
+    }
+    dt_error_clear();
     int over = need > m.per_worker;
     if (!over && (double)need <= 0.9 * (double)m.per_worker) return DT_OK;
     size_t j = (size_t)snprintf(

@@ -29,9 +29,9 @@
  * (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2): about 500 MiB is what a process that
  * has run a cuBLAS GEMM typically shows in nvidia-smi on an H100. Not measured by dtrain yet. */
 #define PLAN_GPU_CONTEXT_BYTES (500 * MIB)
-/* The workspace the engine is to let cuDNN's convolution algorithms use (the limit it passes
- * to the algorithm search); an algorithm that wants more is not chosen. */
-#define PLAN_GPU_CUDNN_BYTES (256 * MIB)
+/* The workspace the engine lets cuDNN's convolution engines use (dt_cuda_conv_create's
+ * default cap); an engine that wants more is not chosen. */
+#define PLAN_GPU_CUDNN_BYTES ((int64_t)DT_CUDA_CONV_WORKSPACE_CAP)
 
 /* Memory as the driver reports it on the SXM / standard board of each (nvidia-smi's "Total",
  * MiB): a few hundred MiB under the marketed size where ECC or the driver reserves it. */
@@ -311,7 +311,7 @@ void dt_plan_gpu_print(FILE *f, const dt_plan *p, const dt_plan_gpu *g, int64_t 
     else if (!g->fits && min_workers == 0)
         fprintf(f,
                 "with dist.zero_stage=3 data.batch=%lld fits on no worker count up to %d: what "
-                "ZeRO does not shard (activations, frozen weights) is too large alone\n",
+                "ZeRO does not shard (activations, a whole frozen base) is too large alone\n",
                 (long long)p->batch, DT_PLAN_GPU_MAX_WORKERS);
     /* what the memory figure cannot say: the card cannot run the configuration at all */
     int cc = g->card.cc_major * 10 + g->card.cc_minor;

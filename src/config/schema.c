@@ -74,6 +74,11 @@ static const dt_config_key keys[] = {
      "size (faster; false: full decode, torchvision-exact pixels)", OFF(data.dct_scaling)},
     {"data.shuffle", DT_CFG_BOOL, "true", 0, 0, 0, NULL,
      "shuffle the training set every epoch (seeded by train.seed)", OFF(data.shuffle)},
+    {"data.shuffle_window_mb", DT_CFG_INT, "0", MIN | MAX, 0, 1 << 24, NULL,
+     "block-aware shuffling: permute chunks of consecutive samples and mix about this many MiB "
+     "of them at a time, each rank reading its own windows (s3:// datasets larger than "
+     "data.cache_mb; at most an eighth of it); 0: one permutation of the whole set",
+     OFF(data.shuffle_window_mb)},
     {"data.workers", DT_CFG_INT, "1", MIN | MAX, 0, 64, NULL,
      "prefetch threads of the loader (0: load in the training thread)", OFF(data.workers)},
     {"data.cache_mb", DT_CFG_INT, "512", MIN | MAX, 1, 1 << 24, NULL,
@@ -148,6 +153,9 @@ static const dt_config_key keys[] = {
     {"train.device", DT_CFG_STR, "auto", 0, 0, 0, NULL,
      "where to train: auto, cpu, cuda (the local rank's GPU) or cuda:N (docs/gpu.md)",
      OFF(train.device)},
+    {"train.cuda_graph", DT_CFG_ENUM, "auto", 0, 0, 0, "auto|off",
+     "CUDA device: replay the step as one captured CUDA graph (auto; eager where the step cannot "
+     "be captured) or issue every kernel each step (off; docs/gpu.md)", OFF(train.cuda_graph)},
     {"train.log_every", DT_CFG_INT, "10", MIN, 1, 0, NULL,
      "log one line every this many steps", OFF(train.log_every)},
     {"train.eval_every", DT_CFG_INT, "0", MIN, 0, 0, NULL,
@@ -188,6 +196,11 @@ static const dt_config_key keys[] = {
     {"dist.shared_memory", DT_CFG_BOOL, "true", 0, 0, 0, NULL,
      "workers on one host all-reduce gradients by reading each other's buffers (false: MPI)",
      OFF(dist.shared_memory)},
+    {"dist.gpu_comm", DT_CFG_ENUM, "auto", 0, 0, 0, "auto|nccl|host",
+     "train.device=cuda with several workers: gradient all-reduce by NCCL (loaded at run time) or "
+     "staged through host memory and dist.backend's communicator (auto: NCCL when it loads and "
+     "every worker has its own GPU)",
+     OFF(dist.gpu_comm)},
     {"dist.timeout_s", DT_CFG_FLOAT, "600", MIN | MAX, 0, 1e6, NULL,
      "hang watchdog: a collective waiting this long ends the job with exit status 76 (0: off)",
      OFF(dist.timeout_s)},
@@ -211,9 +224,10 @@ static const dt_config_key keys[] = {
      "the workers of a host share one copy of the frozen base: read-only mappings of the model "
      "files, or one worker's conversion in shared memory (false: each worker copies it)",
      OFF(lora.share_base)},
-    {"lora.shard_base", DT_CFG_BOOL, "false", 0, 0, 0, NULL,
+    {"lora.shard_base", DT_CFG_ENUM, "auto", 0, 0, 0, "false|true|auto",
      "shard the frozen base across the workers (each keeps 1/N of every frozen weight, gathered "
-     "just before use and released after, as FSDP); needs lora.share_base=false",
+     "just before use and released after, as FSDP); auto: under dist.zero_stage 3 (unless "
+     "dist.batch_shares is auto)",
      OFF(lora.shard_base)},
     /* ckpt */
     {"ckpt.dir", DT_CFG_URI, "", 0, 0, 0, NULL,

@@ -90,10 +90,17 @@ dt_status dt_config_validate(const dt_config *c) {
                      "folder or file)");
     {
         dt_device d;
-        if (dt_device_parse(v->train.device, &d, NULL) != DT_OK)
+        int is_auto = 0;
+        if (dt_device_parse(v->train.device, &d, &is_auto) != DT_OK)
             return cross(c, "train.device",
                          "train.device: '%s' is not a device (expected auto, cpu, cuda or "
                          "cuda:N)",
+                         v->train.device);
+        /* NCCL moves device buffers: a run that trains on the CPU has none to give it */
+        if (v->dist.gpu_comm == DT_CFG_GPU_COMM_NCCL && d.kind == DT_DEVICE_CPU && !is_auto)
+            return cross(c, "dist.gpu_comm",
+                         "dist.gpu_comm is nccl but train.device is '%s' (NCCL needs "
+                         "train.device=cuda)",
                          v->train.device);
     }
     if (v->lora.enabled && !llama)
@@ -102,9 +109,9 @@ dt_status dt_config_validate(const dt_config *c) {
                      "llama)");
     if (v->lora.enabled && v->lora.targets.n == 0)
         return cross(c, "lora.targets", "lora.enabled is true but lora.targets is empty");
-    if (v->lora.shard_base && !v->lora.enabled)
+    if (v->lora.shard_base == DT_CFG_SHARD_TRUE && !v->lora.enabled)
         return cross(c, "lora.shard_base", "lora.shard_base is true but lora.enabled is false");
-    if (v->lora.shard_base && dt_config_shares_auto(v->dist.batch_shares))
+    if (v->lora.shard_base == DT_CFG_SHARD_TRUE && dt_config_shares_auto(v->dist.batch_shares))
         return cross(c, "lora.shard_base",
                      "lora.shard_base is true but dist.batch_shares is auto (a rebuilt graph "
                      "would need the sharded base loaded again; use fixed shares)");

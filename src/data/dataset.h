@@ -31,6 +31,9 @@ dt_status dt_dataset_check_tokens(const dt_dataset *d, int s, int64_t t0, int64_
  * fetched ahead (records; token datasets: the windows of seq_len + 1 tokens starting at sample x
  * seq_len, seq_len 0: none). Nothing for a local dataset. */
 void dt_dataset_prefetch(const dt_dataset *d, const int64_t *samples, int64_t n, int64_t seq_len);
+/* The same for tokens [t0, t0 + n) of shard s (and their loss mask): a docs-packed sequence's
+ * pieces. */
+void dt_dataset_prefetch_tokens(const dt_dataset *d, int s, int64_t t0, int64_t n);
 
 /* The fingerprint over a manifest's content (see data.h). `shard_lines` holds one line
  * "records bytes xxh3hex\n" per shard; `names` the class names of an encoded dataset, each

@@ -93,6 +93,9 @@ int dt_dataset_shard_count(const dt_dataset *d) {
 const char *dt_dataset_shard_path(const dt_dataset *d, int s) {
     return s >= 0 && s < d->n_shards ? d->shards[s].path : NULL;
 }
+int64_t dt_dataset_shard_bytes(const dt_dataset *d, int s) {
+    return s >= 0 && s < d->n_shards ? (int64_t)d->shards[s].size : -1;
+}
 
 dt_status dt_dataset_check_image(const dt_dataset *d, int64_t i) {
     int s = dt_dataset_shard_of_record(d, i);
@@ -118,6 +121,14 @@ int64_t dt_dataset_bad_blocks(const dt_dataset *d) {
     return n;
 }
 
+void dt_dataset_prefetch_tokens(const dt_dataset *d, int s, int64_t t0, int64_t n) {
+    if (!d->remote || n <= 0) return;
+    dt_shard *sh = &d->shards[s];
+    dt_remote_prefetch(sh, (uint64_t)((const uint8_t *)(sh->tokens + t0) - sh->map),
+                       (uint64_t)n * 4);
+    if (sh->mask) dt_remote_prefetch(sh, (uint64_t)(sh->mask + t0 - sh->map), (uint64_t)n);
+}
+
 void dt_dataset_prefetch(const dt_dataset *d, const int64_t *samples, int64_t n, int64_t seq_len) {
     if (!d->remote) return;
     dt_data_kind kind = d->info.kind;
@@ -132,10 +143,7 @@ void dt_dataset_prefetch(const dt_dataset *d, const int64_t *samples, int64_t n,
                 int64_t local = t - d->tok_start[s], have = (int64_t)sh->h.elements - local;
                 if (have <= 0) continue;
                 int64_t take = have < left ? have : left;
-                dt_remote_prefetch(sh, (uint64_t)((const uint8_t *)(sh->tokens + local) - sh->map),
-                                   (uint64_t)take * 4);
-                if (sh->mask)
-                    dt_remote_prefetch(sh, (uint64_t)(sh->mask + local - sh->map), (uint64_t)take);
+                dt_dataset_prefetch_tokens(d, s, local, take);
                 t += take, left -= take;
             }
             continue;
@@ -155,8 +163,14 @@ void dt_dataset_prefetch(const dt_dataset *d, const int64_t *samples, int64_t n,
 
 int dt_dataset_fetched(const dt_dataset *d, int64_t *blocks, int64_t *bytes) {
     if (!d || !d->remote) return 0;
-    dt_remote_fetched(d->remote, blocks, bytes);
+    dt_remote_fetched(d->remote, blocks, bytes, NULL);
     return 1;
+}
+
+int64_t dt_dataset_fetched_ahead(const dt_dataset *d) {
+    int64_t blocks = 0, bytes = 0, ahead = 0;
+    if (d && d->remote) dt_remote_fetched(d->remote, &blocks, &bytes, &ahead);
+    return ahead;
 }
 
 int64_t dt_dataset_bytes(const dt_dataset *d) {

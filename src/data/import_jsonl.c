@@ -57,11 +57,17 @@ static dt_status flush(dt_doc_sink *s) {
     jsonl_state *js = s->user;
     int64_t first = s->ids.n;
     dt_status st = js->n ? dt_sink_text(s, js->txt, js->n, 0) : DT_OK;
-    size_t pos = 0;
+    /* The tokens' text is the run's, after what a SentencePiece-style normalizer prepends
+     * (Prepend("\u2581"): one ' ' more at the start): those bytes map to no byte of the run. */
+    size_t total = 0, l;
+    for (int64_t i = first; !st && i < s->ids.n; i++)
+        if (dt_tokenizer_token_bytes(s->tok, s->ids.ids[i], &l)) total += l;
+    size_t pos = 0, skip = total > js->n ? total - js->n : 0;
     for (int64_t i = first; !st && i < s->ids.n; i++) {
-        size_t l = 0;
+        l = 0;
         dt_tokenizer_token_bytes(s->tok, s->ids.ids[i], &l);
-        for (size_t k = pos; k < pos + l && k < js->n; k++) s->mask[i] |= js->flag[k];
+        for (size_t k = pos > skip ? pos - skip : 0; k + skip < pos + l && k < js->n; k++)
+            s->mask[i] |= js->flag[k];
         pos += l;
     }
     js->n = 0;

@@ -15,6 +15,7 @@
 #include <xxhash.h>
 #include "core/file.h"
 #include "data/import.h"
+#include "dtrain/storage.h"
 #include "core/bytes.h"
 #include "core/file.h"
 
@@ -194,18 +195,50 @@ dt_status dt_import_finish_record(const dt_import *im, const char *const *srcs, 
     return st;
 }
 
+/* A file beside a dataset's manifest, whole: read from its directory or, for an s3:// dataset
+ * (store not NULL), fetched from the store. DT_ERR_NOTFOUND when there is none. */
+static dt_status beside_read(const char *dir, dt_store *store, const char *name, size_t max,
+                             const char *what, uint8_t **data, size_t *len) {
+    *data = NULL, *len = 0;
+    if (store) {
+        size_t n = 0;
+        void *p = NULL;
+        dt_status st = dt_store_stat(store, name, &n);
+        if (st == DT_OK && n > max)
+            return dt_error_set(DT_ERR_FORMAT, "%s/%s: %zu bytes, more than the %zu allowed for %s",
+                                dir, name, n, max, what);
+        if (st == DT_OK) st = dt_store_get(store, name, &p, len);
+        *data = p;
+        return st;
+    }
+    char *path = dt_path_join(dir, name);
+    if (!path) return dt_error_set(DT_ERR_NOMEM, "out of memory");
+    dt_status st = dt_path_exists(path) ? dt_read_file_max(path, 0, max, what, data, len)
+                                        : dt_error_set(DT_ERR_NOTFOUND, "%s: not found", path);
+    free(path);
+    return st;
+}
+
 dt_status dt_dataset_tokenizer_export(const char *dataset_dir, const char *dst_dir, int *copied) {
     *copied = 0;
-    /* a dataset in an object store: its tokenizer is not fetched (docs/data.md, Limitations) */
-    if (!strncmp(dataset_dir, "s3://", 5)) return DT_OK;
-    char *man = dt_path_join(dataset_dir, "manifest.json");
+    /* a dataset in an object store: the manifest and the files beside it are fetched (AWS_* as
+     * for the dataset's blocks), a tokenizer that fails its xxh3 is an error naming the object */
+    dt_store *store = NULL;
+    dt_status st = DT_OK;
+    if (!strncmp(dataset_dir, "s3://", 5)) {
+        dt_store_opts so = dt_store_opts_default();
+        st = dt_store_open(dataset_dir, &so, &store);
+        if (st) return st;
+    }
     uint8_t *txt = NULL;
     size_t len = 0;
-    dt_status st = man ? dt_read_file_max(man, 0, 64 << 20, "a manifest", &txt, &len)
-                       : dt_error_set(DT_ERR_NOMEM, "out of memory");
+    st = beside_read(dataset_dir, store, "manifest.json", 64 << 20, "a manifest", &txt, &len);
     cJSON *m = st == DT_OK ? cJSON_ParseWithLength((const char *)txt, len) : NULL;
-    free(txt), free(man);
-    if (st != DT_OK) return st;
+    free(txt);
+    if (st != DT_OK) {
+        if (store) dt_store_close(store);
+        return st;
+    }
     const cJSON *meta = cJSON_GetObjectItemCaseSensitive(m, "meta");
     const cJSON *file = cJSON_GetObjectItemCaseSensitive(meta, "tokenizer_file");
     const cJSON *sum = cJSON_GetObjectItemCaseSensitive(meta, "tokenizer_xxh3");
@@ -216,29 +249,40 @@ dt_status dt_dataset_tokenizer_export(const char *dataset_dir, const char *dst_d
                  dt_plain_name(file->valuestring) &&
                  (!cJSON_GetObjectItemCaseSensitive(meta, "template") ||
                   cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(meta, "tokenizer_as_is")));
-    char *src = usable ? dt_path_join(dataset_dir, file->valuestring) : NULL;
     uint8_t *data = NULL;
     char hex[17] = "";
-    if (src && dt_path_exists(src) &&
-        dt_read_file_max(src, 0, DT_MAX_TOKENIZER_BYTES, "a tokenizer file", &data, &len) == DT_OK)
+    /* absent or unreadable: none to give, as for an import made before the copy existed */
+    if (usable && beside_read(dataset_dir, store, file->valuestring, DT_MAX_TOKENIZER_BYTES,
+                              "a tokenizer file", &data, &len) == DT_OK)
         dt_hex64(XXH3_64bits(data, len), hex);
     dt_error_clear();
-    if (data && !strcmp(hex, sum->valuestring)) {
+    if (data && store && strcmp(hex, sum->valuestring))
+        st = dt_error_set(DT_ERR_FORMAT,
+                          "%s/%s: xxh3 %s, the manifest's meta.tokenizer_xxh3 says %s: not the "
+                          "tokenizer the data was made with",
+                          dataset_dir, file->valuestring, hex, sum->valuestring);
+    if (st == DT_OK && data && !dst_dir && !strcmp(hex, sum->valuestring)) *copied = 1;
+    if (st == DT_OK && data && dst_dir && !strcmp(hex, sum->valuestring)) {
         char *dst = dt_path_join(dst_dir, "tokenizer.json");
-        char *cs = dt_path_join(dataset_dir, "tokenizer_config.json");
         char *cd = dt_path_join(dst_dir, "tokenizer_config.json");
         /* into a model folder already in place: each file whole or not at all */
-        st = dst ? dt_file_write_atomic(dst, data, len)
-                 : dt_error_set(DT_ERR_NOMEM, "out of memory");
+        st = dst && cd ? dt_file_write_atomic(dst, data, len)
+                       : dt_error_set(DT_ERR_NOMEM, "out of memory");
         uint8_t *cfg = NULL;
         size_t cl = 0;
-        if (st == DT_OK && cs && cd && dt_path_exists(cs) &&
-            (st = dt_read_file_max(cs, 0, 16 << 20, "a tokenizer config", &cfg, &cl)) == DT_OK)
-            st = dt_file_write_atomic(cd, cfg, cl);
+        if (st == DT_OK) {
+            st = beside_read(dataset_dir, store, "tokenizer_config.json", 16 << 20,
+                             "a tokenizer config", &cfg, &cl);
+            if (st == DT_ERR_NOTFOUND)
+                st = DT_OK, dt_error_clear();
+            else if (st == DT_OK)
+                st = dt_file_write_atomic(cd, cfg, cl);
+        }
         *copied = st == DT_OK;
-        free(cfg), free(dst), free(cs), free(cd);
+        free(cfg), free(dst), free(cd);
     }
-    free(data), free(src);
+    free(data);
     cJSON_Delete(m);
+    if (store) dt_store_close(store);
     return st;
 }

@@ -130,7 +130,8 @@ dt_status dt_sink_push(dt_doc_sink *s, int32_t id, uint8_t m) {
 
 dt_status dt_sink_text(dt_doc_sink *s, const char *text, size_t len, uint8_t m) {
     int64_t before = s->ids.n;
-    dt_status st = dt_tokenizer_encode(s->tok, text, len, 0, &s->ids);
+    /* text after the document's first tokens continues its string (a special token before it) */
+    dt_status st = dt_tokenizer_encode(s->tok, text, len, before ? DT_TOK_CONTINUED : 0, &s->ids);
     if (st) return st;
     if (s->has_mask) {
         if (s->mask_cap < s->ids.cap) {

@@ -51,6 +51,10 @@ struct dt_loader {
     const dt_dataset *d;
     dt_loader_config c;
     int64_t n, per_rank, bpe;
+    /* block-aware shuffling (shuffle_window_bytes > 0): samples per chunk, chunks per window,
+     * and (s3://) the last window, as epoch * windows + k, whose blocks were queued ahead */
+    int64_t chunk, window, n_windows;
+    _Atomic int64_t ahead;
     /* images */
     int C, H, W;
     float scale[4], bias[4];
@@ -112,25 +116,95 @@ void dt_loader_config_default(dt_loader_config *c) {
 
 /* ---- which samples ---- */
 
+static int block_mode(const dt_loader *l) {
+    return l->c.shuffle && l->chunk > 0;
+}
+
 static void batch_samples(const dt_loader *l, int64_t epoch, int64_t index, int64_t *out,
                           int64_t *count) {
     const dt_loader_config *c = &l->c;
     int64_t j0 = index * c->batch_size, j1 = j0 + c->batch_size;
     if (j1 > l->per_rank) j1 = l->per_rank;
     dt_perm pm;
-    if (c->shuffle) dt_perm_init(&pm, l->n, c->seed, (uint64_t)epoch);
+    dt_block_order bo;
+    const int blocks = block_mode(l);
+    if (blocks)
+        dt_block_order_init(&bo, l->n, l->chunk, l->window, c->seed, (uint64_t)epoch);
+    else if (c->shuffle)
+        dt_perm_init(&pm, l->n, c->seed, (uint64_t)epoch);
+#define ORDER(p)                                                                                   \
+    (blocks ? dt_block_order_apply(&bo, (p)) : c->shuffle ? dt_perm_apply(&pm, (p)) : (p))
     if (c->global_batch > 0) { /* this rank's contiguous part of global batch `index` */
         int64_t p0 = index * c->global_batch + c->global_offset;
-        for (int64_t k = 0; k < c->batch_size; k++)
-            out[k] = c->shuffle ? dt_perm_apply(&pm, p0 + k) : p0 + k;
+        for (int64_t k = 0; k < c->batch_size; k++) out[k] = ORDER(p0 + k);
         *count = c->batch_size;
         return;
     }
     for (int64_t j = j0; j < j1; j++) {
-        int64_t p = (j * c->world_size + c->rank) % l->n;
-        out[j - j0] = c->shuffle ? dt_perm_apply(&pm, p) : p;
+        /* interleaved ranks; block-aware: contiguous parts, so ranks read disjoint windows */
+        int64_t p = (blocks ? c->rank * l->per_rank + j : j * c->world_size + c->rank) % l->n;
+        out[j - j0] = ORDER(p);
     }
+#undef ORDER
     *count = j1 - j0;
+}
+
+/* DT_PACK_DOCS: the shard and the first token (in it) of piece pc. */
+static void piece_span(const dt_loader *l, const piece *pc, int *sh, int64_t *t0) {
+    *sh = dt_dataset_shard_of_record(l->d, pc->doc);
+    *t0 = (int64_t)l->d->shards[*sh].offsets[pc->doc - l->d->rec_start[*sh]] + pc->start;
+}
+
+/* From s3://: queues the payload blocks that samples [n] read to be fetched (no wait). Token
+ * windows (concat) are spans of the token stream; a docs-packed sequence is its pieces from
+ * the packing plan (document, start, length): the same blocks packed_tokens then reads. */
+static void prefetch_samples(const dt_loader *l, const int64_t *samples, int64_t n) {
+    const dt_dataset *d = l->d;
+    if (!d->remote) return;
+    if (d->info.kind != DT_DATA_TOKENS || l->c.pack != DT_PACK_DOCS) {
+        dt_dataset_prefetch(d, samples, n, d->info.kind == DT_DATA_TOKENS ? l->T : 0);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = samples[i];
+        if (k < 0 || k >= l->n) continue;
+        for (int64_t p = l->seq_start[k]; p < l->seq_start[k + 1]; p++) {
+            int sh;
+            int64_t t0;
+            piece_span(l, &l->pieces[p], &sh, &t0);
+            dt_dataset_prefetch_tokens(d, sh, t0, l->pieces[p].len);
+        }
+    }
+}
+
+/* Block-aware shuffling from s3://: queues the blocks of window `g` (epoch * windows + k). */
+static void prefetch_window(const dt_loader *l, int64_t g) {
+    int64_t epoch = g / l->n_windows, k = g % l->n_windows, buf[256];
+    dt_block_order bo;
+    dt_block_order_init(&bo, l->n, l->chunk, l->window, l->c.seed, (uint64_t)epoch);
+    for (int64_t i = k * l->window; i < (k + 1) * l->window && i < bo.n_chunks; i++) {
+        int64_t a = dt_block_order_chunk(&bo, i) * l->chunk, b = a + l->chunk;
+        if (b > l->n) b = l->n;
+        while (a < b) {
+            int64_t m = 0;
+            for (; m < 256 && a < b; m++) buf[m] = a++;
+            prefetch_samples(l, buf, m);
+        }
+    }
+}
+
+/* The windows of the batch at `pos` (its first epoch-order position) and the next one, once. */
+static void prefetch_ahead(dt_loader *l, int64_t epoch, int64_t pos) {
+    if (!l->d->remote || !block_mode(l)) return;
+    dt_block_order bo;
+    dt_block_order_init(&bo, l->n, l->chunk, l->window, l->c.seed, (uint64_t)epoch);
+    int64_t g = epoch * l->n_windows + dt_block_order_window_of(&bo, pos % l->n);
+    int64_t prev = atomic_load(&l->ahead);
+    while (prev < g + 1)
+        if (atomic_compare_exchange_weak(&l->ahead, &prev, g + 1)) {
+            for (int64_t x = prev + 1 > g ? prev + 1 : g; x <= g + 1; x++) prefetch_window(l, x);
+            break;
+        }
 }
 
 /* ---- images ---- */
@@ -364,12 +438,12 @@ static dt_status window_tokens(dt_loader *l, slot *s, int64_t k) {
 static dt_status packed_tokens(dt_loader *l, slot *s, int64_t k) {
     int64_t got = 0;
     for (int64_t p = l->seq_start[k]; p < l->seq_start[k + 1]; p++) {
-        const piece *pc = &l->pieces[p];
-        int sh = dt_dataset_shard_of_record(l->d, pc->doc);
-        int64_t first = (int64_t)l->d->shards[sh].offsets[pc->doc - l->d->rec_start[sh]];
-        dt_status st = copy_tokens(l, s, sh, first + pc->start, pc->len, got);
+        int sh;
+        int64_t t0;
+        piece_span(l, &l->pieces[p], &sh, &t0);
+        dt_status st = copy_tokens(l, s, sh, t0, l->pieces[p].len, got);
         if (st) return st;
-        got += pc->len;
+        got += l->pieces[p].len;
     }
     int32_t pad = l->d->info.pad_id >= 0 ? l->d->info.pad_id : 0;
     for (; got < l->T + 1; got++)
@@ -403,10 +477,12 @@ static dt_status fill(dt_loader *l, slot *s, int64_t seq, dt_enc_scratch *scr) {
     int64_t g = l->start_batch + seq;
     int64_t epoch = l->start_epoch + g / l->bpe, index = g % l->bpe, n;
     batch_samples(l, epoch, index, s->samples, &n);
+    prefetch_ahead(l, epoch,
+                   l->c.global_batch > 0 ? index * l->c.global_batch + l->c.global_offset
+                                         : l->c.rank * l->per_rank + index * l->c.batch_size);
     dt_data_kind kind = l->d->info.kind;
     /* an s3:// dataset: the batch's blocks are fetched in parallel while it is made */
-    dt_dataset_prefetch(l->d, s->samples, n,
-                        kind == DT_DATA_TOKENS && l->c.pack == DT_PACK_CONCAT ? l->T : 0);
+    prefetch_samples(l, s->samples, n);
     dt_status st = kind == DT_DATA_IMAGE     ? fill_images(l, s, epoch, n)
                    : kind == DT_DATA_ENCODED ? fill_encoded(l, s, epoch, n, scr)
                                              : fill_tokens(l, s, n);
@@ -509,6 +585,28 @@ static dt_status build_packing(dt_loader *l) {
     return DT_OK;
 }
 
+/* ---- block-aware shuffling ---- */
+
+/* Chunks of about one to four payload blocks' worth of samples (the dataset's bytes per sample
+ * from its shards' sizes, the same for a local and an s3:// copy), about window / 8 each, and as
+ * many chunks per window as fit in shuffle_window_bytes. A chunk's samples are consecutive
+ * bytes, so it spans its blocks plus at most one it shares with a neighbour chunk: bigger
+ * chunks fetch fewer shared blocks twice, more chunks per window mix better. */
+static void block_sizes(dt_loader *l) {
+    const int64_t win = l->c.shuffle_window_bytes;
+    int64_t B = l->d->n_shards > 0 ? l->d->shards[0].h.block_bytes : 0;
+    if (B <= 0) B = 1 << 20;
+    int64_t per = dt_dataset_bytes(l->d) / l->n;
+    if (per < 1) per = 1;
+    int64_t cb = win / 8 < B ? B : win / 8 > 4 * B ? 4 * B : win / 8;
+    if (cb > win) cb = win;
+    l->chunk = cb / per > 0 ? cb / per : 1;
+    l->window = win / cb > 0 ? win / cb : 1;
+    int64_t n_chunks = (l->n + l->chunk - 1) / l->chunk;
+    l->n_windows = (n_chunks + l->window - 1) / l->window;
+    atomic_store(&l->ahead, -1);
+}
+
 /* ---- public ---- */
 
 dt_status dt_loader_open(const dt_dataset *d, const dt_loader_config *cfg, dt_loader **out) {
@@ -585,6 +683,7 @@ dt_status dt_loader_open(const dt_dataset *d, const dt_loader_config *cfg, dt_lo
                               " give no batch per epoch",
                               l->n, c.world_size, c.batch_size);
     }
+    if (!st && c.shuffle && c.shuffle_window_bytes > 0) block_sizes(l);
     l->slots = st ? NULL : calloc((size_t)l->Q, sizeof *l->slots);
     if (!st && !l->slots) st = dt_error_set(DT_ERR_NOMEM, "loader: out of memory");
     int64_t B = c.batch_size;
@@ -746,6 +845,7 @@ dt_status dt_loader_seek(dt_loader *l, const dt_data_cursor *c) {
                             c->epoch, c->batch, l->bpe);
     stop_threads(l);
     l->start_epoch = c->epoch, l->start_batch = c->batch;
+    atomic_store(&l->ahead, -1);
     return start_threads(l);
 }
 

@@ -55,8 +55,9 @@ struct dt_remote {
     double down_since;
     int64_t resident; /* bytes of resident payload blocks */
     int64_t fetches, fetched_bytes;
-    int64_t pending;     /* blocks queued or being fetched */
-    int64_t ahead_bytes; /* resident blocks fetched ahead and not read yet */
+    int64_t ahead_fetches; /* of the fetches, those of blocks queued ahead of the readers */
+    int64_t pending;       /* blocks queued or being fetched */
+    int64_t ahead_bytes;   /* resident blocks fetched ahead and not read yet */
     uint64_t clock;
     dt_shard **shards;
     int n_shards, cap_shards;
@@ -223,7 +224,7 @@ static void *fetcher(void *arg) {
             atomic_store(&s->block_state[q.k], B_FAILED);
             rs->unused[q.k] = 0;
         } else {
-            if (rs->unused[q.k]) r->ahead_bytes += (int64_t)n;
+            if (rs->unused[q.k]) r->ahead_bytes += (int64_t)n, r->ahead_fetches++;
             atomic_store(&s->block_state[q.k], good ? B_GOOD : B_BAD);
             if (!good) atomic_fetch_add(&s->bad_blocks, 1);
             rs->last_use[q.k] = ++r->clock;
@@ -486,9 +487,10 @@ dt_status dt_remote_shard_open(dt_remote *r, const char *file, uint64_t bytes, d
     return st;
 }
 
-void dt_remote_fetched(dt_remote *r, int64_t *blocks, int64_t *bytes) {
+void dt_remote_fetched(dt_remote *r, int64_t *blocks, int64_t *bytes, int64_t *ahead) {
     pthread_mutex_lock(&r->mu);
     *blocks = r->fetches, *bytes = r->fetched_bytes;
+    if (ahead) *ahead = r->ahead_fetches;
     pthread_mutex_unlock(&r->mu);
 }
 

@@ -41,8 +41,9 @@ dt_status dt_remote_shard_open(dt_remote *r, const char *file, uint64_t bytes, d
 dt_status dt_remote_check(dt_shard *s, uint64_t off, uint64_t len);
 /* Queues the blocks holding [off, off + len) of a remote shard to be fetched (no wait). */
 void dt_remote_prefetch(dt_shard *s, uint64_t off, uint64_t len);
-/* Blocks fetched so far and their bytes. */
-void dt_remote_fetched(dt_remote *r, int64_t *blocks, int64_t *bytes);
+/* Blocks fetched so far and their bytes; *ahead (may be NULL): how many of them were queued
+ * by dt_remote_prefetch (a reader may have come to wait for one before it arrived). */
+void dt_remote_fetched(dt_remote *r, int64_t *blocks, int64_t *bytes, int64_t *ahead);
 /* Frees what a remote shard holds besides its mapping (from dt_shard_close). */
 void dt_remote_shard_free(dt_shard *s);
 

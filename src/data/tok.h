@@ -17,6 +17,14 @@ typedef struct tok_stage {
     int add_prefix_space; /* HF ByteLevel: prepend ' ' to a segment that lacks one */
 } tok_stage;
 
+/* A SentencePiece-style normalizer step: Replace(from -> to), or Prepend(to) when from is NULL. */
+typedef struct tok_norm {
+    char *from, *to;
+    size_t nf, nt;
+} tok_norm;
+
+enum { TOK_MAX_NORM = 4, TOK_META_NONE = 0, TOK_META_ALWAYS, TOK_META_FIRST, TOK_META_NEVER };
+
 typedef struct tok_special {
     char *text;
     size_t len;
@@ -55,6 +63,25 @@ struct dt_tokenizer {
     tok_special *sp;
     int n_sp;
     uint8_t sp_first[256];
+    /* SentencePiece-style BPE (tok_sp.c): tokens are UTF-8 text, BPE starts from characters,
+     * a character not in the vocabulary becomes its <0xNN> byte tokens (byte_fallback) or the
+     * unknown token (consecutive ones fused with fuse_unk). */
+    int spm, byte_fallback, fuse_unk;
+    int32_t fb_id[256]; /* id of "<0xNN>", or -1 */
+    tok_norm norm[TOK_MAX_NORM];
+    int n_norm;
+    int meta, meta_split; /* Metaspace pre-tokenizer: TOK_META_* prepend scheme, split on it */
+    char meta_rep[8];     /* its replacement character (UTF-8), "\xe2\x96\x81" */
+    size_t meta_rep_len;
+    /* decoding: each id's text (byte tokens as their byte, the replacement as ' '), then the
+     * Metaspace decoder drops the first token's spaces, Strip cuts the fused text's ends */
+    uint32_t *dec_off, *dec_len;
+    char *dblob;
+    int dec_meta_first;
+    char strip_c;
+    int strip_start, strip_stop;
+    char *nbuf[2]; /* normalization scratch */
+    size_t nbuf_cap[2];
     /* scratch for BPE */
     int32_t *w_ids, *w_rank;
     int64_t w_cap;
@@ -86,5 +113,22 @@ int32_t dt_tok_lookup(const dt_tokenizer *t, const char *bytes, size_t len);
 /* Compiles and appends a pre-tokenization stage. */
 dt_status dt_tok_add_stage(dt_tokenizer *t, const char *pattern, int keep_gaps,
                            int add_prefix_space, const char *what);
+
+/* Appends one id. */
+dt_status dt_tok_push(dt_tokens *o, int32_t id);
+/* Merges the m symbols ids[] (scratch, overwritten) by BPE and appends the result. */
+dt_status dt_tok_merge(dt_tokenizer *t, int32_t *ids, size_t m, dt_tokens *out);
+/* Grows the BPE scratch to n symbols. */
+dt_status dt_tok_reserve(dt_tokenizer *t, size_t n);
+/* SentencePiece-style encoding of one text segment (no special tokens in it); `first`: the
+ * segment starts the encoded string (Metaspace prepend_scheme "first"). tok_sp.c. */
+dt_status dt_tok_sp_encode(dt_tokenizer *t, const char *s, size_t n, int first, dt_tokens *out);
+/* Checks the ids and allocates a buffer for their token_bytes, plus a NUL. */
+dt_status dt_tok_decode_buffer(const dt_tokenizer *t, const int32_t *ids, int64_t n, char **buf);
+/* SentencePiece-style decoding (tok_sp.c). */
+dt_status dt_tok_sp_decode(const dt_tokenizer *t, const int32_t *ids, int64_t n, char **text,
+                           size_t *len);
+/* Frees the SentencePiece-style fields. */
+void dt_tok_sp_free(dt_tokenizer *t);
 
 #endif

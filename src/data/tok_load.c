@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "data/tok.h"
+#include "data/tok_json.h"
 #include "core/file.h"
 #include "core/json.h"
 
@@ -157,10 +158,6 @@ dt_status dt_tokenizer_load_tiktoken(const char *rank_file, const char *pattern,
     return DT_OK;
 }
 
-static const cJSON *obj(const cJSON *o, const char *k) {
-    return o ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
-}
-
 /* A token id as JSON holds it: an integer (2.5 is not one) in [0, 2^31); the tables' own limit
  * (dt_tok_limit_ids) is checked where the id is set. */
 static int is_id(const cJSON *v) {
@@ -228,8 +225,8 @@ static dt_status load_tiktoken_meta(const char *rank_file, dt_tokenizer **out) {
     if (!st && !cJSON_IsObject(root))
         st = dt_error_set(DT_ERR_FORMAT, "%s: the file is %s; it must be a JSON object", meta,
                           dt_json_what(root, w, sizeof w));
-    const cJSON *pat = obj(root, "pat_str"), *sp = obj(root, "special_tokens"),
-                *nm = obj(root, "name");
+    const cJSON *pat = dt_tok_json_get(root, "pat_str"),
+                *sp = dt_tok_json_get(root, "special_tokens"), *nm = dt_tok_json_get(root, "name");
     if (!st && pat && !cJSON_IsString(pat))
         st = dt_error_set(DT_ERR_FORMAT, "%s: pat_str is %s; it must be a string (a regex)", meta,
                           dt_json_what(pat, w, sizeof w));
@@ -282,8 +279,13 @@ static void byte_unicode_table(int32_t cp_to_byte[512]) {
 }
 
 /* Decodes a byte-level vocabulary string (UTF-8 of mapped code points) into raw bytes. */
-static int64_t bytelevel_decode(const char *s, const int32_t cp_to_byte[512], char *out,
-                                size_t cap) {
+static int64_t bytelevel_decode(const char *s, const int32_t *cp_to_byte, char *out, size_t cap) {
+    if (!cp_to_byte) { /* SentencePiece-style: the token is its UTF-8 text */
+        size_t n = strlen(s);
+        if (n > cap) return -1;
+        memcpy(out, s, n);
+        return (int64_t)n;
+    }
     const uint8_t *p = (const uint8_t *)s;
     size_t o = 0;
     while (*p) {
@@ -301,9 +303,9 @@ static int64_t bytelevel_decode(const char *s, const int32_t cp_to_byte[512], ch
 }
 
 /* An optional member: absent, null, or what is(v) accepts; else one line naming the field. */
-static dt_status opt_is(const char *path, const cJSON *o, const char *field, const char *key,
-                        cJSON_bool (*is)(const cJSON *), const char *want) {
-    const cJSON *v = obj(o, key);
+dt_status dt_tok_json_opt(const char *path, const cJSON *o, const char *field, const char *key,
+                          cJSON_bool (*is)(const cJSON *), const char *want) {
+    const cJSON *v = dt_tok_json_get(o, key);
     if (!v || cJSON_IsNull(v) || is(v)) return DT_OK;
     char w[64];
     return dt_error_set(DT_ERR_FORMAT, "%s: %s%s%s is %s; it must be %s or null", path, field,
@@ -312,8 +314,8 @@ static dt_status opt_is(const char *path, const cJSON *o, const char *field, con
 
 /* A "type"d component (normalizer, pre_tokenizer, decoder): its type string, or NULL with the
  * error set (field names it: "pre_tokenizer.pretokenizers[1]"). */
-static const char *component_type(const char *path, const cJSON *c, const char *field) {
-    const cJSON *type = obj(c, "type");
+const char *dt_tok_json_type(const char *path, const cJSON *c, const char *field) {
+    const cJSON *type = dt_tok_json_get(c, "type");
     char w[64];
     if (!cJSON_IsObject(c))
         dt_error_set(DT_ERR_FORMAT, "%s: %s is %s; it must be null or an object with a \"type\"",
@@ -326,40 +328,52 @@ static const char *component_type(const char *path, const cJSON *c, const char *
     return NULL;
 }
 
+dt_status dt_tok_json_each(const cJSON *seq, const char *key, const char *what, const char *path,
+                           const char *field, dt_tok_json_fn fn, void *ctx) {
+    const cJSON *list = dt_tok_json_get(seq, key), *e;
+    char w[64];
+    if (!cJSON_IsArray(list))
+        return dt_error_set(DT_ERR_FORMAT, "%s: %s.%s is %s; a Sequence needs a list of %s", path,
+                            field, key, dt_json_what(list, w, sizeof w), what);
+    int i = 0;
+    cJSON_ArrayForEach(e, list) {
+        char sub[200];
+        snprintf(sub, sizeof sub, "%.150s.%s[%d]", field, key, i++);
+        dt_status st = fn(ctx, e, path, sub);
+        if (st) return st;
+    }
+    return DT_OK;
+}
+
+static dt_status add_pretok(dt_tokenizer *t, const cJSON *pt, const char *path, const char *field);
+static dt_status add_pretok_fn(void *t, const cJSON *pt, const char *path, const char *field) {
+    return add_pretok(t, pt, path, field);
+}
+
 static dt_status add_pretok(dt_tokenizer *t, const cJSON *pt, const char *path, const char *field) {
-    const char *ty = component_type(path, pt, field);
+    const char *ty = dt_tok_json_type(path, pt, field);
     if (!ty) return DT_ERR_FORMAT;
     dt_status st;
     char w[64];
-    if (!strcmp(ty, "Sequence")) {
-        const cJSON *list = obj(pt, "pretokenizers"), *e;
-        if (!cJSON_IsArray(list))
-            return dt_error_set(DT_ERR_FORMAT,
-                                "%s: %s.pretokenizers is %s; a Sequence needs a list of "
-                                "pre-tokenizers",
-                                path, field, dt_json_what(list, w, sizeof w));
-        int i = 0;
-        cJSON_ArrayForEach(e, list) {
-            char sub[200];
-            snprintf(sub, sizeof sub, "%.150s.pretokenizers[%d]", field, i++);
-            if ((st = add_pretok(t, e, path, sub))) return st;
-        }
-        return DT_OK;
-    }
+    if (!strcmp(ty, "Sequence"))
+        return dt_tok_json_each(pt, "pretokenizers", "pre-tokenizers", path, field, add_pretok_fn,
+                                t);
     if (!strcmp(ty, "ByteLevel")) {
         static const char *const bools[] = {"add_prefix_space", "use_regex", "trim_offsets"};
         for (int i = 0; i < 3; i++)
-            if ((st = opt_is(path, pt, field, bools[i], cJSON_IsBool, "a boolean"))) return st;
-        const cJSON *ur = obj(pt, "use_regex"), *ap = obj(pt, "add_prefix_space");
+            if ((st = dt_tok_json_opt(path, pt, field, bools[i], cJSON_IsBool, "a boolean")))
+                return st;
+        const cJSON *ur = dt_tok_json_get(pt, "use_regex"),
+                    *ap = dt_tok_json_get(pt, "add_prefix_space");
         int use_regex = !ur || cJSON_IsTrue(ur), prefix = cJSON_IsTrue(ap);
         if (!use_regex && !prefix) return DT_OK; /* only the byte mapping, which is implicit */
         /* A prefix space without a regex: a stage matching everything. */
         return dt_tok_add_stage(t, use_regex ? DT_TOK_PATTERN_GPT2 : "(?s).+", 1, prefix, path);
     }
     if (!strcmp(ty, "Split")) {
-        const cJSON *pat = obj(pt, "pattern"), *beh = obj(pt, "behavior");
-        const cJSON *re = obj(pat, "Regex"), *str = obj(pat, "String");
-        if ((st = opt_is(path, pt, field, "invert", cJSON_IsBool, "a boolean"))) return st;
+        const cJSON *pat = dt_tok_json_get(pt, "pattern"), *beh = dt_tok_json_get(pt, "behavior");
+        const cJSON *re = dt_tok_json_get(pat, "Regex"), *str = dt_tok_json_get(pat, "String");
+        if ((st = dt_tok_json_opt(path, pt, field, "invert", cJSON_IsBool, "a boolean"))) return st;
         if (!cJSON_IsString(beh))
             return dt_error_set(DT_ERR_FORMAT, "%s: %s.behavior is %s; it must be a string", path,
                                 field, dt_json_what(beh, w, sizeof w));
@@ -367,7 +381,7 @@ static dt_status add_pretok(dt_tokenizer *t, const cJSON *pt, const char *path, 
             return dt_error_set(DT_ERR_FORMAT,
                                 "%s: %s.behavior \"%.40s\" is not supported (Isolated is)", path,
                                 field, beh->valuestring);
-        if (cJSON_IsTrue(obj(pt, "invert")))
+        if (cJSON_IsTrue(dt_tok_json_get(pt, "invert")))
             return dt_error_set(DT_ERR_FORMAT, "%s: %s.invert true is not supported", path, field);
         if (!cJSON_IsObject(pat) || cJSON_GetArraySize(pat) != 1 ||
             !(cJSON_IsString(re) || cJSON_IsString(str)))
@@ -392,57 +406,49 @@ static dt_status add_pretok(dt_tokenizer *t, const cJSON *pt, const char *path, 
 
 /* The decoder turns ids back into text; dtrain decodes byte-level tokens to their bytes, which
  * is what ByteLevel does (null: the same, as dtrain has no other). */
+static dt_status check_decoder(const cJSON *d, const char *path, const char *field);
+static dt_status check_decoder_fn(void *ctx, const cJSON *d, const char *path, const char *field) {
+    return check_decoder(d, path, field);
+}
+
 static dt_status check_decoder(const cJSON *d, const char *path, const char *field) {
     if (!d || cJSON_IsNull(d)) return DT_OK;
-    const char *ty = component_type(path, d, field);
+    const char *ty = dt_tok_json_type(path, d, field);
     if (!ty) return DT_ERR_FORMAT;
     if (!strcmp(ty, "ByteLevel")) return DT_OK;
-    if (!strcmp(ty, "Sequence")) {
-        const cJSON *list = obj(d, "decoders"), *e;
-        char w[64];
-        if (!cJSON_IsArray(list))
-            return dt_error_set(DT_ERR_FORMAT,
-                                "%s: %s.decoders is %s; a Sequence needs a list of decoders", path,
-                                field, dt_json_what(list, w, sizeof w));
-        int i = 0;
-        cJSON_ArrayForEach(e, list) {
-            char sub[200];
-            snprintf(sub, sizeof sub, "%.150s.decoders[%d]", field, i++);
-            dt_status st = check_decoder(e, path, sub);
-            if (st) return st;
-        }
-        return DT_OK;
-    }
+    if (!strcmp(ty, "Sequence"))
+        return dt_tok_json_each(d, "decoders", "decoders", path, field, check_decoder_fn, NULL);
     return dt_error_set(DT_ERR_FORMAT,
                         "%s: %s type \"%.40s\" is not supported (ByteLevel or null: dtrain "
                         "decodes byte-level BPE)",
                         path, field, ty);
 }
 
-static dt_status check_model_options(const cJSON *model, const char *path) {
+static dt_status check_model_options(const cJSON *model, const char *path, int sp) {
     dt_status st;
     static const char *const strs[] = {"unk_token", "continuing_subword_prefix",
                                        "end_of_word_suffix"};
     static const char *const bools[] = {"fuse_unk", "byte_fallback", "ignore_merges"};
     for (int i = 0; i < 3; i++)
-        if ((st = opt_is(path, model, "model", strs[i], cJSON_IsString, "a string")) ||
-            (st = opt_is(path, model, "model", bools[i], cJSON_IsBool, "a boolean")))
+        if ((st = dt_tok_json_opt(path, model, "model", strs[i], cJSON_IsString, "a string")) ||
+            (st = dt_tok_json_opt(path, model, "model", bools[i], cJSON_IsBool, "a boolean")))
             return st;
-    if ((st = opt_is(path, model, "model", "dropout", cJSON_IsNumber, "a number"))) return st;
+    if ((st = dt_tok_json_opt(path, model, "model", "dropout", cJSON_IsNumber, "a number")))
+        return st;
     for (int i = 1; i < 3; i++) {
-        const cJSON *v = obj(model, strs[i]);
+        const cJSON *v = dt_tok_json_get(model, strs[i]);
         if (cJSON_IsString(v) && *v->valuestring)
             return dt_error_set(DT_ERR_FORMAT,
                                 "%s: model.%s \"%.40s\" is not supported (byte-level BPE has "
                                 "none)",
                                 path, strs[i], v->valuestring);
     }
-    if (cJSON_IsTrue(obj(model, "byte_fallback")))
+    if (!sp && cJSON_IsTrue(dt_tok_json_get(model, "byte_fallback")))
         return dt_error_set(DT_ERR_FORMAT,
-                            "%s: model.byte_fallback true is not supported (byte-level BPE "
-                            "has every byte)",
+                            "%s: model.byte_fallback true is not supported with a ByteLevel "
+                            "pre-tokenizer (byte-level BPE has every byte)",
                             path);
-    const cJSON *dr = obj(model, "dropout");
+    const cJSON *dr = dt_tok_json_get(model, "dropout");
     if (cJSON_IsNumber(dr) && !(dr->valuedouble >= 0 && dr->valuedouble <= 1))
         return dt_error_set(DT_ERR_FORMAT, "%s: model.dropout %g is outside [0, 1]", path,
                             dr->valuedouble);
@@ -456,7 +462,7 @@ static dt_status check_model_options(const cJSON *model, const char *path) {
  * concatenation in model.vocab; a pair merged once (readers differ on a repeated pair's rank:
  * the Rust tokenizers' map keeps the last). */
 static dt_status add_hf_merge(dt_tokenizer *t, const cJSON *e, int32_t rank,
-                              const int32_t cp_to_byte[512], const char *path) {
+                              const int32_t *cp_to_byte, const char *path) {
     const char *l, *r;
     char tmp[4096], lb[2048], rb[2048], w[64];
     if (cJSON_IsString(e)) {
@@ -508,7 +514,7 @@ static dt_status load_hf_model(dt_tokenizer *t, const cJSON *model, const char *
     if (!cJSON_IsObject(model))
         return dt_error_set(DT_ERR_FORMAT, "%s: model is %s; it must be an object (a BPE model)",
                             path, dt_json_what(model, w, sizeof w));
-    const cJSON *type = obj(model, "type");
+    const cJSON *type = dt_tok_json_get(model, "type");
     if (!cJSON_IsString(type))
         return dt_error_set(DT_ERR_FORMAT, "%s: model.type is %s; it must be \"BPE\"", path,
                             dt_json_what(type, w, sizeof w));
@@ -517,12 +523,14 @@ static dt_status load_hf_model(dt_tokenizer *t, const cJSON *model, const char *
                             "%s: model.type \"%.40s\" is not supported (dtrain reads byte-level "
                             "\"BPE\" only)",
                             path, type->valuestring);
-    dt_status st = check_model_options(model, path);
+    dt_status st = check_model_options(model, path, t->spm);
     if (st) return st;
-    t->ignore_merges = cJSON_IsTrue(obj(model, "ignore_merges"));
-    int32_t cp_to_byte[512];
-    byte_unicode_table(cp_to_byte);
-    const cJSON *vocab = obj(model, "vocab");
+    t->ignore_merges = cJSON_IsTrue(dt_tok_json_get(model, "ignore_merges"));
+    t->byte_fallback = cJSON_IsTrue(dt_tok_json_get(model, "byte_fallback"));
+    t->fuse_unk = cJSON_IsTrue(dt_tok_json_get(model, "fuse_unk"));
+    int32_t table[512], *cp_to_byte = t->spm ? NULL : table;
+    byte_unicode_table(table);
+    const cJSON *vocab = dt_tok_json_get(model, "vocab");
     if (!cJSON_IsObject(vocab))
         return dt_error_set(DT_ERR_FORMAT,
                             "%s: model.vocab is %s; it must be an object of token: id", path,
@@ -547,12 +555,12 @@ static dt_status load_hf_model(dt_tokenizer *t, const cJSON *model, const char *
         }
     }
     if ((st = dt_tok_index(t, path))) return st;
-    const cJSON *unk = obj(model, "unk_token");
+    const cJSON *unk = dt_tok_json_get(model, "unk_token");
     if (cJSON_IsString(unk)) {
         int64_t n = bytelevel_decode(unk->valuestring, cp_to_byte, buf, sizeof buf);
         t->unk_id = n >= 0 ? dt_tok_lookup(t, buf, (size_t)n) : -1;
     }
-    const cJSON *merges = obj(model, "merges");
+    const cJSON *merges = dt_tok_json_get(model, "merges");
     if (!cJSON_IsArray(merges))
         return dt_error_set(DT_ERR_FORMAT, "%s: model.merges is %s; it must be a list", path,
                             dt_json_what(merges, w, sizeof w));
@@ -596,7 +604,7 @@ static dt_status check_added(const cJSON *added, const char *path, int64_t id_li
     dt_status st = DT_OK;
     char field[48];
     for (const cJSON *e = added->child; e && !st; e = e->next, i++) {
-        const cJSON *id = obj(e, "id"), *content = obj(e, "content");
+        const cJSON *id = dt_tok_json_get(e, "id"), *content = dt_tok_json_get(e, "content");
         snprintf(field, sizeof field, "added_tokens[%d]", i);
         static const char *const bools[] = {"special", "single_word", "lstrip", "rstrip",
                                             "normalized"};
@@ -614,9 +622,9 @@ static dt_status check_added(const cJSON *added, const char *path, int64_t id_li
                               path, field, content->valuestring, dt_json_what(id, w, sizeof w),
                               id_limit);
         for (int b = 0; b < 5 && !st; b++)
-            st = opt_is(path, e, field, bools[b], cJSON_IsBool, "a boolean");
+            st = dt_tok_json_opt(path, e, field, bools[b], cJSON_IsBool, "a boolean");
         for (int b = 1; b < 4 && !st; b++)
-            if (cJSON_IsTrue(obj(e, bools[b])))
+            if (cJSON_IsTrue(dt_tok_json_get(e, bools[b])))
                 st = dt_error_set(DT_ERR_FORMAT,
                                   "%s: %s.%s true is not supported (dtrain matches an added "
                                   "token's text exactly)",
@@ -644,8 +652,8 @@ static dt_status add_added(dt_tokenizer *t, const cJSON *added, const char *path
     const cJSON *e;
     int i = 0;
     cJSON_ArrayForEach(e, added) {
-        const char *c = obj(e, "content")->valuestring;
-        int32_t iid = (int32_t)obj(e, "id")->valuedouble;
+        const char *c = dt_tok_json_get(e, "content")->valuestring;
+        int32_t iid = (int32_t)dt_tok_json_get(e, "id")->valuedouble;
         size_t n = strlen(c);
         dt_status st;
         if (iid < t->n_ids && t->tok_len[iid] != UINT32_MAX) {
@@ -682,10 +690,31 @@ static dt_status add_added(dt_tokenizer *t, const cJSON *added, const char *path
     return DT_OK;
 }
 
+/* A SentencePiece-style BPE (Llama 2, Mistral, Gemma): byte_fallback, a normalizer, or a
+ * Metaspace pre-tokenizer; its tokens are UTF-8 text with "\u2581" for spaces. Byte-level BPE
+ * (GPT-2, Llama 3, Qwen 2) has none of these. */
+static int has_type(const cJSON *c, const char *list, const char *type) {
+    const cJSON *ty = dt_tok_json_get(c, "type"), *e;
+    if (cJSON_IsString(ty) && !strcmp(ty->valuestring, type)) return 1;
+    cJSON_ArrayForEach(e, dt_tok_json_get(c, list)) if (has_type(e, list, type)) return 1;
+    return 0;
+}
+
+static int is_sentencepiece(const cJSON *root) {
+    const cJSON *m = dt_tok_json_get(root, "model"), *n = dt_tok_json_get(root, "normalizer");
+    const cJSON *pt = dt_tok_json_get(root, "pre_tokenizer"), *ty = dt_tok_json_get(pt, "type");
+    if (has_type(pt, "pretokenizers", "ByteLevel") ||
+        has_type(dt_tok_json_get(root, "decoder"), "decoders", "ByteLevel"))
+        return 0;
+    if (cJSON_IsTrue(dt_tok_json_get(m, "byte_fallback"))) return 1;
+    if (n && !cJSON_IsNull(n)) return 1;
+    return cJSON_IsString(ty) && !strcmp(ty->valuestring, "Metaspace");
+}
+
 /* tokenizer.json as the Hugging Face tokenizers library writes it (serialization.rs): an object
- * whose model is byte-level BPE. Read: normalizer (null only), pre_tokenizer, model, decoder
- * (checked), added_tokens. Not read: version, truncation, padding, post_processor (dtrain adds
- * its own BOS/EOS), and keys it does not know (the library ignores them too). */
+ * whose model is BPE, byte-level or SentencePiece-style. Read: normalizer, pre_tokenizer, model,
+ * decoder (checked), added_tokens. Not read: version, truncation, padding, post_processor (dtrain
+ * adds its own BOS/EOS), and keys it does not know (the library ignores them too). */
 dt_status dt_tokenizer_load_hf(const char *json_path, dt_tokenizer **out) {
     *out = NULL;
     uint8_t *txt;
@@ -701,21 +730,28 @@ dt_status dt_tokenizer_load_hf(const char *json_path, dt_tokenizer **out) {
     if (!st && !cJSON_IsObject(root))
         st = dt_error_set(DT_ERR_FORMAT, "%s: the file is %s; it must be a JSON object", json_path,
                           dt_json_what(root, w, sizeof w));
-    const cJSON *norm = obj(root, "normalizer");
-    if (!st && norm && !cJSON_IsNull(norm)) {
-        const char *ty = component_type(json_path, norm, "normalizer");
+    const cJSON *norm = dt_tok_json_get(root, "normalizer");
+    const cJSON *pt = dt_tok_json_get(root, "pre_tokenizer");
+    if (!st) t->spm = is_sentencepiece(root);
+    if (!st && t->spm) st = dt_tok_sp_normalizer(t, norm, json_path, "normalizer");
+    if (!st && !t->spm && norm && !cJSON_IsNull(norm)) {
+        const char *ty = dt_tok_json_type(json_path, norm, "normalizer");
         st = ty ? dt_error_set(DT_ERR_FORMAT,
-                               "%s: normalizer type \"%.40s\" is not supported (dtrain applies "
-                               "none: it must be null)",
+                               "%s: normalizer type \"%.40s\" is not supported with a ByteLevel "
+                               "model (it must be null)",
                                json_path, ty)
                 : DT_ERR_FORMAT;
     }
-    if (!st) st = load_hf_model(t, obj(root, "model"), json_path);
-    const cJSON *pt = obj(root, "pre_tokenizer");
-    if (!st && pt && !cJSON_IsNull(pt)) st = add_pretok(t, pt, json_path, "pre_tokenizer");
-    if (!st && t->n_stages == 0) st = dt_tok_add_stage(t, "(?s).+", 1, 0, json_path);
-    if (!st) st = check_decoder(obj(root, "decoder"), json_path, "decoder");
-    const cJSON *added = obj(root, "added_tokens");
+    if (!st) st = load_hf_model(t, dt_tok_json_get(root, "model"), json_path);
+    if (t && t->spm) {
+        if (!st) st = dt_tok_sp_pretok(t, pt, json_path, "pre_tokenizer");
+        if (!st) st = dt_tok_sp_decoder(t, dt_tok_json_get(root, "decoder"), json_path);
+    } else {
+        if (!st && pt && !cJSON_IsNull(pt)) st = add_pretok(t, pt, json_path, "pre_tokenizer");
+        if (!st && t->n_stages == 0) st = dt_tok_add_stage(t, "(?s).+", 1, 0, json_path);
+        if (!st) st = check_decoder(dt_tok_json_get(root, "decoder"), json_path, "decoder");
+    }
+    const cJSON *added = dt_tok_json_get(root, "added_tokens");
     if (!st) st = check_added(added, json_path, t->id_limit);
     if (!st) st = add_added(t, added, json_path);
     cJSON_Delete(root);
@@ -724,8 +760,9 @@ dt_status dt_tokenizer_load_hf(const char *json_path, dt_tokenizer **out) {
         dt_tokenizer_free(t);
         return st;
     }
-    snprintf(t->desc, sizeof t->desc, "huggingface %s (%" PRId64 " ids, %" PRIu64 " merges)",
-             base_name(json_path), dt_tokenizer_vocab_size(t), t->p_count);
+    snprintf(t->desc, sizeof t->desc, "huggingface %s (%s%" PRId64 " ids, %" PRIu64 " merges)",
+             base_name(json_path), t->spm ? "SentencePiece-style, " : "",
+             dt_tokenizer_vocab_size(t), t->p_count);
     *out = t;
     return DT_OK;
 }

@@ -22,7 +22,7 @@ void dt_tokens_free(dt_tokens *t) {
     t->n = t->cap = 0;
 }
 
-static inline dt_status push(dt_tokens *o, int32_t id) {
+dt_status dt_tok_push(dt_tokens *o, int32_t id) {
     if (o->n == o->cap) {
         int64_t c = o->cap ? o->cap * 2 : 256;
         int32_t *p = realloc(o->ids, (size_t)c * sizeof *p);
@@ -86,7 +86,7 @@ dt_tokenizer *dt_tok_init(int kind) {
     t->kind = kind;
     t->unk_id = -1;
     t->id_limit = DT_TOK_MAX_IDS;
-    for (int i = 0; i < 256; i++) t->byte_id[i] = -1;
+    for (int i = 0; i < 256; i++) t->byte_id[i] = t->fb_id[i] = -1;
     return t;
 }
 
@@ -377,13 +377,14 @@ void dt_tokenizer_free(dt_tokenizer *t) {
     free(t->tok_off), free(t->tok_len), free(t->blob), free(t->bt);
     free(t->pk), free(t->prank), free(t->pmerged);
     free(t->w_ids), free(t->w_rank), free(t->scratch);
+    dt_tok_sp_free(t);
     free(t);
 }
 
 /* ---- encoding ---- */
 
 static dt_status byte_unknown(const dt_tokenizer *t, uint8_t b, dt_tokens *out) {
-    if (t->unk_id >= 0) return push(out, t->unk_id);
+    if (t->unk_id >= 0) return dt_tok_push(out, t->unk_id);
     return dt_error_set(DT_ERR_FORMAT,
                         "tokenizer: byte 0x%02x has no token and there is no "
                         "unknown token",
@@ -461,45 +462,26 @@ static dt_status bpe_long(const dt_tokenizer *t, int32_t *ids, size_t m, dt_toke
     }
 #undef CANDIDATE
     dt_status st = DT_OK;
-    for (uint32_t i = 0; i != END && !st; i = next[i]) st = push(out, ids[i]);
+    for (uint32_t i = 0; i != END && !st; i = next[i]) st = dt_tok_push(out, ids[i]);
     free(next), free(prev), free(h);
     return st;
 }
 
-/* Merges one pre-tokenized piece. */
-static dt_status bpe_piece(dt_tokenizer *t, const char *p, size_t n, dt_tokens *out) {
-    if (n == 0) return DT_OK;
-    if (n == 1) {
-        int32_t id = t->byte_id[(uint8_t)p[0]];
-        return id >= 0 ? push(out, id) : byte_unknown(t, (uint8_t)p[0], out);
-    }
-    if (t->ignore_merges) {
-        int32_t id = dt_tok_lookup(t, p, n);
-        if (id >= 0) return push(out, id);
-    }
-    if ((int64_t)n > t->w_cap) {
-        int64_t c = t->w_cap ? t->w_cap : 64;
-        while (c < (int64_t)n) c *= 2;
-        int32_t *a = realloc(t->w_ids, (size_t)c * 4);
-        if (a) t->w_ids = a;
-        int32_t *b = realloc(t->w_rank, (size_t)c * 4);
-        if (b) t->w_rank = b;
-        if (!a || !b) return dt_error_set(DT_ERR_NOMEM, "tokenizer: out of memory");
-        t->w_cap = c;
-    }
-    int32_t *ids = t->w_ids, *rk = t->w_rank;
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
-        int32_t id = t->byte_id[(uint8_t)p[i]];
-        if (id < 0) {
-            /* Unknown bytes stand alone: flush what we have, emit unk, continue after it. */
-            dt_status st = bpe_piece(t, p, i, out);
-            if (!st) st = byte_unknown(t, (uint8_t)p[i], out);
-            if (!st) st = bpe_piece(t, p + i + 1, n - i - 1, out);
-            return st;
-        }
-        ids[m++] = id;
-    }
+dt_status dt_tok_reserve(dt_tokenizer *t, size_t n) {
+    if ((int64_t)n <= t->w_cap) return DT_OK;
+    int64_t c = t->w_cap ? t->w_cap : 64;
+    while (c < (int64_t)n) c *= 2;
+    int32_t *a = realloc(t->w_ids, (size_t)c * 4);
+    if (a) t->w_ids = a;
+    int32_t *b = realloc(t->w_rank, (size_t)c * 4);
+    if (b) t->w_rank = b;
+    if (!a || !b) return dt_error_set(DT_ERR_NOMEM, "tokenizer: out of memory");
+    t->w_cap = c;
+    return DT_OK;
+}
+
+dt_status dt_tok_merge(dt_tokenizer *t, int32_t *ids, size_t m, dt_tokens *out) {
+    int32_t *rk = t->w_rank;
     if (!t->pk) goto emit;
     if (m > 128) return bpe_long(t, ids, m, out);
     for (size_t i = 0; i + 1 < m; i++) {
@@ -528,10 +510,39 @@ static dt_status bpe_piece(dt_tokenizer *t, const char *p, size_t n, dt_tokens *
     }
 emit:
     for (size_t i = 0; i < m; i++) {
-        dt_status st = push(out, ids[i]);
+        dt_status st = dt_tok_push(out, ids[i]);
         if (st) return st;
     }
     return DT_OK;
+}
+
+/* Merges one pre-tokenized piece (byte-level: the symbols are its bytes). */
+static dt_status bpe_piece(dt_tokenizer *t, const char *p, size_t n, dt_tokens *out) {
+    if (n == 0) return DT_OK;
+    if (n == 1) {
+        int32_t id = t->byte_id[(uint8_t)p[0]];
+        return id >= 0 ? dt_tok_push(out, id) : byte_unknown(t, (uint8_t)p[0], out);
+    }
+    if (t->ignore_merges) {
+        int32_t id = dt_tok_lookup(t, p, n);
+        if (id >= 0) return dt_tok_push(out, id);
+    }
+    dt_status st = dt_tok_reserve(t, n);
+    if (st) return st;
+    int32_t *ids = t->w_ids;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = t->byte_id[(uint8_t)p[i]];
+        if (id < 0) {
+            /* Unknown bytes stand alone: flush what we have, emit unk, continue after it. */
+            st = bpe_piece(t, p, i, out);
+            if (!st) st = byte_unknown(t, (uint8_t)p[i], out);
+            if (!st) st = bpe_piece(t, p + i + 1, n - i - 1, out);
+            return st;
+        }
+        ids[m++] = id;
+    }
+    return dt_tok_merge(t, ids, m, out);
 }
 
 static dt_status run_stage(dt_tokenizer *t, int k, const char *s, size_t n, dt_tokens *out);
@@ -580,6 +591,14 @@ static dt_status run_stage(dt_tokenizer *t, int k, const char *s, size_t n, dt_t
     return run_stage_body(t, k, s, n, out);
 }
 
+/* Text [a, b) between special tokens. */
+static dt_status segment(dt_tokenizer *t, const char *text, size_t a, size_t b, int flags,
+                         dt_tokens *out) {
+    if (t->spm)
+        return dt_tok_sp_encode(t, text + a, b - a, a == 0 && !(flags & DT_TOK_CONTINUED), out);
+    return run_stage(t, 0, text + a, b - a, out);
+}
+
 dt_status dt_tokenizer_encode(dt_tokenizer *t, const char *text, size_t len, int flags,
                               dt_tokens *out) {
     size_t bad = dt_utf8_validate(text, len);
@@ -602,19 +621,23 @@ dt_status dt_tokenizer_encode(dt_tokenizer *t, const char *text, size_t len, int
                     break;
                 }
             if (!hit) continue;
-            dt_status st = i > start ? run_stage(t, 0, text + start, i - start, out) : DT_OK;
-            if (!st) st = push(out, hit->id);
+            dt_status st = i > start ? segment(t, text, start, i, flags, out) : DT_OK;
+            if (!st) st = dt_tok_push(out, hit->id);
             if (st) return st;
             start = i + hit->len;
             i = start - 1;
         }
     }
-    return len > start ? run_stage(t, 0, text + start, len - start, out) : DT_OK;
+    return len > start ? segment(t, text, start, len, flags, out) : DT_OK;
 }
 
 /* ---- decoding ---- */
 
 const char *dt_tokenizer_token_bytes(const dt_tokenizer *t, int32_t id, size_t *len) {
+    if (id >= 0 && id < t->n_ids && t->tok_len[id] != UINT32_MAX && t->dec_len) {
+        *len = t->dec_len[id];
+        return t->dblob + t->dec_off[id];
+    }
     if (id >= 0 && id < t->n_ids && t->tok_len[id] != UINT32_MAX) {
         *len = t->tok_len[id];
         return t->blob + t->tok_off[id];
@@ -627,8 +650,7 @@ const char *dt_tokenizer_token_bytes(const dt_tokenizer *t, int32_t id, size_t *
     return NULL;
 }
 
-dt_status dt_tokenizer_decode(const dt_tokenizer *t, const int32_t *ids, int64_t n, char **text,
-                              size_t *len) {
+dt_status dt_tok_decode_buffer(const dt_tokenizer *t, const int32_t *ids, int64_t n, char **buf) {
     size_t total = 0, l;
     for (int64_t i = 0; i < n; i++) {
         if (!dt_tokenizer_token_bytes(t, ids[i], &l))
@@ -638,8 +660,17 @@ dt_status dt_tokenizer_decode(const dt_tokenizer *t, const int32_t *ids, int64_t
                                 ids[i], i);
         total += l;
     }
-    char *buf = malloc(total + 1);
-    if (!buf) return dt_error_set(DT_ERR_NOMEM, "tokenizer: out of memory");
+    *buf = malloc(total + 1);
+    return *buf ? DT_OK : dt_error_set(DT_ERR_NOMEM, "tokenizer: out of memory");
+}
+
+dt_status dt_tokenizer_decode(const dt_tokenizer *t, const int32_t *ids, int64_t n, char **text,
+                              size_t *len) {
+    if (t->spm) return dt_tok_sp_decode(t, ids, n, text, len);
+    size_t l;
+    char *buf;
+    dt_status st = dt_tok_decode_buffer(t, ids, n, &buf);
+    if (st) return st;
     size_t pos = 0;
     for (int64_t i = 0; i < n; i++) {
         const char *b = dt_tokenizer_token_bytes(t, ids[i], &l);

@@ -1,12 +1,69 @@
 /* Row-major GEMM on CUDA through cuBLASLt (include/dtrain/device_cuda.h). cuBLASLt is
  * column-major: a row-major C [M, N] is a column-major C^T [N, M], so C^T = op(B)^T op(A)^T is
  * computed with the operands swapped. The descriptors are made per call (a few microseconds);
- * caching them per shape is for the training engine. */
+ * caching them per shape is for the training engine.
+ *
+ * cuBLASLt is loaded with dlopen when the first handle is made, not linked: loading it costs a
+ * process ~150 MiB of resident memory and its start-up time, which every CPU-only run (the
+ * common case, and every worker of a host) would otherwise pay. The directory of the toolkit
+ * it was built against (DT_CUBLASLT_DIR) is tried first, then the loader's search path. */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include "dtrain/device_cuda.h"
 #include "device/cuda_util.h"
+
+#define LT_FUNCS(X)                                                                                \
+    X(cublasLtCreate)                                                                              \
+    X(cublasLtDestroy)                                                                             \
+    X(cublasLtGetStatusString)                                                                     \
+    X(cublasLtMatmul)                                                                              \
+    X(cublasLtMatmulAlgoGetHeuristic)                                                              \
+    X(cublasLtMatmulDescCreate)                                                                    \
+    X(cublasLtMatmulDescDestroy)                                                                   \
+    X(cublasLtMatmulDescSetAttribute)                                                              \
+    X(cublasLtMatrixLayoutCreate)                                                                  \
+    X(cublasLtMatrixLayoutDestroy)                                                                 \
+    X(cublasLtMatmulPreferenceCreate)                                                              \
+    X(cublasLtMatmulPreferenceDestroy)                                                             \
+    X(cublasLtMatmulPreferenceSetAttribute)
+
+static struct {
+#define LT_FIELD(f) __typeof__(&f) f;
+    LT_FUNCS(LT_FIELD)
+#undef LT_FIELD
+} lt;
+static char lt_error[512];
+static pthread_once_t lt_once = PTHREAD_ONCE_INIT;
+
+#define STR2(x) #x
+#define STR(x) STR2(x)
+#define LT_SONAME "libcublasLt.so." STR(CUBLAS_VER_MAJOR)
+
+static void lt_load(void) {
+#define LT_NAME(f) #f,
+#define LT_SLOT(f) (void **)&lt.f,
+    static const char *const names[] = {LT_FUNCS(LT_NAME)};
+    void **const slots[] = {LT_FUNCS(LT_SLOT)};
+#undef LT_NAME
+#undef LT_SLOT
+#ifdef DT_CUBLASLT_DIR
+    const char *dir = DT_CUBLASLT_DIR;
+#else
+    const char *dir = NULL;
+#endif
+    dt_cuda_lib_load(dir, LT_SONAME, (int)(sizeof names / sizeof names[0]), names, slots, lt_error,
+                     sizeof lt_error);
+}
+
+/* The library's functions, loaded once; an error names what is missing. */
+static dt_status lt_ready(void) {
+    pthread_once(&lt_once, lt_load);
+    if (lt_error[0]) return dt_error_set(DT_ERR_STATE, "cuda gemm: %s", lt_error);
+    return DT_OK;
+}
 
 struct dt_cuda_gemm {
     dt_device dev;
@@ -19,7 +76,7 @@ static dt_status lt_check(cublasStatus_t e, const char *op) {
     if (e == CUBLAS_STATUS_SUCCESS) return DT_OK;
     return dt_error_set(e == CUBLAS_STATUS_ALLOC_FAILED ? DT_ERR_NOMEM : DT_ERR_INTERNAL,
                         "cuda gemm: %s: cuBLASLt status %d (%s)", op, (int)e,
-                        cublasLtGetStatusString(e));
+                        lt.cublasLtGetStatusString(e));
 }
 
 dt_status dt_cuda_gemm_create(dt_device d, size_t workspace_bytes, dt_cuda_gemm **out) {
@@ -27,13 +84,14 @@ dt_status dt_cuda_gemm_create(dt_device d, size_t workspace_bytes, dt_cuda_gemm 
     *out = NULL;
     if (d.kind != DT_DEVICE_CUDA)
         return dt_error_set(DT_ERR_STATE, "cuda gemm create: not a CUDA device");
-    dt_status st = dt_device_use(d);
+    dt_status st = lt_ready();
+    if (st == DT_OK) st = dt_device_use(d);
     if (st != DT_OK) return st;
     dt_cuda_gemm *h = calloc(1, sizeof *h);
     if (!h) return dt_error_set(DT_ERR_NOMEM, "cuda gemm create: no memory");
     h->dev = d;
     h->ws_bytes = workspace_bytes ? workspace_bytes : DT_CUDA_GEMM_WORKSPACE_DEFAULT;
-    st = lt_check(cublasLtCreate(&h->lt), "create");
+    st = lt_check(lt.cublasLtCreate(&h->lt), "create");
     if (st == DT_OK) st = dt_device_alloc(d, h->ws_bytes, &h->ws);
     if (st != DT_OK) {
         dt_cuda_gemm_destroy(h);
@@ -46,7 +104,7 @@ dt_status dt_cuda_gemm_create(dt_device d, size_t workspace_bytes, dt_cuda_gemm 
 void dt_cuda_gemm_destroy(dt_cuda_gemm *h) {
     if (!h) return;
     dt_device_free(h->dev, h->ws);
-    if (h->lt) cublasLtDestroy(h->lt);
+    if (h->lt) lt.cublasLtDestroy(h->lt);
     free(h);
 }
 
@@ -58,11 +116,11 @@ typedef struct gemm_desc {
 } gemm_desc;
 
 static void desc_free(gemm_desc *g) {
-    if (g->pref) cublasLtMatmulPreferenceDestroy(g->pref);
-    if (g->c) cublasLtMatrixLayoutDestroy(g->c);
-    if (g->b) cublasLtMatrixLayoutDestroy(g->b);
-    if (g->a) cublasLtMatrixLayoutDestroy(g->a);
-    if (g->op) cublasLtMatmulDescDestroy(g->op);
+    if (g->pref) lt.cublasLtMatmulPreferenceDestroy(g->pref);
+    if (g->c) lt.cublasLtMatrixLayoutDestroy(g->c);
+    if (g->b) lt.cublasLtMatrixLayoutDestroy(g->b);
+    if (g->a) lt.cublasLtMatrixLayoutDestroy(g->a);
+    if (g->op) lt.cublasLtMatmulDescDestroy(g->op);
 }
 
 dt_status dt_cuda_gemm_run(dt_cuda_gemm *h, dt_stream *s, dt_gemm_mode mode, int trans_a,
@@ -99,46 +157,47 @@ dt_status dt_cuda_gemm_run(dt_cuda_gemm *h, dt_stream *s, dt_gemm_mode mode, int
     const cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     gemm_desc g = {0};
-    st = lt_check(cublasLtMatmulDescCreate(&g.op, comp, CUDA_R_32F), "matmul desc");
+    st = lt_check(lt.cublasLtMatmulDescCreate(&g.op, comp, CUDA_R_32F), "matmul desc");
     if (st == DT_OK)
         st = lt_check(
-            cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSA, &tb, sizeof tb),
+            lt.cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSA, &tb, sizeof tb),
             "transa");
     if (st == DT_OK)
         st = lt_check(
-            cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSB, &ta, sizeof ta),
+            lt.cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSB, &ta, sizeof ta),
             "transb");
     /* first operand: B as stored, column-major [b_cols, rows_b] */
     const uint64_t rows_b = (uint64_t)(trans_b ? N : K), rows_a = (uint64_t)(trans_a ? K : M);
     if (st == DT_OK)
-        st = lt_check(cublasLtMatrixLayoutCreate(&g.a, in, (uint64_t)b_cols, rows_b, ldb),
+        st = lt_check(lt.cublasLtMatrixLayoutCreate(&g.a, in, (uint64_t)b_cols, rows_b, ldb),
                       "layout B");
     if (st == DT_OK)
-        st = lt_check(cublasLtMatrixLayoutCreate(&g.b, in, (uint64_t)a_cols, rows_a, lda),
+        st = lt_check(lt.cublasLtMatrixLayoutCreate(&g.b, in, (uint64_t)a_cols, rows_a, lda),
                       "layout A");
     if (st == DT_OK)
-        st = lt_check(cublasLtMatrixLayoutCreate(&g.c, CUDA_R_32F, (uint64_t)N, (uint64_t)M, ldc),
-                      "layout C");
-    if (st == DT_OK) st = lt_check(cublasLtMatmulPreferenceCreate(&g.pref), "preference");
+        st =
+            lt_check(lt.cublasLtMatrixLayoutCreate(&g.c, CUDA_R_32F, (uint64_t)N, (uint64_t)M, ldc),
+                     "layout C");
+    if (st == DT_OK) st = lt_check(lt.cublasLtMatmulPreferenceCreate(&g.pref), "preference");
     if (st == DT_OK)
-        st = lt_check(cublasLtMatmulPreferenceSetAttribute(g.pref,
-                                                           CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                           &h->ws_bytes, sizeof h->ws_bytes),
-                      "workspace");
+        st = lt_check(
+            lt.cublasLtMatmulPreferenceSetAttribute(
+                g.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &h->ws_bytes, sizeof h->ws_bytes),
+            "workspace");
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     if (st == DT_OK)
-        st = lt_check(cublasLtMatmulAlgoGetHeuristic(h->lt, g.op, g.a, g.b, g.c, g.c, g.pref, 1,
-                                                     &res, &found),
+        st = lt_check(lt.cublasLtMatmulAlgoGetHeuristic(h->lt, g.op, g.a, g.b, g.c, g.c, g.pref, 1,
+                                                        &res, &found),
                       "heuristic");
     if (st == DT_OK && found == 0)
         st = dt_error_set(DT_ERR_INTERNAL,
                           "cuda gemm: cuBLASLt has no algorithm for M %lld N %lld K %lld mode %d",
                           (long long)M, (long long)N, (long long)K, (int)mode);
     if (st == DT_OK)
-        st = lt_check(cublasLtMatmul(h->lt, g.op, &alpha, B, g.a, A, g.b, &beta, C, g.c, C, g.c,
-                                     &res.algo, h->ws, h->ws_bytes,
-                                     (cudaStream_t)dt_stream_handle(s)),
+        st = lt_check(lt.cublasLtMatmul(h->lt, g.op, &alpha, B, g.a, A, g.b, &beta, C, g.c, C, g.c,
+                                        &res.algo, h->ws, h->ws_bytes,
+                                        (cudaStream_t)dt_stream_handle(s)),
                       "matmul");
     desc_free(&g);
     return st;

@@ -20,6 +20,18 @@ dt_status dt_cuda_sgd(dt_stream *s, float *p, const float *g, float *buf,
                       int nesterov, int first) {
     return off("cuda sgd");
 }
+dt_status dt_cuda_adamw_dev(dt_stream *s, float *p, const float *g, float *m, float *v,
+                            const dt_cuda_optim_seg *segs, int n_seg,
+                            const dt_cuda_adamw_scalars *k, const dt_cuda_optim_dev_head *dhead,
+                            const dt_cuda_optim_dev_seg *dseg) {
+    return off("cuda adamw (device scalars)");
+}
+dt_status dt_cuda_sgd_dev(dt_stream *s, float *p, const float *g, float *buf,
+                          const dt_cuda_optim_seg *segs, int n_seg, float momentum, float dampening,
+                          int nesterov, const dt_cuda_optim_dev_head *dhead,
+                          const dt_cuda_optim_dev_seg *dseg) {
+    return off("cuda sgd (device scalars)");
+}
 dt_status dt_cuda_grad_sumsq(dt_stream *s, const float *g, size_t n, double *work) {
     return off("cuda grad sumsq");
 }
@@ -110,4 +122,78 @@ dt_status dt_cuda_gemm_run(dt_cuda_gemm *h, dt_stream *s, dt_gemm_mode mode, int
                            int64_t lda, const void *B, int64_t ldb, float beta, float *C,
                            int64_t ldc) {
     return off("cuda gemm");
+}
+dt_status dt_cuda_bias_add(dt_stream *s, float *y, const float *b, int64_t N, int64_t C,
+                           int64_t P) {
+    return off("cuda bias add");
+}
+dt_status dt_cuda_bias_grad(dt_stream *s, float *db, const float *gy, int64_t N, int64_t C,
+                            int64_t P, int accumulate) {
+    return off("cuda bias grad");
+}
+size_t dt_cuda_bn_work(int64_t N, int64_t C, int64_t P) {
+    return 0;
+}
+dt_status dt_cuda_bn_fwd(dt_stream *s, float *y, float *mean, float *rstd, float *rm, float *rv,
+                         const float *x, const float *w, const float *b, const float *res, int relu,
+                         int64_t N, int64_t C, int64_t P, float momentum, float eps, int mode,
+                         void *work) {
+    return off("cuda batchnorm fwd");
+}
+dt_status dt_cuda_bn_bwd(dt_stream *s, float *gx, float *gw, float *gb, float *gres, float *gy,
+                         const float *x, const float *out, const float *mean, const float *rstd,
+                         const float *w, int training, int relu, int64_t N, int64_t C, int64_t P,
+                         int accumulate, void *work) {
+    return off("cuda batchnorm bwd");
+}
+dt_status dt_cuda_maxpool_fwd(dt_stream *s, float *y, int32_t *arg, const float *x,
+                              const dt_cuda_pool2d *p) {
+    return off("cuda maxpool fwd");
+}
+dt_status dt_cuda_maxpool_bwd(dt_stream *s, float *gx, const float *gy, const int32_t *arg,
+                              const dt_cuda_pool2d *p, int accumulate) {
+    return off("cuda maxpool bwd");
+}
+dt_status dt_cuda_avgpool_fwd(dt_stream *s, float *y, const float *x, const dt_cuda_pool2d *p) {
+    return off("cuda avgpool fwd");
+}
+dt_status dt_cuda_avgpool_bwd(dt_stream *s, float *gx, const float *gy, const dt_cuda_pool2d *p,
+                              int accumulate) {
+    return off("cuda avgpool bwd");
+}
+dt_status dt_cuda_gap_fwd(dt_stream *s, float *y, const float *x, int64_t planes, int64_t P) {
+    return off("cuda global avgpool fwd");
+}
+dt_status dt_cuda_gap_bwd(dt_stream *s, float *gx, const float *gy, int64_t planes, int64_t P,
+                          int accumulate) {
+    return off("cuda global avgpool bwd");
+}
+dt_status dt_cuda_memset(dt_stream *s, void *p, int value, size_t bytes) {
+    return off("cuda memset");
+}
+dt_status dt_cuda_axpby(dt_stream *s, float *y, const float *x, int64_t n, float alpha,
+                        float beta) {
+    return off("cuda axpby");
+}
+dt_status dt_cuda_ew(dt_stream *s, float *y, const float *a, const float *b, int64_t n, int op,
+                     float beta) {
+    return off("cuda elementwise");
+}
+dt_status dt_cuda_silu_fwd(dt_stream *s, float *y, const float *x, int64_t n) {
+    return off("cuda silu");
+}
+dt_status dt_cuda_silu_bwd(dt_stream *s, float *gx, const float *gy, const float *x, int64_t n,
+                           float beta) {
+    return off("cuda silu backward");
+}
+dt_status dt_cuda_relu_fwd(dt_stream *s, float *y, const float *x, int64_t n) {
+    return off("cuda relu");
+}
+dt_status dt_cuda_relu_bwd(dt_stream *s, float *gx, const float *gy, const float *y, int64_t n,
+                           float beta) {
+    return off("cuda relu backward");
+}
+dt_status dt_cuda_strided_copy(dt_stream *s, float *dst, const float *src, int nd,
+                               const int64_t *shape, const int64_t *src_strides, float beta) {
+    return off("cuda strided copy");
 }

@@ -11,12 +11,25 @@
 
 struct seg_batch {
     dt_cuda_optim_seg s[SEG_BATCH];
+    int base; // index of s[0] among all segments (the _dev kernels' row of the scalar block)
 };
 
+// The per-step scalars of segment row y: from the launch (dhead == NULL) or the device block.
+__device__ static inline void step_scalars(const seg_batch &b, const dt_cuda_optim_dev_seg *dseg,
+                                           dt_cuda_optim_seg *sg) {
+    if (!dseg) return;
+    const dt_cuda_optim_dev_seg d = dseg[b.base + (int)blockIdx.y];
+    sg->lr = d.lr, sg->decay = d.decay, sg->step_size = d.step_size;
+}
+
 // p, g, m, v: [n] of the slice; each segment's elements are grid-strided over blockIdx.x.
+// dhead/dseg: the device scalar block of the capturable variant, or NULL (launch arguments).
 __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, seg_batch b,
-                             dt_cuda_adamw_scalars k) {
-    const dt_cuda_optim_seg sg = b.s[blockIdx.y];
+                             dt_cuda_adamw_scalars k, const dt_cuda_optim_dev_head *dhead,
+                             const dt_cuda_optim_dev_seg *dseg) {
+    dt_cuda_optim_seg sg = b.s[blockIdx.y];
+    step_scalars(b, dseg, &sg);
+    if (dhead) k.bc2_sqrt = dhead->bc2_sqrt;
     for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < sg.len;
          j += (size_t)gridDim.x * blockDim.x) {
         const size_t i = sg.start + j;
@@ -33,8 +46,11 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, seg_b
 // torch.optim.SGD: d = g + wd p; buf = first ? d : momentum buf + (1 - dampening) d;
 // d = nesterov ? d + momentum buf : buf; p -= lr d. buf NULL when momentum == 0.
 __global__ void sgd_kernel(float *p, const float *g, float *buf, seg_batch b, float momentum,
-                           float dampening, int nesterov, int first) {
-    const dt_cuda_optim_seg sg = b.s[blockIdx.y];
+                           float dampening, int nesterov, int first,
+                           const dt_cuda_optim_dev_head *dhead, const dt_cuda_optim_dev_seg *dseg) {
+    dt_cuda_optim_seg sg = b.s[blockIdx.y];
+    step_scalars(b, dseg, &sg);
+    if (dhead) first = dhead->first;
     for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < sg.len;
          j += (size_t)gridDim.x * blockDim.x) {
         const size_t i = sg.start + j;
@@ -60,6 +76,7 @@ static dt_status for_batches(const dt_cuda_optim_seg *segs, int n_seg, const cha
                             (const void *)segs);
     for (int a = 0; a < n_seg; a += SEG_BATCH) {
         seg_batch b;
+        b.base = a;
         const int nb = n_seg - a < SEG_BATCH ? n_seg - a : SEG_BATCH;
         size_t longest = 0;
         for (int i = 0; i < nb; i++) {
@@ -74,37 +91,75 @@ static dt_status for_batches(const dt_cuda_optim_seg *segs, int n_seg, const cha
     return DT_OK;
 }
 
+static dt_status adamw_launch(dt_stream *s, float *p, const float *g, float *m, float *v,
+                              const dt_cuda_optim_seg *segs, int n_seg,
+                              const dt_cuda_adamw_scalars *k, const dt_cuda_optim_dev_head *dhead,
+                              const dt_cuda_optim_dev_seg *dseg, const char *op) {
+    cudaStream_t cs;
+    dt_status st = dt_cuda_stream_of(s, op, &cs);
+    if (st != DT_OK) return st;
+    if (!k) return dt_error_set(DT_ERR_INVALID, "%s: NULL scalars", op);
+    if (n_seg > 0 && (!p || !g || !m || !v))
+        return dt_error_set(DT_ERR_INVALID, "%s: NULL params, grads or moments", op);
+    const dt_cuda_adamw_scalars kk = *k;
+    st = for_batches(segs, n_seg, op, [&](const seg_batch &b, dim3 grid) {
+        adamw_kernel<<<grid, OPT_THREADS, 0, cs>>>(p, g, m, v, b, kk, dhead, dseg);
+    });
+    return st == DT_OK ? dt_cuda_launched(s, op) : st;
+}
+
+static dt_status sgd_launch(dt_stream *s, float *p, const float *g, float *buf,
+                            const dt_cuda_optim_seg *segs, int n_seg, float momentum,
+                            float dampening, int nesterov, int first,
+                            const dt_cuda_optim_dev_head *dhead, const dt_cuda_optim_dev_seg *dseg,
+                            const char *op) {
+    cudaStream_t cs;
+    dt_status st = dt_cuda_stream_of(s, op, &cs);
+    if (st != DT_OK) return st;
+    if (n_seg > 0 && (!p || !g || (momentum != 0.0f && !buf)))
+        return dt_error_set(DT_ERR_INVALID,
+                            "%s: NULL params or grads, or momentum %g without a buffer", op,
+                            momentum);
+    float *bf = momentum != 0.0f ? buf : NULL;
+    st = for_batches(segs, n_seg, op, [&](const seg_batch &b, dim3 grid) {
+        sgd_kernel<<<grid, OPT_THREADS, 0, cs>>>(p, g, bf, b, momentum, dampening, nesterov, first,
+                                                 dhead, dseg);
+    });
+    return st == DT_OK ? dt_cuda_launched(s, op) : st;
+}
+
 extern "C" dt_status dt_cuda_adamw(dt_stream *s, float *p, const float *g, float *m, float *v,
                                    const dt_cuda_optim_seg *segs, int n_seg,
                                    const dt_cuda_adamw_scalars *k) {
-    cudaStream_t cs;
-    dt_status st = dt_cuda_stream_of(s, "cuda adamw", &cs);
-    if (st != DT_OK) return st;
-    if (!k) return dt_error_set(DT_ERR_INVALID, "cuda adamw: NULL scalars");
-    if (n_seg > 0 && (!p || !g || !m || !v))
-        return dt_error_set(DT_ERR_INVALID, "cuda adamw: NULL params, grads or moments");
-    const dt_cuda_adamw_scalars kk = *k;
-    st = for_batches(segs, n_seg, "cuda adamw", [&](const seg_batch &b, dim3 grid) {
-        adamw_kernel<<<grid, OPT_THREADS, 0, cs>>>(p, g, m, v, b, kk);
-    });
-    return st == DT_OK ? dt_cuda_launched(s, "cuda adamw") : st;
+    return adamw_launch(s, p, g, m, v, segs, n_seg, k, NULL, NULL, "cuda adamw");
 }
 
 extern "C" dt_status dt_cuda_sgd(dt_stream *s, float *p, const float *g, float *buf,
                                  const dt_cuda_optim_seg *segs, int n_seg, float momentum,
                                  float dampening, int nesterov, int first) {
-    cudaStream_t cs;
-    dt_status st = dt_cuda_stream_of(s, "cuda sgd", &cs);
-    if (st != DT_OK) return st;
-    if (n_seg > 0 && (!p || !g || (momentum != 0.0f && !buf)))
-        return dt_error_set(DT_ERR_INVALID,
-                            "cuda sgd: NULL params or grads, or momentum %g without a buffer",
-                            momentum);
-    float *bf = momentum != 0.0f ? buf : NULL;
-    st = for_batches(segs, n_seg, "cuda sgd", [&](const seg_batch &b, dim3 grid) {
-        sgd_kernel<<<grid, OPT_THREADS, 0, cs>>>(p, g, bf, b, momentum, dampening, nesterov, first);
-    });
-    return st == DT_OK ? dt_cuda_launched(s, "cuda sgd") : st;
+    return sgd_launch(s, p, g, buf, segs, n_seg, momentum, dampening, nesterov, first, NULL, NULL,
+                      "cuda sgd");
+}
+
+extern "C" dt_status dt_cuda_adamw_dev(dt_stream *s, float *p, const float *g, float *m, float *v,
+                                       const dt_cuda_optim_seg *segs, int n_seg,
+                                       const dt_cuda_adamw_scalars *k,
+                                       const dt_cuda_optim_dev_head *dhead,
+                                       const dt_cuda_optim_dev_seg *dseg) {
+    if (n_seg > 0 && (!dhead || !dseg))
+        return dt_error_set(DT_ERR_INVALID, "cuda adamw (device scalars): NULL scalar block");
+    return adamw_launch(s, p, g, m, v, segs, n_seg, k, dhead, dseg, "cuda adamw (device scalars)");
+}
+
+extern "C" dt_status dt_cuda_sgd_dev(dt_stream *s, float *p, const float *g, float *buf,
+                                     const dt_cuda_optim_seg *segs, int n_seg, float momentum,
+                                     float dampening, int nesterov,
+                                     const dt_cuda_optim_dev_head *dhead,
+                                     const dt_cuda_optim_dev_seg *dseg) {
+    if (n_seg > 0 && (!dhead || !dseg))
+        return dt_error_set(DT_ERR_INVALID, "cuda sgd (device scalars): NULL scalar block");
+    return sgd_launch(s, p, g, buf, segs, n_seg, momentum, dampening, nesterov, 0, dhead, dseg,
+                      "cuda sgd (device scalars)");
 }
 
 #define SUMSQ_BLOCKS (DT_CUDA_SUMSQ_WORK - 1)

@@ -11,6 +11,11 @@ struct dt_stream {
     void *h; /* backend handle */
 };
 
+struct dt_stream_graph {
+    dt_device dev;
+    void *h; /* the backend's instantiated graph */
+};
+
 struct dt_event {
     dt_device dev;
     void *h;
@@ -369,4 +374,50 @@ dt_status dt_event_elapsed_ms(dt_event *a, dt_event *b, float *ms) {
     if (st != DT_OK) return st;
     st = same_device(a->dev, &b->dev, "event elapsed", "second event");
     return st == DT_OK ? be->event_elapsed(a->dev.index, a->h, b->h, ms) : st;
+}
+
+dt_status dt_stream_capture_begin(dt_stream *s) {
+    if (!s) return dt_error_set(DT_ERR_INVALID, "stream capture begin: NULL stream");
+    BACKEND_OR_RETURN(be, s->dev, "stream capture begin");
+    return be->capture_begin(s->dev.index, s->h);
+}
+
+dt_status dt_stream_capture_end(dt_stream *s, dt_stream_graph **out) {
+    if (!s || !out)
+        return dt_error_set(DT_ERR_INVALID, "stream capture end: NULL %s",
+                            !s ? "stream" : "output");
+    *out = NULL;
+    BACKEND_OR_RETURN(be, s->dev, "stream capture end");
+    dt_stream_graph *g = calloc(1, sizeof *g);
+    void *h = NULL;
+    /* the capture is ended even when no memory is left for the handle */
+    dt_status st = be->capture_end(s->dev.index, s->h, &h);
+    if (st == DT_OK && !g) {
+        be->graph_destroy(s->dev.index, h);
+        st = dt_error_set(DT_ERR_NOMEM, "stream capture end: no memory");
+    }
+    if (st != DT_OK) {
+        free(g);
+        return st;
+    }
+    g->dev = s->dev, g->h = h;
+    *out = g;
+    return DT_OK;
+}
+
+dt_status dt_stream_graph_launch(dt_stream_graph *g, dt_stream *s) {
+    if (!g || !s)
+        return dt_error_set(DT_ERR_INVALID, "stream graph launch: NULL %s",
+                            !g ? "graph" : "stream");
+    BACKEND_OR_RETURN(be, g->dev, "stream graph launch");
+    dt_status st = same_device(g->dev, &s->dev, "stream graph launch", "stream");
+    return st == DT_OK ? be->graph_launch(g->dev.index, g->h, s->h) : st;
+}
+
+void dt_stream_graph_destroy(dt_stream_graph *g) {
+    if (!g) return;
+    const dt_device_backend *be;
+    if (backend_of(g->dev, "stream graph destroy", &be) == DT_OK)
+        be->graph_destroy(g->dev.index, g->h);
+    free(g);
 }

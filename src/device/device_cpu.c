@@ -129,6 +129,33 @@ static dt_status cpu_event_elapsed(int index, void *a, void *b, float *ms) {
     return DT_OK;
 }
 
+/* A CPU stream runs its work as it is issued: there is nothing to record for a replay. */
+static dt_status cpu_capture_refused(void) {
+    return dt_error_set(DT_ERR_STATE,
+                        "device cpu: stream capture: the CPU device runs work as it is issued "
+                        "and has no graphs to capture (CUDA devices only)");
+}
+
+static dt_status cpu_capture_begin(int index, void *stream) {
+    (void)index, (void)stream;
+    return cpu_capture_refused();
+}
+
+static dt_status cpu_capture_end(int index, void *stream, void **exec) {
+    (void)index, (void)stream;
+    *exec = NULL;
+    return cpu_capture_refused();
+}
+
+static dt_status cpu_graph_launch(int index, void *exec, void *stream) {
+    (void)index, (void)exec, (void)stream;
+    return cpu_capture_refused();
+}
+
+static void cpu_graph_destroy(int index, void *exec) {
+    (void)index, (void)exec; /* a CPU device never made one */
+}
+
 const dt_device_backend dt_device_cpu_backend = {
     .count = cpu_count,
     .query = cpu_query,
@@ -149,4 +176,8 @@ const dt_device_backend dt_device_cpu_backend = {
     .event_sync = cpu_event_sync,
     .event_query = cpu_event_query,
     .event_elapsed = cpu_event_elapsed,
+    .capture_begin = cpu_capture_begin,
+    .capture_end = cpu_capture_end,
+    .graph_launch = cpu_graph_launch,
+    .graph_destroy = cpu_graph_destroy,
 };

@@ -1,11 +1,34 @@
 /* The CUDA device backend over the CUDA runtime API (built with -DDT_CUDA=ON). Streams are
  * non-blocking cudaStream_t (they do not synchronise with the legacy default stream); events
  * carry timing. Each call sets its device first, so threads need no set-up. */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 #include <cuda_runtime_api.h>
 #include "device/device_impl.h"
 #include "device/cuda_util.h"
+
+int dt_cuda_lib_load(const char *dir, const char *lib, int n, const char *const *names,
+                     void **const *slots, char *err, size_t en) {
+    void *h = NULL;
+    if (dir) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, lib);
+        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    }
+    if (!h) h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(err, en, "cannot load %s: %s", lib, e ? e : "?");
+        return 0;
+    }
+    for (int i = 0; i < n; i++)
+        if (!(*slots[i] = dlsym(h, names[i]))) {
+            snprintf(err, en, "%s has no %s", lib, names[i]);
+            return 0;
+        }
+    return 1;
+}
 
 dt_status dt_cuda_check(cudaError_t e, int index, const char *op) {
     if (e == cudaSuccess) return DT_OK;
@@ -153,6 +176,44 @@ static dt_status cu_event_elapsed(int index, void *a, void *b, float *ms) {
                          "event elapsed");
 }
 
+/* Thread-local mode: a call of the capturing thread that may allocate or synchronise fails
+ * (and invalidates the capture) instead of silently leaving the region; other threads'
+ * CUDA work is not affected. */
+static dt_status cu_capture_begin(int index, void *stream) {
+    dt_status st = cu_use(index);
+    return st == DT_OK ? dt_cuda_check(cudaStreamBeginCapture((cudaStream_t)stream,
+                                                              cudaStreamCaptureModeThreadLocal),
+                                       index, "stream capture begin")
+                       : st;
+}
+
+static dt_status cu_capture_end(int index, void *stream, void **exec) {
+    *exec = NULL;
+    dt_status st = cu_use(index);
+    if (st != DT_OK) return st;
+    cudaGraph_t g = NULL;
+    /* ends the capture even when it was invalidated by a call inside the region */
+    st = dt_cuda_check(cudaStreamEndCapture((cudaStream_t)stream, &g), index, "stream capture end");
+    if (st == DT_OK && !g)
+        st = dt_error_set(DT_ERR_INTERNAL, "device cuda:%d: stream capture end: no graph", index);
+    cudaGraphExec_t x = NULL;
+    if (st == DT_OK) st = dt_cuda_check(cudaGraphInstantiate(&x, g, 0), index, "graph instantiate");
+    if (g) (void)cudaGraphDestroy(g); /* the instantiated graph keeps what it needs */
+    *exec = st == DT_OK ? (void *)x : NULL;
+    return st;
+}
+
+static dt_status cu_graph_launch(int index, void *exec, void *stream) {
+    dt_status st = cu_use(index);
+    return st == DT_OK ? dt_cuda_check(cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)stream),
+                                       index, "graph launch")
+                       : st;
+}
+
+static void cu_graph_destroy(int index, void *exec) {
+    if (exec && cu_use(index) == DT_OK) (void)cudaGraphExecDestroy((cudaGraphExec_t)exec);
+}
+
 static const dt_device_backend cuda_backend = {
     .count = cu_count,
     .query = cu_query,
@@ -173,6 +234,10 @@ static const dt_device_backend cuda_backend = {
     .event_sync = cu_event_sync,
     .event_query = cu_event_query,
     .event_elapsed = cu_event_elapsed,
+    .capture_begin = cu_capture_begin,
+    .capture_end = cu_capture_end,
+    .graph_launch = cu_graph_launch,
+    .graph_destroy = cu_graph_destroy,
 };
 
 const dt_device_backend *dt_device_cuda_backend(void) {

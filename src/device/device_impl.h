@@ -28,6 +28,11 @@ typedef struct dt_device_backend {
     dt_status (*event_sync)(int index, void *e);
     dt_status (*event_query)(int index, void *e, int *done);
     dt_status (*event_elapsed)(int index, void *a, void *b, float *ms);
+    /* stream capture (dt_stream_capture_begin): *exec is the instantiated graph */
+    dt_status (*capture_begin)(int index, void *stream);
+    dt_status (*capture_end)(int index, void *stream, void **exec);
+    dt_status (*graph_launch)(int index, void *exec, void *stream);
+    void (*graph_destroy)(int index, void *exec);
 } dt_device_backend;
 
 extern const dt_device_backend dt_device_cpu_backend;

@@ -494,6 +494,16 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
     int block = o.layout_block ? o.layout_block : dt_graph_layout_native_block();
     if (!block && pl && pl[0] && !strcmp(pl, "0")) block = 16;
     if (o.plain_layout) block = 0;
+    g->device = o.device;
+    g->on_cuda = o.device.kind == DT_DEVICE_CUDA;
+    if (g->on_cuda) {
+        if (o.bf16_gemm)
+            return dt_error_set(DT_ERR_STATE, "compile: bf16_gemm has no CUDA kernels yet (f32 "
+                                              "only on a CUDA device)");
+        block = 0; /* the CUDA kernels read plain layouts only */
+    } else if (o.device.kind != DT_DEVICE_CPU) {
+        return dt_error_set(DT_ERR_INVALID, "compile: unknown device kind %d", (int)o.device.kind);
+    }
     g->loss = loss;
     g->poison = o.poison;
     g->no_backward = o.no_backward;
@@ -512,11 +522,14 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
     g->measuring = o.measure_only != 0;
     for (int i = 0; i < n; i++) {
         dt_node *nd = &g->nodes[i];
-        if (nd->kind == DT_NODE_OP && nd->op->prepare) {
-            if ((st = nd->op->prepare(g, nd)) != DT_OK) goto fail;
-        }
+        dt_status (*prep)(dt_graph *, dt_node *) = nd->kind != DT_NODE_OP ? NULL
+                                                   : g->on_cuda           ? nd->op->cuda_prepare
+                                                                          : nd->op->prepare;
+        if (prep && (st = prep(g, nd)) != DT_OK) goto fail;
     }
-    if ((st = analyse(&p, loss)) != DT_OK || (st = schedule(&p)) != DT_OK) goto fail;
+    if ((st = analyse(&p, loss)) != DT_OK) goto fail;
+    if (g->on_cuda && (st = dt_graph_device_check(g, p.live, p.gneed)) != DT_OK) goto fail;
+    if ((st = schedule(&p)) != DT_OK) goto fail;
     p.ws = calloc((size_t)g->n_entries + 1, sizeof(int));
     if (!p.ws) {
         st = dt_error_set(DT_ERR_NOMEM, "compile: out of memory");
@@ -538,15 +551,23 @@ dt_status dt_graph_compile(dt_graph *g, int loss, const dt_graph_opts *opts) {
         plan_free(&p);
         return DT_OK;
     }
-    g->arena = alloc_touched(g->arena_bytes);
     g->flat_cap = o.flat_capacity > g->n_flat ? o.flat_capacity : g->n_flat;
-    g->flat_param = alloc_touched(g->flat_cap * sizeof(float));
-    /* Forward-only graphs (inference, evaluation) need no gradient memory at all. */
-    g->flat_grad = g->no_backward ? NULL : alloc_pages(g->flat_cap * sizeof(float));
-    g->flat_state = alloc_touched(g->n_state * sizeof(float));
-    g->flat_frozen = alloc_frozen(g, o.frozen_untouched);
-    g->input_mem = alloc_touched(g->input_bytes);
-    g->loss_grad = alloc_touched(sizeof(float));
+    if (g->on_cuda) {
+        dt_status ds = dt_graph_device_alloc(g, g->flat_cap);
+        if (ds != DT_OK) {
+            st = ds;
+            goto fail;
+        }
+    } else {
+        g->arena = alloc_touched(g->arena_bytes);
+        g->flat_param = alloc_touched(g->flat_cap * sizeof(float));
+        /* Forward-only graphs (inference, evaluation) need no gradient memory at all. */
+        g->flat_grad = g->no_backward ? NULL : alloc_pages(g->flat_cap * sizeof(float));
+        g->flat_state = alloc_touched(g->n_state * sizeof(float));
+        g->flat_frozen = alloc_frozen(g, o.frozen_untouched);
+        g->input_mem = alloc_touched(g->input_bytes);
+        g->loss_grad = alloc_touched(sizeof(float));
+    }
     g->val = calloc((size_t)n + 1, sizeof(dt_tensor));
     g->grad = calloc((size_t)n + 1, sizeof(dt_tensor));
     g->unused = calloc((size_t)g->n_params + 1, sizeof(int));

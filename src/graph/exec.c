@@ -1,6 +1,15 @@
 /* Executor: runs the compiled schedule. No allocation happens here. */
 #include <string.h>
+#include "dtrain/device_cuda.h"
 #include "graph/graph_impl.h"
+
+/* Zero-fills (and 0xff poison) of graph memory: memset on a CPU graph, an async memset on the
+ * kernels' stream on a device graph. */
+static dt_status fill(const dt_graph *g, void *p, int v, size_t bytes) {
+    if (g->on_cuda) return dt_cuda_memset(g->stream, p, v, bytes);
+    memset(p, v, bytes);
+    return DT_OK;
+}
 
 /* ---- poisoning (dt_graph_opts.poison) ---------------------------------------------------- */
 
@@ -12,50 +21,52 @@ static int overlaps(const dt_tensor *a, const dt_tensor *b) {
 
 /* Fills t with 0xff bytes (NaN as f32 and bf16) unless it shares memory with a tensor the op
  * reads: an in-place op legitimately reads what it overwrites. */
-static void poison(const dt_op_ctx *c, const dt_tensor *t, int bwd) {
-    if (!t->data) return;
-    if (overlaps(t, &c->out) && t != &c->out) return;
-    if (bwd && overlaps(t, &c->gout)) return;
+static dt_status poison(const dt_graph *g, const dt_op_ctx *c, const dt_tensor *t, int bwd) {
+    if (!t->data) return DT_OK;
+    if (overlaps(t, &c->out) && t != &c->out) return DT_OK;
+    if (bwd && overlaps(t, &c->gout)) return DT_OK;
     for (int j = 0; j < c->node->n_in; j++) {
-        if (overlaps(t, &c->in[j])) return;
-        if (bwd && &c->gin[j] != t && c->gin_beta[j] != 0.0f && overlaps(t, &c->gin[j])) return;
+        if (overlaps(t, &c->in[j])) return DT_OK;
+        if (bwd && &c->gin[j] != t && c->gin_beta[j] != 0.0f && overlaps(t, &c->gin[j]))
+            return DT_OK;
     }
-    memset(t->data, 0xff, dt_tensor_nbytes(t));
+    return fill(g, t->data, 0xff, dt_tensor_nbytes(t));
 }
 
-static void poison_entry(dt_entry *e) {
+static dt_status poison_entry(const dt_graph *g, dt_entry *e) {
     dt_op_ctx *c = &e->ctx;
-    if (c->node->op->flags & DT_OPF_ALIAS) return; /* views write nothing */
-    if (e->phase != DT_PH_BWD) {
-        poison(c, &c->out, 0);
-        return;
-    }
-    for (int j = 0; j < c->node->n_in; j++)
-        if (c->gin[j].data && c->gin_beta[j] == 0.0f) poison(c, &c->gin[j], 1);
+    if (c->node->op->flags & DT_OPF_ALIAS) return DT_OK; /* views write nothing */
+    if (e->phase != DT_PH_BWD) return poison(g, c, &c->out, 0);
+    dt_status st = DT_OK;
+    for (int j = 0; j < c->node->n_in && st == DT_OK; j++)
+        if (c->gin[j].data && c->gin_beta[j] == 0.0f) st = poison(g, c, &c->gin[j], 1);
+    return st;
 }
 
 static dt_status run_entry(dt_graph *g, dt_entry *e) {
     dt_op_ctx *c = &e->ctx;
     const dt_op_def *op = c->node->op;
+    dt_status st;
     if (e->phase != DT_PH_BWD) {
-        if (g->poison) poison_entry(e);
-        return op->forward(c);
+        if (g->poison && (st = poison_entry(g, e)) != DT_OK) return st;
+        return g->on_cuda ? op->cuda_forward(c, g->stream) : op->forward(c);
     }
-    for (int k = 0; k < e->n_zero; k++) memset(e->zero[k].ptr, 0, e->zero[k].bytes);
+    for (int k = 0; k < e->n_zero; k++)
+        if ((st = fill(g, e->zero[k].ptr, 0, e->zero[k].bytes)) != DT_OK) return st;
     for (int j = 0; j < c->node->n_in; j++) {
         if (!e->param_first[j]) continue;
         /* First writer of a parameter gradient: overwrite, or add when accumulating. */
         if (g->accumulate) {
             c->gin_beta[j] = 1.0f;
         } else if (op->flags & DT_OPF_ACCUM_ONLY) {
-            memset(c->gin[j].data, 0, dt_tensor_nbytes(&c->gin[j]));
+            if ((st = fill(g, c->gin[j].data, 0, dt_tensor_nbytes(&c->gin[j]))) != DT_OK) return st;
             c->gin_beta[j] = 1.0f;
         } else {
             c->gin_beta[j] = 0.0f;
         }
     }
-    if (g->poison) poison_entry(e);
-    return op->backward(c);
+    if (g->poison && (st = poison_entry(g, e)) != DT_OK) return st;
+    return g->on_cuda ? op->cuda_backward(c, g->stream) : op->backward(c);
 }
 
 static dt_status run_range(dt_graph *g, int from, int to) {
@@ -85,11 +96,16 @@ dt_status dt_graph_backward(dt_graph *g) {
                             g && g->measured ? " (only measured: measure_only)" : "");
     if (g->no_backward)
         return dt_error_set(DT_ERR_STATE, "backward: graph was compiled with no_backward");
-    g->loss_grad[0] = g->loss_scale;
+    dt_status st;
+    if (!g->on_cuda)
+        g->loss_grad[0] = g->loss_scale;
+    else if ((st = dt_device_copy_async(g->device, g->loss_grad, g->loss_scale_pin, sizeof(float),
+                                        DT_COPY_H2D, g->stream)) != DT_OK)
+        return st;
     if (!g->accumulate)
         for (int k = 0; k < g->n_unused; k++) {
             const dt_tensor *t = &g->grad[g->unused[k]];
-            memset(t->data, 0, dt_tensor_nbytes(t));
+            if ((st = fill(g, t->data, 0, dt_tensor_nbytes(t))) != DT_OK) return st;
         }
     /* Unused parameters' gradients are final (zero) before backward starts. */
     if (g->on_ready)

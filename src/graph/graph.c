@@ -25,10 +25,14 @@ void dt_graph_free(dt_graph *g) {
         free(n->name);
     }
     free(g->nodes), free(g->params), free(g->segs), free(g->keep);
-    free(g->flat_param), free(g->flat_grad), free(g->flat_state);
-    if (g->flat_frozen) munmap(g->flat_frozen, g->frozen_map_bytes);
-    free(g->input_mem), free(g->arena), free(g->val), free(g->grad), free(g->entries);
-    free(g->loss_grad), free(g->unused), free(g->ready);
+    if (g->on_cuda) {
+        dt_graph_device_free(g);
+    } else {
+        free(g->flat_param), free(g->flat_grad), free(g->flat_state);
+        if (g->flat_frozen) munmap(g->flat_frozen, g->frozen_map_bytes);
+        free(g->input_mem), free(g->arena), free(g->loss_grad);
+    }
+    free(g->val), free(g->grad), free(g->entries), free(g->unused), free(g->ready);
     free(g);
 }
 
@@ -323,6 +327,9 @@ dt_status dt_graph_param_external(dt_graph *g, int id, const void *data) {
     const dt_node *nd = dt_graph_node_(g, id);
     if (!g || !g->compiled)
         return dt_error_set(DT_ERR_STATE, "param external: the graph is not compiled");
+    if (g->on_cuda)
+        return dt_error_set(DT_ERR_STATE, "param external: not on a CUDA graph (its frozen "
+                                          "buffer is device memory)");
     if (!nd || nd->kind != DT_NODE_PARAM || !(g->params[nd->param].flags & DT_PARAM_FROZEN))
         return dt_error_set(DT_ERR_INVALID, "param external: node %d is not a frozen parameter",
                             id);
@@ -386,6 +393,7 @@ void dt_graph_on_grad_ready(dt_graph *g, dt_grad_ready_fn fn, void *ud) {
 }
 void dt_graph_set_loss_scale(dt_graph *g, float s) {
     g->loss_scale = s;
+    if (g->loss_scale_pin) *g->loss_scale_pin = s;
 }
 void dt_graph_set_rng(dt_graph *g, uint64_t seed, uint64_t step, int rank) {
     g->run.key = seed ^ ((uint64_t)(uint32_t)rank * 0x9E3779B97F4A7C15ull);

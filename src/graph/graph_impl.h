@@ -61,6 +61,17 @@ struct dt_graph {
     dt_run run;
     int accumulate;
     float loss_scale;
+    /* CUDA: loss_scale in pinned host memory, the source of the backward's seed copy, so that
+     * a captured step (a CUDA graph, which cannot copy from pageable memory) reads the value
+     * set before each replay */
+    float *loss_scale_pin;
+    /* device graphs (src/graph/device_graph.c) */
+    int on_cuda;             /* compiled (or being compiled) for a CUDA device */
+    dt_device device;        /* dt_graph_opts.device */
+    dt_stream *stream;       /* the kernels' stream (CUDA graphs) */
+    struct dt_cuda_dnn *dnn; /* dt_graph_cuda_dnn: cuDNN handle of the convolutions */
+    void **dconst;           /* dt_graph_device_const allocations */
+    int n_dconst, cap_dconst;
 };
 
 dt_node *dt_graph_node_(const dt_graph *g, int id);
@@ -70,5 +81,14 @@ void dt_graph_choose_layouts(dt_graph *g, int block);
 /* The channel block of oneDNN's convolutions on this CPU: 16 with AVX-512, 8 with AVX2, 0 below
  * (blocked values would only add reorders there). */
 int dt_graph_layout_native_block(void);
+
+/* Device graphs (src/graph/device_graph.c). The first op the device has no kernel for, as a
+ * one-line error (DT_OK when all have one). */
+dt_status dt_graph_device_check(dt_graph *g, const int *live, const int *gneed);
+/* Allocates (and zeroes) the arena, flat buffers, inputs and loss seed on the graph's device,
+ * creates its stream and GEMM handle. */
+dt_status dt_graph_device_alloc(dt_graph *g, size_t flat_cap);
+/* Frees what dt_graph_device_alloc and dt_graph_device_const made. */
+void dt_graph_device_free(dt_graph *g);
 
 #endif

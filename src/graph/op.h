@@ -15,6 +15,7 @@
 #define DTRAIN_GRAPH_OP_H
 
 #include <stdint.h>
+#include "dtrain/device.h"
 #include "dtrain/graph.h"
 
 #define DT_MAX_IN 4
@@ -32,6 +33,10 @@ typedef struct dt_run {
      * NULL: per-worker statistics. */
     dt_graph_allreduce_fn sync_fn;
     void *sync_ud;
+    /* Device graphs: the graph's device and its cuBLASLt handle (linear's GEMMs); the stream
+     * is the kernels' argument. */
+    dt_device device;
+    struct dt_cuda_gemm *gemm;
 } dt_run;
 
 typedef struct dt_node {
@@ -112,6 +117,15 @@ struct dt_op_def {
      * DT_LAYOUT_C16 or DT_LAYOUT_C8 (NULL: plain only). Called before prepare, which then reads
      * node->layout and its inputs' layouts. */
     unsigned (*layouts)(const dt_graph *g, const dt_node *n);
+    /* CUDA entry points (src/ops/NAME_cuda.c), picked when the graph is compiled for a CUDA
+     * device (dt_graph_opts.device): an op without cuda_forward (or, when its backward is
+     * needed, cuda_backward) fails that compile with "graph: NAME has no CUDA kernel yet". The
+     * kernels only issue work on s; ctx pointers are device memory. cuda_prepare replaces
+     * prepare on a CUDA graph (optional: sizes aux/ws for the CUDA kernels, refuses what they
+     * do not handle with one line). Alias ops need none. */
+    dt_status (*cuda_prepare)(dt_graph *g, dt_node *n);
+    dt_status (*cuda_forward)(const dt_op_ctx *c, dt_stream *s);
+    dt_status (*cuda_backward)(const dt_op_ctx *c, dt_stream *s);
 };
 
 /* Adds an op node. Checks only generic things (ids valid, ndim); returns the id or -1. The
@@ -127,6 +141,14 @@ int dt_graph_measuring(const dt_graph *g);
 /* 1 while compiling a graph with dt_graph_opts.bf16_gemm: the GEMM ops' prepare (linear,
  * matmul, conv2d) then reserves ws for bf16-rounded copies of their operands (src/ops/bf16.c). */
 int dt_graph_bf16_gemm(const dt_graph *g);
+/* For cuda_prepare: a device copy of bytes of host memory, owned by the graph (freed with it):
+ * tables the CUDA kernels read (rope's inverse frequencies). NULL with an error on failure;
+ * NULL and no error while measuring (nothing is allocated then). */
+void *dt_graph_device_const(dt_graph *g, const void *host, size_t bytes);
+/* For cuda_prepare: the graph's cuDNN handle (made on first use, freed with the graph), for the
+ * convolutions' plans. An error (a build without cuDNN: one line) leaves *out NULL. */
+struct dt_cuda_dnn;
+dt_status dt_graph_cuda_dnn(dt_graph *g, struct dt_cuda_dnn **out);
 /* Returns 1 (and sets an error naming `op`) if any id is negative or unknown: the builder
  * should then return -1. Use as: if (dt_ids_bad(g, "linear", 2, (int[]){x, w})) return -1; */
 int dt_ids_bad(dt_graph *g, const char *op, int n, const int *ids);

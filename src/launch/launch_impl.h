@@ -18,6 +18,8 @@ typedef struct dt_launch_track {
     char ckpt_url[8300]; /* ckpt.dir or output.dir: where the resume checkpoint is looked for */
     char hosts[4096];    /* --hosts/--hostfile as "h1:2,h2:1"; "" when none was given */
     char local[300];     /* "<this host>:N" (no host list: mpirun starts every worker here) */
+    char mlflow[2048];   /* tracking.uri when it is an MLflow server, else "" */
+    char spool[8300];    /* <run dir>/mlflow-spool.jsonl */
     int world;
     int before; /* the run's attempt count before the running attempt */
     double started;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include "core/fsmode.h"
 #include "dtrain/checkpoint.h"
+#include "dtrain/mlflow.h"
 #include "dtrain/storage.h"
 #include "launch/launch_impl.h"
 
@@ -68,8 +69,16 @@ void dt_launch_track_attempt_end(dt_launch_track *t, const char *status, const c
         return;
     }
     if (dt_track_tag(t->store, run, "restarts", n) != DT_OK ||
-        (t->hosts[0] && dt_track_tag(t->store, run, "launch.hosts", t->hosts) != DT_OK))
+        (t->hosts[0] && dt_track_tag(t->store, run, "launch.hosts", t->hosts) != DT_OK)) {
         track_off(t, "cannot tag the run");
+        return;
+    }
+    int attempts = 0;
+    if (t->mlflow[0] &&
+        dt_track_run_attempts(t->store, t->experiment, t->run, &attempts) == DT_OK &&
+        dt_mlflow_attempt_end(t->mlflow, t->spool, t->experiment, t->run, attempts, status, reason,
+                              restarts) != DT_OK)
+        fprintf(stderr, "dtrain launch: warning: tracking: %s\n", dt_last_error());
 }
 
 void dt_launch_track_close(dt_launch_track *t) {

@@ -18,6 +18,7 @@
 #include "dtrain/track.h"
 #include "dtrain/serve.h"
 #include "dtrain/trainer.h"
+#include "dtrain/mlflow.h"
 #include "launch/launch_impl.h"
 
 /* One job per process: the stop request comes from a signal handler. */
@@ -204,12 +205,17 @@ static dt_status prepare(job *j, dt_launch_track *trk, char *run_dir, size_t run
     int s3 = !strncmp(root, "s3://", 5);
     snprintf(run_dir, run_dir_n, "%s/%s/%s", root, v->output.experiment, j->run_name);
     /* the store the workers' rank 0 writes (src/train/track_glue.c), for the monitor */
-    /* an MLflow server is written by the workers alone; the launcher keeps the local record */
+    /* an MLflow server gets the workers' run and the launcher's attempt ends (record.c) */
     dt_track_local_uri(v->tracking.uri, root, db, db_n);
     snprintf(experiment, exp_n, "%s", v->output.experiment);
     trk->world = o->workers;
     snprintf(trk->experiment, sizeof trk->experiment, "%s", v->output.experiment);
     snprintf(trk->run, sizeof trk->run, "%s", j->run_name);
+    /* the attempt's end goes to the MLflow run as well (rank 0 cannot record its own death) */
+    if (dt_mlflow_is_uri(v->tracking.uri)) {
+        snprintf(trk->mlflow, sizeof trk->mlflow, "%s", v->tracking.uri);
+        snprintf(trk->spool, sizeof trk->spool, "%s/mlflow-spool.jsonl", run_dir);
+    }
     snprintf(trk->ckpt_url, sizeof trk->ckpt_url, "%s",
              v->ckpt.dir[0] ? v->ckpt.dir : v->output.dir);
     dt_launch_hosts_format(o, ",", trk->hosts, sizeof trk->hosts);

@@ -199,6 +199,9 @@ static void init_adapter(const dt_param_info *pi, const dt_tensor *t, uint64_t s
 }
 
 static dt_status init(dt_graph *g, uint64_t seed, int adapters_only) {
+    if (dt_graph_device(g).kind != DT_DEVICE_CPU) /* its values are device memory */
+        return dt_error_set(DT_ERR_STATE, "llama init: the graph is on a CUDA device; initialise "
+                                          "a CPU graph and dt_graph_upload its flat buffers");
     for (int i = 0; i < dt_graph_param_count(g); i++) {
         const dt_param_info *pi = dt_graph_param_info(g, i);
         const dt_tensor *t = dt_graph_value(g, pi->id);

@@ -9,6 +9,7 @@
 #include <math.h>
 #include "dtrain/ops_nn.h"
 #include "graph/op.h"
+#include "ops/ops_cuda.h"
 
 /* The clamps and selects in dt_vexpf (ops/vmath.h) and friends are FP compares; under the default
  * -ftrapping-math GCC will not if-convert the branches that jump threading makes of them, and
@@ -167,6 +168,7 @@ static const dt_op_def relu_def = {
     .flags = DT_OPF_BWD_OUT,
     .forward = relu_forward,
     .backward = relu_backward,
+    DT_CUDA_OP_ENTRIES(relu),
 };
 
 /* ip[0]: 1 for the tanh approximation. */
@@ -201,6 +203,7 @@ static const dt_op_def silu_def = {
     .flags = DT_OPF_BWD_IN(0),
     .forward = silu_forward,
     .backward = silu_backward,
+    DT_CUDA_OP_ENTRIES(silu),
 };
 
 /* ---------------------------------------------------------------- builders */

@@ -18,6 +18,7 @@
 #include <string.h>
 #include "dtrain/ops_attn.h"
 #include "graph/op.h"
+#include "ops/ops_cuda.h"
 
 /* Tile kernels (attention_kern.c). */
 void dt_attn_gemm(int m, int n, int k, float alpha, const float *A, int lda, const float *B,
@@ -315,6 +316,7 @@ static const dt_op_def attention_def = {
     .prepare = attn_prepare,
     .forward = attn_forward,
     .backward = attn_backward,
+    DT_CUDA_OP_ENTRIES(attention),
 };
 
 int dt_attention(dt_graph *g, int q, int k, int v, int causal, float scale) {

@@ -43,6 +43,7 @@
 #include "dtrain/ops_cnn.h"
 #include "graph/op.h"
 #include "ops/batchnorm_impl.h"
+#include "ops/ops_cuda.h"
 
 /* The fused ReLU's compares and selects: under the default -ftrapping-math GCC keeps them as
  * branches, and a loop with a data-dependent branch neither vectorises nor predicts well (the
@@ -53,16 +54,6 @@
 #endif
 
 static const char *OP = "batchnorm2d";
-
-enum { BN_MOMENTUM, BN_EPS }; /* node->fp[] */
-enum {
-    BN_RM,
-    BN_RV,
-    BN_RELU,
-    BN_HAS_RES
-};                                 /* node->ip[]: ids of the running statistics, fused
-                                    * epilogue: ReLU after, residual input present */
-enum { BN_X, BN_W, BN_B, BN_RES }; /* inputs (BN_RES only when fused with an add) */
 
 /* The running statistics are not node inputs: a node has at most DT_MAX_IN (4) inputs and
  * batchnorm has five. They are DT_PARAM_STATE params, whose values stay at fixed addresses in
@@ -531,6 +522,7 @@ static const dt_op_def bn_def = {
     .forward = bn_forward,
     .backward = bn_backward,
     .layouts = bn_layouts,
+    DT_CUDA_OP_ENTRIES(bn),
 };
 
 /* With an epilogue; backward also reads the output (the ReLU mask: it is the next layer's input,
@@ -542,6 +534,7 @@ static const dt_op_def bn_fused_def = {
     .forward = bn_forward,
     .backward = bn_backward,
     .layouts = bn_layouts,
+    DT_CUDA_OP_ENTRIES(bn),
 };
 
 /* Builder error with the op, what is wrong and all five shapes, under status `code`. */

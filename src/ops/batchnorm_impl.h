@@ -5,6 +5,12 @@
 
 #include <stdint.h>
 
+/* The node's parameters (batchnorm.c builds them; cnn_cuda.c reads them too). */
+enum { BN_MOMENTUM, BN_EPS }; /* node->fp[] */
+/* node->ip[]: ids of the running statistics, fused epilogue: ReLU after, residual input present */
+enum { BN_RM, BN_RV, BN_RELU, BN_HAS_RES };
+enum { BN_X, BN_W, BN_B, BN_RES }; /* inputs (BN_RES only when fused with an add) */
+
 /* x [N, C, P] (P = product of the trailing dims); blk 16 or 8: stored [N, C/blk, P, blk]
  * (nChw16c, nChw8c), blk 0: plain. */
 typedef struct bn_geom {

@@ -25,9 +25,9 @@
 #include "dtrain/ops_cnn.h"
 #include "graph/op.h"
 #include "ops/bf16.h"
+#include "ops/conv_impl.h"
 #include "ops/dnnl_util.h"
-
-enum { CV_SH, CV_SW, CV_PH, CV_PW, CV_DH, CV_DW, CV_GROUPS }; /* node->ip[] */
+#include "ops/ops_cuda.h"
 
 /* Sizes of one convolution, read from the node. */
 typedef struct conv_shape {
@@ -147,6 +147,10 @@ static const dnnl_memory_desc_t *q(const_dnnl_primitive_desc_t pd, dnnl_query_t 
 }
 
 static void conv_destroy(dt_node *n) {
+    if (n->ip[CV_CUDA]) {
+        dt_conv2d_cuda_destroy(n);
+        return;
+    }
     conv_state *s = n->state;
     if (!s) return;
     if (s->fwd) dnnl_primitive_destroy(s->fwd);
@@ -386,6 +390,7 @@ static const dt_op_def conv2d_def = {
     .backward = conv_backward,
     .destroy = conv_destroy,
     .layouts = conv_layouts,
+    DT_CUDA_OP_ENTRIES(conv2d),
 };
 
 /* Builder-side errors: the message names the op, what is wrong and every input shape. */

@@ -178,3 +178,27 @@ dt_status dt_dnnl_exec(dnnl_primitive_t p, int nargs, const dnnl_exec_arg_t *arg
     if (!st) st = dt_dnnl_check(dnnl_stream_wait(s), op, "stream wait");
     return st;
 }
+
+dnnl_status_t dt_dnnl_matmul_pd(dnnl_primitive_desc_t *pd, const dnnl_memory_desc_t *src,
+                                const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias,
+                                const dnnl_memory_desc_t *dst, int accumulate) {
+    dnnl_engine_t eng = dt_dnnl_engine();
+    if (!eng) return dnnl_runtime_error;
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_status_t st = dnnl_matmul_desc_init(&md, src, wei, bias, dst);
+    if (st == dnnl_success) st = dnnl_primitive_attr_create(&attr);
+    if (st == dnnl_success)
+        st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+    if (st == dnnl_success && accumulate) {
+        /* dst = matmul + 1 * dst: gradient accumulation without a temporary */
+        st = dnnl_post_ops_create(&po);
+        if (st == dnnl_success) st = dnnl_post_ops_append_sum(po, 1.0f);
+        if (st == dnnl_success) st = dnnl_primitive_attr_set_post_ops(attr, po);
+    }
+    if (st == dnnl_success) st = dnnl_primitive_desc_create(pd, &md, attr, eng, NULL);
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    return st;
+}

@@ -69,6 +69,12 @@ dt_status dt_dnnl_scratch_init(dt_dnnl_buf *b, const_dnnl_primitive_desc_t pd, s
 dnnl_memory_t dt_dnnl_buf_bind(dt_dnnl_buf *b, void *ws);
 void dt_dnnl_buf_free(dt_dnnl_buf *b);
 
+/* A matmul primitive descriptor on the process's engine with a user-managed scratchpad; with
+ * `accumulate` a sum post-op makes it dst += src wei (+ bias). bias may be NULL. */
+dnnl_status_t dt_dnnl_matmul_pd(dnnl_primitive_desc_t *pd, const dnnl_memory_desc_t *src,
+                                const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias,
+                                const dnnl_memory_desc_t *dst, int accumulate);
+
 /* Runs `p` on the shared stream and waits. */
 dt_status dt_dnnl_exec(dnnl_primitive_t p, int nargs, const dnnl_exec_arg_t *args, const char *op,
                        const char *what);

@@ -12,6 +12,7 @@
 #include "dtrain/ops_nn.h"
 #include "dtrain/rng.h"
 #include "graph/op.h"
+#include "ops/ops_cuda.h"
 
 #define DROP_PAR_MIN 16384 /* elements below which a parallel region costs more than it saves */
 
@@ -119,6 +120,7 @@ static const dt_op_def dropout_def = {
     .flags = 0, /* backward reads neither x nor y: the mask is regenerated */
     .forward = dropout_forward,
     .backward = dropout_backward,
+    DT_CUDA_OP_ENTRIES(dropout),
 };
 
 int dt_dropout(dt_graph *g, int x, float p) {

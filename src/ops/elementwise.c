@@ -6,6 +6,7 @@
 #include <string.h>
 #include "dtrain/ops_basic.h"
 #include "graph/op.h"
+#include "ops/ops_cuda.h"
 
 enum { EW_ADD = 0, EW_SUB = 1, EW_MUL = 2 };
 
@@ -146,10 +147,15 @@ static dt_status ew_backward(const dt_op_ctx *c) {
     return DT_OK;
 }
 
-static const dt_op_def add_def = {"add", 0, NULL, ew_forward, ew_backward, NULL, NULL};
-static const dt_op_def sub_def = {"sub", 0, NULL, ew_forward, ew_backward, NULL, NULL};
-static const dt_op_def mul_def = {
-    "mul", DT_OPF_BWD_IN(0) | DT_OPF_BWD_IN(1), NULL, ew_forward, ew_backward, NULL, NULL};
+static const dt_op_def add_def = {
+    .name = "add", .forward = ew_forward, .backward = ew_backward, DT_CUDA_OP_ENTRIES(ew)};
+static const dt_op_def sub_def = {
+    .name = "sub", .forward = ew_forward, .backward = ew_backward, DT_CUDA_OP_ENTRIES(ew)};
+static const dt_op_def mul_def = {.name = "mul",
+                                  .flags = DT_OPF_BWD_IN(0) | DT_OPF_BWD_IN(1),
+                                  .forward = ew_forward,
+                                  .backward = ew_backward,
+                                  DT_CUDA_OP_ENTRIES(ew)};
 
 static int binary(dt_graph *g, const dt_op_def *def, int kind, int a, int b) {
     if (dt_ids_bad(g, def->name, 2, (int[]){a, b})) return -1;
@@ -205,7 +211,10 @@ static dt_status scale_backward(const dt_op_ctx *c) {
     }
     return DT_OK;
 }
-static const dt_op_def scale_def = {"scale", 0, NULL, scale_forward, scale_backward, NULL, NULL};
+static const dt_op_def scale_def = {.name = "scale",
+                                    .forward = scale_forward,
+                                    .backward = scale_backward,
+                                    DT_CUDA_OP_ENTRIES(scale)};
 
 int dt_scale(dt_graph *g, int a, float s) {
     if (dt_ids_bad(g, "scale", 1, &a)) return -1;
@@ -262,7 +271,8 @@ static dt_status sum_backward(const dt_op_ctx *c) {
     }
     return DT_OK;
 }
-static const dt_op_def sum_def = {"sum", 0, sum_prepare, sum_forward, sum_backward, NULL, NULL};
+static const dt_op_def sum_def = {
+    .name = "sum", .prepare = sum_prepare, .forward = sum_forward, .backward = sum_backward};
 
 static int reduce(dt_graph *g, int a, const char *name, int mean) {
     if (dt_ids_bad(g, name, 1, &a)) return -1;
@@ -280,7 +290,7 @@ int dt_mean(dt_graph *g, int a) {
 }
 
 /* ---- reshape: an alias of a's memory; no kernels ---- */
-static const dt_op_def reshape_def = {"reshape", DT_OPF_ALIAS, NULL, NULL, NULL, NULL, NULL};
+static const dt_op_def reshape_def = {.name = "reshape", .flags = DT_OPF_ALIAS};
 
 int dt_reshape(dt_graph *g, int a, int ndim, const int64_t *shape) {
     if (dt_ids_bad(g, "reshape", 1, &a)) return -1;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include "dtrain/ops_linear.h"
 #include "graph/op.h"
+#include "ops/ops_cuda.h"
 
 int dt_linear_dtype_error(const char *op, const char *what, int n, const char *const *names,
                           const dt_tensor *const *ts); /* linear.c */
@@ -82,6 +83,7 @@ static const dt_op_def embedding_op = {
     .flags = DT_OPF_BWD_IN(0) | DT_OPF_ROWS_IN1,
     .forward = embedding_forward,
     .backward = embedding_backward,
+    DT_CUDA_OP_ENTRIES(embedding),
 };
 
 int dt_embedding(dt_graph *g, int ids, int table) {

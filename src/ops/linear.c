@@ -22,7 +22,9 @@
 #include <string.h>
 #include "dtrain/ops_linear.h"
 #include "graph/op.h"
+#include "ops/ops_cuda.h"
 #include "ops/bf16.h"
+#include "ops/gemm_bf16.h"
 
 extern const dt_op_def dt_linear_bf16_op; /* linear_bf16.c */
 
@@ -134,27 +136,115 @@ static dt_status linear_backward(const dt_op_ctx *c) {
     return DT_OK;
 }
 
-/* bf16 mode (dt_graph_opts.bf16_gemm; ip[4] = 1): x and w rounded to bf16 in ws for forward,
- * x, w and g for both backward products. ws: [xr [R, in] | wr [out, in] | gr [R, out]]. */
+/* bf16 mode (dt_graph_opts.bf16_gemm), ip[4] = BF16_EMULATE or BF16_NATIVE.
+ * Emulated (a CPU without bf16 kernels, DT_CPU_BF16=emulate): x and w rounded to bf16 and kept
+ * as f32 in ws for forward, x, w and g for both backward products, then the f32 GEMMs.
+ * ws: [xr [R, in] | wr [out, in] | gr [R, out]].
+ * Native (AVX-512 BF16 / AMX): the same operands packed to bf16 in ws and multiplied by
+ * oneDNN's bf16 x bf16 -> f32 kernels (gemm_bf16.c); the products are the same exact values,
+ * only the order of the f32 sums differs. ws forward: [xb [R, in] | wb [out, in] | scratch];
+ * backward: [gb [R, out] | wb | xb | scratch]. The bias and its gradient stay f32. */
+enum { BF16_EMULATE = 1, BF16_NATIVE = 2 };
+enum { G_FWD, G_DX, G_DW, G_N };
+
+static void linear_destroy(dt_node *n) {
+    dt_gemm_bf16 **gp = n->state;
+    if (!gp) return;
+    for (int k = 0; k < G_N; k++) dt_gemm_bf16_free(gp[k]);
+    free(gp);
+    n->state = NULL;
+}
+
+/* The three plans: y = xb wb^T, dx = gb wb, dW = gb^T xb. */
+static dt_status native_prepare(dt_node *n) {
+    int64_t R = n->ip[0], in = n->ip[1], out = n->ip[2];
+    dt_gemm_bf16 **gp = n->state = calloc(G_N, sizeof *gp);
+    if (!gp) return dt_error_set(DT_ERR_NOMEM, "linear: out of memory for bf16 GEMM plans");
+    dt_status st = dt_gemm_bf16_create(&gp[G_FWD], 0, 1, R, out, in, in, in, out, "linear");
+    if (!st) st = dt_gemm_bf16_create(&gp[G_DX], 0, 0, R, in, out, out, in, in, "linear");
+    if (!st) st = dt_gemm_bf16_create(&gp[G_DW], 1, 0, out, in, R, out, in, in, "linear");
+    if (st) return st;
+    size_t spf = dt_gemm_bf16_scratch(gp[G_FWD]), spb = dt_gemm_bf16_scratch(gp[G_DX]);
+    if (dt_gemm_bf16_scratch(gp[G_DW]) > spb) spb = dt_gemm_bf16_scratch(gp[G_DW]);
+    size_t xb = dt_bf16_pack_bytes(R * in), wb = dt_bf16_pack_bytes(out * in);
+    n->ws_fwd = xb + wb + spf;
+    n->ws_bwd = dt_bf16_pack_bytes(R * out) + wb + xb + spb;
+    return DT_OK;
+}
+
 static dt_status linear_prepare(dt_graph *g, dt_node *n) {
-    n->ip[4] = dt_graph_bf16_gemm(g);
-    if (!n->ip[4]) return DT_OK;
+    n->ip[4] = 0;
+    if (!dt_graph_bf16_gemm(g)) return DT_OK;
     dt_status st = dt_bf16_gemm_prepare_check(g, "linear");
+    if (st) return st;
+    if (dt_bf16_gemm_mode() == DT_BF16_NATIVE) {
+        n->ip[4] = BF16_NATIVE;
+        st = native_prepare(n);
+        if (st != DT_ERR_DTYPE) return st;
+        linear_destroy(n); /* oneDNN has no bf16 kernel for this shape: emulate it */
+        dt_error_clear();
+    }
+    n->ip[4] = BF16_EMULATE;
     n->ws_fwd = dt_bf16_rounded_bytes(g, n, 3u);
     n->ws_bwd = dt_bf16_rounded_bytes(g, n, 3u | DT_BF16_GOUT);
+    return DT_OK;
+}
+
+static dt_status native_forward(const dt_op_ctx *c) {
+    const int64_t *ip = c->node->ip;
+    int64_t R = ip[0], in = ip[1], out = ip[2];
+    dt_gemm_bf16 **gp = c->node->state;
+    uint16_t *xb = c->ws, *wb = (uint16_t *)((char *)xb + dt_bf16_pack_bytes(R * in));
+    void *sp = (char *)wb + dt_bf16_pack_bytes(out * in);
+    dt_bf16_pack(xb, c->in[0].data, R * in);
+    dt_bf16_pack(wb, c->in[1].data, out * in);
+    float beta = 0.0f;
+    if (ip[3]) {
+        bias_fill(c->out.data, c->in[2].data, R, out);
+        beta = 1.0f;
+    }
+    return dt_gemm_bf16_run(gp[G_FWD], xb, wb, beta, c->out.data, sp);
+}
+
+static dt_status native_backward(const dt_op_ctx *c) {
+    const int64_t *ip = c->node->ip;
+    int64_t R = ip[0], in = ip[1], out = ip[2];
+    dt_gemm_bf16 **gp = c->node->state;
+    uint16_t *gb = c->ws, *wb = (uint16_t *)((char *)gb + dt_bf16_pack_bytes(R * out));
+    uint16_t *xb = (uint16_t *)((char *)wb + dt_bf16_pack_bytes(out * in));
+    void *sp = (char *)xb + dt_bf16_pack_bytes(R * in);
+    dt_bf16_pack(gb, c->gout.data, R * out);
+    dt_status st = DT_OK;
+    if (c->gin[0].data) {
+        dt_bf16_pack(wb, c->in[1].data, out * in);
+        st = dt_gemm_bf16_run(gp[G_DX], gb, wb, c->gin_beta[0], c->gin[0].data, sp);
+    }
+    if (!st && c->gin[1].data) {
+        dt_bf16_pack(xb, c->in[0].data, R * in);
+        st = dt_gemm_bf16_run(gp[G_DW], gb, xb, c->gin_beta[1], c->gin[1].data, sp);
+    }
     return st;
 }
 
 static dt_status linear_forward_any(const dt_op_ctx *c) {
-    return c->node->ip[4] ? dt_bf16_run_rounded(c, 3u, linear_forward) : linear_forward(c);
+    switch (c->node->ip[4]) {
+    case BF16_NATIVE:
+        return native_forward(c);
+    case BF16_EMULATE:
+        return dt_bf16_run_rounded(c, 3u, linear_forward);
+    default:
+        return linear_forward(c);
+    }
 }
 
-/* The bias gradient is summed from the f32 g (an f32 reduction), the products from gr. */
+/* The bias gradient is summed from the f32 g (an f32 reduction), the products from bf16 g. */
 static dt_status linear_backward_any(const dt_op_ctx *c) {
     if (!c->node->ip[4]) return linear_backward(c);
     dt_op_ctx p = *c;
     p.gin[2].data = NULL;
-    dt_status st = dt_bf16_run_rounded(&p, 3u | DT_BF16_GOUT, linear_backward);
+    dt_status st = c->node->ip[4] == BF16_NATIVE
+                       ? native_backward(&p)
+                       : dt_bf16_run_rounded(&p, 3u | DT_BF16_GOUT, linear_backward);
     const int64_t *ip = c->node->ip;
     if (!st && ip[3] && c->gin[2].data)
         dt_linear_bias_grad(c->gin[2].data, c->gout.data, ip[0], ip[2], c->gin_beta[2]);
@@ -167,6 +257,8 @@ static const dt_op_def linear_op = {
     .prepare = linear_prepare,
     .forward = linear_forward_any,
     .backward = linear_backward_any,
+    .destroy = linear_destroy,
+    DT_CUDA_OP_ENTRIES(linear),
 };
 
 int dt_linear(dt_graph *g, int x, int w, int bias) {

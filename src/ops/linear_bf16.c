@@ -74,23 +74,8 @@ static dnnl_status_t make_prim(lin_bf16 *s, int k, dnnl_primitive_desc_t pd) {
 static dnnl_status_t make_matmul(lin_bf16 *s, int k, const dnnl_memory_desc_t *src,
                                  const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias,
                                  const dnnl_memory_desc_t *dst, int accumulate) {
-    dnnl_matmul_desc_t md;
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t st = dnnl_matmul_desc_init(&md, src, wei, bias, dst);
-    if (st == dnnl_success) st = dnnl_primitive_attr_create(&attr);
-    if (st == dnnl_success)
-        st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-    if (st == dnnl_success && accumulate) {
-        /* dst = matmul + 1 * dst: gradient accumulation without a temporary. */
-        st = dnnl_post_ops_create(&po);
-        if (st == dnnl_success) st = dnnl_post_ops_append_sum(po, 1.0f);
-        if (st == dnnl_success) st = dnnl_primitive_attr_set_post_ops(attr, po);
-    }
-    if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &md, attr, s->eng, NULL);
-    if (po) dnnl_post_ops_destroy(po);
-    if (attr) dnnl_primitive_attr_destroy(attr);
+    dnnl_status_t st = dt_dnnl_matmul_pd(&pd, src, wei, bias, dst, accumulate);
     return st == dnnl_success ? make_prim(s, k, pd) : st;
 }
 

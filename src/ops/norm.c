@@ -11,6 +11,7 @@
 #include <string.h>
 #include "dtrain/ops_nn.h"
 #include "graph/op.h"
+#include "ops/ops_cuda.h"
 
 #define NORM_PAR_MIN 16384 /* elements below which a parallel region costs more than it saves */
 #define NORM_MAX_BLOCKS 32 /* row blocks for the parameter-gradient reduction */
@@ -289,6 +290,7 @@ static const dt_op_def rmsnorm_def = {
     .prepare = rmsnorm_prepare,
     .forward = rmsnorm_forward,
     .backward = rmsnorm_backward,
+    DT_CUDA_OP_ENTRIES(rmsnorm),
 };
 
 /* ---------------------------------------------------------------- builders */

@@ -17,6 +17,7 @@
 
 #include "dtrain/ops_cnn.h"
 #include "graph/op.h"
+#include "ops/ops_cuda.h"
 
 enum { PL_KH, PL_KW, PL_SH, PL_SW, PL_PH, PL_PW }; /* node->ip[] */
 
@@ -352,17 +353,20 @@ static const dt_op_def maxpool_def = {
     .forward = maxpool_forward,
     .backward = maxpool_backward,
     .layouts = maxpool_layouts,
+    DT_CUDA_OP_ENTRIES(maxpool),
 };
 static const dt_op_def avgpool_def = {
     .name = "avgpool2d",
     .forward = avgpool_forward,
     .backward = avgpool_backward,
+    DT_CUDA_OP_ENTRIES(avgpool),
 };
 static const dt_op_def gap_def = {
     .name = "global_avgpool",
     .forward = gap_forward,
     .backward = gap_backward,
     .layouts = gap_layouts,
+    DT_CUDA_OP_ENTRIES(gap),
 };
 
 /* Checks x and the window for maxpool2d / avgpool2d and adds the node. */

@@ -16,15 +16,8 @@
 #include <string.h>
 #include "dtrain/ops_attn.h"
 #include "graph/op.h"
-
-typedef struct rope_state {
-    int half;        /* Dh / 2 */
-    float *inv_freq; /* [half] */
-    float *cos_sin;  /* [T, 2, half] for positions 0..T-1 (no positions input), else NULL */
-} rope_state;
-
-/* Node parameters. */
-enum { IP_HAS_POS = 0 };
+#include "ops/ops_cuda.h"
+#include "ops/rope_impl.h"
 
 /* cos and sin of one position's angles, formed like transformers does it: an f32 product
  * position * inv_freq (its inv_freq @ position_ids matmul has inner size 1, so a single f32
@@ -152,6 +145,7 @@ static const dt_op_def rope_def = {
     .forward = rope_forward,
     .backward = rope_backward,
     .destroy = rope_destroy,
+    DT_CUDA_OP_ENTRIES(rope),
 };
 
 dt_status dt_rope_default_inv_freq(float *inv_freq, int head_dim, float theta) {

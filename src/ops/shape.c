@@ -16,6 +16,7 @@
 #include <string.h>
 #include "dtrain/ops_nn.h"
 #include "graph/op.h"
+#include "ops/ops_cuda.h"
 
 #define SHAPE_PAR_MIN 32768 /* elements below which a parallel region costs more than it saves */
 #define SHAPE_TILE 32
@@ -158,12 +159,14 @@ static const dt_op_def transpose_def = {
     .flags = 0,
     .forward = permute_forward,
     .backward = permute_backward,
+    DT_CUDA_OP_ENTRIES(permute),
 };
 static const dt_op_def permute_def = {
     .name = "permute",
     .flags = 0,
     .forward = permute_forward,
     .backward = permute_backward,
+    DT_CUDA_OP_ENTRIES(permute),
 };
 
 /* ---------------------------------------------------------------- slab copies (concat, narrow)

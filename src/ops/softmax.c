@@ -19,6 +19,7 @@
 #include <string.h>
 #include "dtrain/ops_nn.h"
 #include "graph/op.h"
+#include "ops/ops_cuda.h"
 
 /* See activation.c: lets GCC if-convert the selects in dt_vexpf so the loops vectorise. */
 #if defined(__GNUC__) && !defined(__clang__) /* clang if-converts these anyway */
@@ -239,6 +240,7 @@ static const dt_op_def ce_def = {
     .prepare = ce_prepare,
     .forward = ce_forward,
     .backward = ce_backward,
+    DT_CUDA_OP_ENTRIES(ce),
 };
 
 /* ---------------------------------------------------------------- builders */

@@ -15,25 +15,10 @@
 #include <immintrin.h>
 #endif
 #include "dtrain/optim.h"
+#include "optim/optim_impl.h"
 
 /* Below this many elements a step runs on one thread: a parallel region costs more. */
 #define OPTIM_PAR_MIN 32768
-
-typedef struct optim_seg {
-    size_t start, len; /* local indices into the slice */
-    double wd;         /* effective weight decay */
-    float lr_scale;
-} optim_seg;
-
-struct dt_optim {
-    dt_optim_config cfg;
-    size_t n_total, lo, hi;
-    int64_t step;
-    int n_seg;
-    optim_seg *seg;
-    int n_buf;
-    float *buf[DT_OPTIM_MAX_BUFFERS]; /* hi - lo floats each */
-};
 
 dt_optim_config dt_optim_config_default(dt_optim_kind kind) {
     dt_optim_config c;

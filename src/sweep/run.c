@@ -55,16 +55,34 @@ static void trial_line(const sup *u, int i, const char *what) {
 }
 
 /* `dtrain train BASE OVERRIDES PARAMS run/steps/...`, stdout and stderr appended to
- * <sweep dir>/<run>.log. */
+ * <sweep dir>/<run>.log; across hosts (or with several workers) `dtrain launch -n W [--hosts
+ * HOST:W] --max-failures 0 ... BASE ...` on the slot it takes (a failed trial is the sweep's to
+ * report, not to retry). */
 static dt_status spawn(sup *u, int i) {
     sweep_state *s = u->s;
     sweep_trial *t = &s->t[i];
-    char *argv[DT_SWEEP_MAX_OVER + DT_SWEEP_MAX_PARAMS + 16];
+    char *argv[DT_SWEEP_MAX_OVER + DT_SWEEP_MAX_PARAMS + 32];
     char kv[DT_SWEEP_MAX_PARAMS][DT_SWEEP_KEY + DT_SWEEP_VAL + 2];
     char run[200], steps[64], total[64], every[64], threads[64], logp[4400];
-    int k = 0;
+    char np[32], host[300], tpw[32];
+    int k = 0, slot = dt_sweep_slot_take(s);
+    if (slot < 0) return dt_error_set(DT_ERR_STATE, "sweep %s: no free slot", s->id);
     argv[k++] = (char *)u->o->exe;
-    argv[k++] = "train";
+    if (s->launch) {
+        snprintf(np, sizeof np, "%d", s->workers);
+        snprintf(tpw, sizeof tpw, "%d", s->threads);
+        argv[k++] = "launch", argv[k++] = "-n", argv[k++] = np;
+        if (s->slot_host[slot][0]) {
+            snprintf(host, sizeof host, "%s:%d", s->slot_host[slot], s->workers);
+            argv[k++] = "--hosts", argv[k++] = host;
+        }
+        argv[k++] = "--max-failures", argv[k++] = "0";
+        argv[k++] = "--threads-per-worker", argv[k++] = tpw;
+        if (s->mpirun[0]) argv[k++] = "--mpirun", argv[k++] = s->mpirun;
+        if (s->mpirun_args[0]) argv[k++] = "--mpirun-args", argv[k++] = s->mpirun_args;
+    } else {
+        argv[k++] = "train";
+    }
     argv[k++] = s->spec.base;
     for (int j = 0; j < s->spec.n_over; j++) argv[k++] = s->spec.over[j];
     for (int j = 0; j < t->p.n; j++) {
@@ -74,7 +92,8 @@ static dt_status spawn(sup *u, int i) {
     snprintf(run, sizeof run, "output.run_name=%s", t->run);
     snprintf(steps, sizeof steps, "train.steps=%lld", (long long)t->target);
     snprintf(threads, sizeof threads, "train.threads=%d", s->threads);
-    argv[k++] = run, argv[k++] = steps, argv[k++] = threads;
+    argv[k++] = run, argv[k++] = steps;
+    if (!s->launch) argv[k++] = threads; /* dtrain launch sets it from --threads-per-worker */
     argv[k++] = "ckpt.resume=auto";
     argv[k++] = "train.progress=off";
     if (u->sched_total) { /* the schedule of the whole run, whatever segment trains now */
@@ -97,13 +116,16 @@ static dt_status spawn(sup *u, int i) {
     fflush(stdout), fflush(stderr);
     int e = posix_spawn(&pid, u->o->exe, &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
-    if (e)
+    if (e) {
+        dt_sweep_slot_give(s, slot);
         return dt_error_set(DT_ERR_IO, "sweep %s: cannot run %s: %s", s->id, u->o->exe,
                             strerror(e));
-    t->pid = pid, t->status = T_RUNNING, t->segments++;
-    char what[128];
-    snprintf(what, sizeof what, "%s to step %lld", t->segments > 1 ? "resumed" : "started",
-             (long long)t->target);
+    }
+    t->pid = pid, t->status = T_RUNNING, t->segments++, t->slot = slot;
+    char what[400];
+    snprintf(what, sizeof what, "%s to step %lld%s%s", t->segments > 1 ? "resumed" : "started",
+             (long long)t->target, s->launch && s->slot_host[slot][0] ? " on " : "",
+             s->launch ? s->slot_host[slot] : "");
     trial_line(u, i, what);
     return DT_OK;
 }
@@ -203,6 +225,7 @@ static void tag_trial(sup *u, const sweep_trial *t) {
 static void on_exit_status(sup *u, int i, int ws) {
     sweep_trial *t = &u->s->t[i];
     t->pid = 0;
+    dt_sweep_slot_give(u->s, t->slot);
     if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0) {
         double v = 0;
         if (read_metric(u, t, t->target, &v) == DT_OK) {
@@ -340,8 +363,11 @@ static dt_status start(sweep_state *s, const dt_sweep_opts *o, dt_sweep_result *
     uint8_t *yaml = NULL;
     size_t len = 0;
     if (dt_read_file_max(s->spec.path, 0, 1u << 20, "sweep file", &yaml, &len) != DT_OK) yaml = 0;
-    char hosts[64];
-    snprintf(hosts, sizeof hosts, "localhost:%d", s->slots);
+    char hosts[sizeof s->hosts + 64];
+    if (s->hosts[0])
+        snprintf(hosts, sizeof hosts, "%s", s->hosts);
+    else
+        snprintf(hosts, sizeof hosts, "localhost:%d", s->slots * s->workers);
     st = dt_track_run_begin(u.store, s->experiment, s->id, 0, hosts, yaml ? (char *)yaml : "", NULL,
                             0, &u.parent);
     free(yaml);
@@ -376,14 +402,6 @@ static dt_status start(sweep_state *s, const dt_sweep_opts *o, dt_sweep_result *
     return st != DT_OK ? st : cs;
 }
 
-static void default_threads(sweep_state *s, const dt_sweep_opts *o) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    s->slots = o->slots > 0 ? o->slots : s->spec.max_concurrent > 0 ? s->spec.max_concurrent : 1;
-    if (s->spec.max_concurrent > 0 && s->slots > s->spec.max_concurrent)
-        s->slots = s->spec.max_concurrent;
-    s->threads = o->threads > 0 ? o->threads : (int)(cores / s->slots > 0 ? cores / s->slots : 1);
-}
-
 dt_status dt_sweep_run(const dt_sweep_spec *spec, const dt_sweep_opts *o, dt_sweep_result *r) {
     sweep_state *s = calloc(1, sizeof *s);
     if (!s) return dt_error_set(DT_ERR_NOMEM, "sweep: out of memory");
@@ -408,6 +426,8 @@ dt_status dt_sweep_run(const dt_sweep_spec *spec, const dt_sweep_opts *o, dt_swe
                             "(tracking.uri not off): it reads the trials' metrics there",
                             spec->path);
     }
+    /* the slots before anything is created: a refusal leaves no sweep folder behind */
+    if ((st = dt_sweep_slots_init(s, o)) != DT_OK) return free(s), st;
     time_t now = time(NULL);
     struct tm tm;
     gmtime_r(&now, &tm);
@@ -452,7 +472,6 @@ dt_status dt_sweep_run(const dt_sweep_spec *spec, const dt_sweep_opts *o, dt_swe
     }
     free(t);
     s->started = dt_track_wall();
-    default_threads(s, o);
     st = start(s, o, r);
     free(s->t);
     free(s);
@@ -464,16 +483,12 @@ dt_status dt_sweep_resume(const char *json_path, const dt_sweep_opts *o, dt_swee
     if (!s) return dt_error_set(DT_ERR_NOMEM, "sweep: out of memory");
     dt_status st = dt_sweep_state_load(json_path, s);
     if (st != DT_OK) return free(s), st;
-    dt_sweep_opts oo = *o;
-    if (oo.slots <= 0) oo.slots = s->slots;
-    if (oo.threads <= 0) oo.threads = s->threads;
-    default_threads(s, &oo);
     for (int i = 0; i < s->n; i++)
         if (s->t[i].status == T_RUNNING) {
             wait_orphan(&s->t[i]);
             s->t[i].status = T_PROMOTED, s->t[i].pid = 0; /* from its newest checkpoint */
         }
-    st = start(s, o, r);
+    if ((st = dt_sweep_slots_init(s, o)) == DT_OK) st = start(s, o, r);
     free(s->t);
     free(s);
     return st;

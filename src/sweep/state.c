@@ -65,6 +65,10 @@ dt_status dt_sweep_state_save(const sweep_state *s) {
     cJSON_AddNumberToObject(o, "started", s->started);
     cJSON_AddNumberToObject(o, "slots", s->slots);
     cJSON_AddNumberToObject(o, "threads", s->threads);
+    cJSON_AddNumberToObject(o, "workers", s->workers);
+    cJSON_AddStringToObject(o, "hosts", s->hosts);
+    cJSON_AddStringToObject(o, "mpirun", s->mpirun);
+    cJSON_AddStringToObject(o, "mpirun_args", s->mpirun_args);
     cJSON_AddItemToObject(o, "spec", spec_json(&s->spec));
     cJSON *a = cJSON_AddArrayToObject(o, "trials");
     for (int i = 0; i < s->n; i++) cJSON_AddItemToArray(a, trial_json(&s->t[i], i));
@@ -166,6 +170,10 @@ dt_status dt_sweep_state_load(const char *path, sweep_state *s) {
     snprintf(s->dir, sizeof s->dir, "%.*s", sl ? (int)(sl - path) : 1, sl ? path : ".");
     s->started = num(o, "started");
     s->slots = (int)num(o, "slots"), s->threads = (int)num(o, "threads");
+    s->workers = (int)num(o, "workers"); /* 0 in sweeps saved before: 1 */
+    snprintf(s->hosts, sizeof s->hosts, "%s", str(o, "hosts"));
+    snprintf(s->mpirun, sizeof s->mpirun, "%s", str(o, "mpirun"));
+    snprintf(s->mpirun_args, sizeof s->mpirun_args, "%s", str(o, "mpirun_args"));
     read_spec(spec, &s->spec);
     s->n = cJSON_GetArraySize(trials);
     s->t = calloc((size_t)(s->n ? s->n : 1), sizeof *s->t);

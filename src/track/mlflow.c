@@ -60,48 +60,6 @@ static void warn(dt_mlflow *m, const char *what) {
         fprintf(stderr, "warning: tracking: %s; %s\n", dt_last_error(), what);
 }
 
-/* mkdir -p of the spool's folder */
-static void make_parent(const char *path) {
-    char d[4096];
-    snprintf(d, sizeof d, "%s", path);
-    char *slash = strrchr(d, '/');
-    if (!slash || slash == d) return;
-    *slash = 0;
-    for (char *p = d + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(d, 0777);
-            *p = '/';
-        }
-    mkdir(d, 0777);
-}
-
-static dt_status spool_line(dt_mlflow *m, const cJSON *op) {
-    if (!m->spool) return dt_error_set(DT_ERR_IO, "mlflow %s: no spool file", m->http.base);
-    make_parent(m->spool);
-    char *line = cJSON_PrintUnformatted(op);
-    int fd = -1;
-    /* under the lock `dtrain runs sync` holds while it replays and removes the file: a file
-     * removed while this waited for the lock is opened again */
-    for (int i = 0; line && i < 10; i++) {
-        if ((fd = open(m->spool, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)) < 0) break;
-        struct stat a, b;
-        if (flock(fd, LOCK_EX) == 0 && fstat(fd, &a) == 0 && stat(m->spool, &b) == 0 &&
-            a.st_ino == b.st_ino && a.st_dev == b.st_dev)
-            break;
-        close(fd), fd = -1;
-    }
-    size_t n = line ? strlen(line) : 0;
-    if (line) line[n++] = '\n'; /* cJSON's buffer has room: it ended with the NUL */
-    int ok = fd >= 0 && write(fd, line, n) == (ssize_t)n && fsync(fd) == 0;
-    int e = errno;
-    if (fd >= 0 && close(fd) != 0) ok = 0;
-    free(line);
-    return ok ? DT_OK
-              : dt_error_set(DT_ERR_IO, "mlflow spool %s: cannot append: %s", m->spool,
-                             strerror(e));
-}
-
 /* A params batch the server refused: most likely a resumed run whose config changed (MLflow
  * never changes a param's value), which refuses the whole batch. Sent again one param at a time,
  * so that only the changed ones are left as first logged (named in one warning). DT_OK when
@@ -183,7 +141,9 @@ static void send_op(dt_mlflow *m, cJSON *op, int quitting) {
     if (!is_begin && !cJSON_GetObjectItem(op, "run_id") && m->run_id[0])
         cJSON_AddStringToObject(op, "run_id", m->run_id);
     cJSON_AddStringToObject(op, "uri", m->http.base); /* where `dtrain runs sync` sends it */
-    if (spool_line(m, op) == DT_OK) {
+    if (!m->spool)
+        dt_error_set(DT_ERR_IO, "mlflow %s: no spool file", m->http.base);
+    else if (mlf_spool_append(m->spool, op) == DT_OK) {
         m->spooled++;
     } else {
         m->dropped++;
@@ -352,6 +312,19 @@ dt_status dt_mlflow_tag(dt_mlflow *m, const char *key, const char *value) {
 
 const char *dt_mlflow_status(const char *s) {
     return !strcmp(s, "done") ? "FINISHED" : !strcmp(s, "failed") ? "FAILED" : "KILLED";
+}
+
+dt_status dt_mlflow_artifact(dt_mlflow *m, const char *file, const char *artifact_path,
+                             const char *xxh3) {
+    if (!m || !file || !artifact_path)
+        return dt_error_set(DT_ERR_INVALID, "mlflow artifact: file and path must be given");
+    cJSON *op = cJSON_CreateObject();
+    cJSON_AddStringToObject(op, "op", "upload");
+    cJSON_AddStringToObject(op, "file", file);
+    cJSON_AddStringToObject(op, "path", artifact_path);
+    if (xxh3) cJSON_AddStringToObject(op, "xxh3", xxh3);
+    queue(m, op);
+    return DT_OK;
 }
 
 dt_status dt_mlflow_run_end(dt_mlflow *m, const char *status) {

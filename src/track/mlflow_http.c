@@ -1,6 +1,7 @@
 /* MLflow's REST API over libcurl (see mlflow_impl.h): one request with the client's auth, and
  * the ops a run is made of -- begin (experiments/get-by-name or create, runs/search or create),
- * log-batch, update. */
+ * log-batch, update -- and the dispatch of the upload (mlflow_artifacts.c) and registry
+ * (mlflow_models.c) ops. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -69,13 +70,8 @@ void mlf_http_free(mlf_http *h) {
     memset(h, 0, sizeof *h);
 }
 
-typedef struct body {
-    char *p;
-    size_t n;
-} body;
-
 static size_t on_data(char *d, size_t sz, size_t nm, void *ud) {
-    body *b = ud;
+    mlf_body *b = ud;
     size_t k = sz * nm;
     if (b->n + k > (16u << 20)) return 0; /* no MLflow answer is that large */
     char *q = realloc(b->p, b->n + k + 1);
@@ -85,23 +81,17 @@ static size_t on_data(char *d, size_t sz, size_t nm, void *ud) {
     return k;
 }
 
-/* GET (json NULL) or POST of /api/2.0/mlflow/<path>; *resp (may be NULL) gets a 2xx answer. */
-static dt_status call(mlf_http *h, const char *path, const cJSON *json, cJSON **resp) {
-    char url[2048], err[CURL_ERROR_SIZE] = "";
-    snprintf(url, sizeof url, "%s/api/2.0/mlflow/%s", h->base, path);
-    char *req = json ? cJSON_PrintUnformatted(json) : NULL;
-    if (json && !req) return dt_error_set(DT_ERR_NOMEM, "mlflow %s: out of memory", url);
-    body b = {0};
+void mlf_setup(mlf_http *h, const char *url, struct curl_slist *hdr, mlf_body *b, char *err) {
     CURL *c = h->c;
     curl_easy_reset(c);
     curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h->hdr);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, err);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, h->timeout_s < 5 ? h->timeout_s : 5L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, h->timeout_s);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
     if (h->user[0]) {
         curl_easy_setopt(c, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
         curl_easy_setopt(c, CURLOPT_USERNAME, h->user);
@@ -113,22 +103,25 @@ static dt_status call(mlf_http *h, const char *path, const cJSON *json, cJSON **
     }
     const char *ca = getenv("MLFLOW_TRACKING_SERVER_CERT_PATH");
     if (ca && ca[0]) curl_easy_setopt(c, CURLOPT_CAINFO, ca);
-    if (req) curl_easy_setopt(c, CURLOPT_POSTFIELDS, req);
-    CURLcode rc = curl_easy_perform(c);
+}
+
+dt_status mlf_result(mlf_http *h, const char *url, CURLcode rc, mlf_body *b, const char *err,
+                     cJSON **resp) {
     long code = 0;
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-    free(req);
+    curl_easy_getinfo(h->c, CURLINFO_RESPONSE_CODE, &code);
     dt_status st = DT_OK;
+    h->ec[0] = 0;
     if (rc != CURLE_OK) {
         st = dt_error_set(DT_ERR_IO, "mlflow %s: %s", url, err[0] ? err : curl_easy_strerror(rc));
     } else if (code < 200 || code >= 300) {
         /* MLflow's errors: {"error_code": "INVALID_PARAMETER_VALUE", "message": "..."} */
-        cJSON *e = b.p ? cJSON_Parse(b.p) : NULL;
+        cJSON *e = b->p ? cJSON_Parse(b->p) : NULL;
         const char *ec = cJSON_GetStringValue(cJSON_GetObjectItem(e, "error_code")),
                    *msg = cJSON_GetStringValue(cJSON_GetObjectItem(e, "message"));
+        if (ec) snprintf(h->ec, sizeof h->ec, "%s", ec);
         char text[600];
         snprintf(text, sizeof text, "%s%s%s", ec ? ec : "", ec ? ": " : "",
-                 msg ? msg : (b.p ? b.p : ""));
+                 msg ? msg : (b->p ? b->p : ""));
         for (char *x = text; *x; x++)
             if (*x == '\n' || *x == '\r') *x = ' ';
         st = dt_error_set(code >= 500 || code == 429                     ? DT_ERR_IO
@@ -136,11 +129,30 @@ static dt_status call(mlf_http *h, const char *path, const cJSON *json, cJSON **
                                                                          : DT_ERR_INVALID,
                           "mlflow %s: HTTP %ld %s", url, code, text);
         cJSON_Delete(e);
-    } else if (resp && !(*resp = cJSON_Parse(b.p ? b.p : "{}"))) {
+    } else if (resp && !(*resp = cJSON_Parse(b->p ? b->p : "{}"))) {
         st = dt_error_set(DT_ERR_IO, "mlflow %s: the answer is not JSON", url);
     }
-    free(b.p);
+    free(b->p);
+    b->p = NULL, b->n = 0;
     return st;
+}
+
+dt_status mlf_call(mlf_http *h, const char *path, const cJSON *json, int del, cJSON **resp) {
+    char url[2048], err[CURL_ERROR_SIZE] = "";
+    snprintf(url, sizeof url, "%s/api/2.0/mlflow/%s", h->base, path);
+    char *req = json ? cJSON_PrintUnformatted(json) : NULL;
+    if (json && !req) return dt_error_set(DT_ERR_NOMEM, "mlflow %s: out of memory", url);
+    mlf_body b = {0};
+    mlf_setup(h, url, h->hdr, &b, err);
+    if (del) curl_easy_setopt(h->c, CURLOPT_CUSTOMREQUEST, "DELETE");
+    if (req) curl_easy_setopt(h->c, CURLOPT_POSTFIELDS, req);
+    CURLcode rc = curl_easy_perform(h->c);
+    free(req);
+    return mlf_result(h, url, rc, &b, err, resp);
+}
+
+static dt_status call(mlf_http *h, const char *path, const cJSON *json, cJSON **resp) {
+    return mlf_call(h, path, json, 0, resp);
 }
 
 /* The id of experiment `name`, created when missing (a creation raced by another writer is
@@ -192,6 +204,38 @@ static dt_status update(mlf_http *h, const char *run_id, const char *status, dou
     return st;
 }
 
+/* The newest run named `name` in experiment eid: DT_OK with its id, else DT_ERR_NOTFOUND. */
+static dt_status search_run(mlf_http *h, const char *eid, const char *name,
+                            char run_id[MLF_RUN_ID_MAX]) {
+    if (strchr(name, '\'') || strchr(name, '\\')) return DT_ERR_NOTFOUND; /* never found */
+    char filter[400];
+    snprintf(filter, sizeof filter, "attributes.run_name = '%s'", name);
+    cJSON *q = cJSON_CreateObject(), *r = NULL;
+    cJSON_AddItemToObject(q, "experiment_ids", cJSON_CreateStringArray(&(const char *){eid}, 1));
+    cJSON_AddStringToObject(q, "filter", filter);
+    cJSON_AddNumberToObject(q, "max_results", 1);
+    cJSON_AddItemToObject(
+        q, "order_by", cJSON_CreateStringArray(&(const char *){"attributes.start_time DESC"}, 1));
+    dt_status st = call(h, "runs/search", q, &r);
+    cJSON_Delete(q);
+    if (st != DT_OK) return st;
+    const char *id = run_id_of(cJSON_GetArrayItem(cJSON_GetObjectItem(r, "runs"), 0));
+    if (id) snprintf(run_id, MLF_RUN_ID_MAX, "%s", id);
+    cJSON_Delete(r);
+    return id ? DT_OK : DT_ERR_NOTFOUND;
+}
+
+dt_status mlf_find_run(mlf_http *h, const char *exp, const char *name,
+                       char run_id[MLF_RUN_ID_MAX]) {
+    char eid[64];
+    dt_status st = experiment_id(h, exp, eid, sizeof eid);
+    if (st == DT_OK) st = search_run(h, eid, name, run_id);
+    if (st == DT_ERR_NOTFOUND)
+        return dt_error_set(DT_ERR_NOTFOUND, "mlflow %s: no run %s/%s on the server", h->base, exp,
+                            name);
+    return st;
+}
+
 /* The run named `name` in the experiment (the newest, if several), else a new one. */
 static dt_status begin(mlf_http *h, const cJSON *op, char run_id[MLF_RUN_ID_MAX]) {
     const char *exp = cJSON_GetStringValue(cJSON_GetObjectItem(op, "experiment")),
@@ -201,28 +245,9 @@ static dt_status begin(mlf_http *h, const cJSON *op, char run_id[MLF_RUN_ID_MAX]
     dt_status st = experiment_id(h, exp, eid, sizeof eid);
     if (st != DT_OK) return st;
     cJSON *r = NULL;
-    if (!strchr(name, '\'') && !strchr(name, '\\')) { /* else never found: a new run */
-        char filter[400];
-        snprintf(filter, sizeof filter, "attributes.run_name = '%s'", name);
-        cJSON *q = cJSON_CreateObject();
-        cJSON_AddItemToObject(q, "experiment_ids",
-                              cJSON_CreateStringArray(&(const char *){eid}, 1));
-        cJSON_AddStringToObject(q, "filter", filter);
-        cJSON_AddNumberToObject(q, "max_results", 1);
-        cJSON_AddItemToObject(
-            q, "order_by",
-            cJSON_CreateStringArray(&(const char *){"attributes.start_time DESC"}, 1));
-        st = call(h, "runs/search", q, &r);
-        cJSON_Delete(q);
-        if (st != DT_OK) return st;
-        const char *id = run_id_of(cJSON_GetArrayItem(cJSON_GetObjectItem(r, "runs"), 0));
-        if (id) {
-            snprintf(run_id, MLF_RUN_ID_MAX, "%s", id);
-            cJSON_Delete(r);
-            return update(h, run_id, "RUNNING", 0); /* a resumed run is live again */
-        }
-        cJSON_Delete(r);
-    }
+    st = search_run(h, eid, name, run_id);
+    if (st == DT_OK) return update(h, run_id, "RUNNING", 0); /* a resumed run is live again */
+    if (st != DT_ERR_NOTFOUND) return st;
     cJSON *q = cJSON_CreateObject();
     cJSON_AddStringToObject(q, "experiment_id", eid);
     cJSON_AddStringToObject(q, "run_name", name);
@@ -240,9 +265,18 @@ static dt_status begin(mlf_http *h, const cJSON *op, char run_id[MLF_RUN_ID_MAX]
 dt_status mlf_exec(mlf_http *h, const cJSON *op, char run_id[MLF_RUN_ID_MAX]) {
     const char *kind = cJSON_GetStringValue(cJSON_GetObjectItem(op, "op"));
     if (kind && !strcmp(kind, "begin")) return begin(h, op, run_id);
+    if (kind && !strcmp(kind, "alias")) return mlf_model_op(h, op, ""); /* no run involved */
     const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(op, "run_id"));
+    const char *exp = cJSON_GetStringValue(cJSON_GetObjectItem(op, "experiment")),
+               *name = cJSON_GetStringValue(cJSON_GetObjectItem(op, "run_name"));
+    if (!id && !run_id[0] && exp && name) {
+        dt_status st = mlf_find_run(h, exp, name, run_id);
+        if (st != DT_OK) return st;
+    }
     if (!id) id = run_id;
     if (!id[0]) return dt_error_set(DT_ERR_INVALID, "mlflow %s: no run to log to", h->base);
+    if (kind && !strcmp(kind, "upload")) return mlf_upload(h, op, id);
+    if (kind && !strcmp(kind, "model_version")) return mlf_model_op(h, op, id);
     if (kind && !strcmp(kind, "end")) {
         const char *s = cJSON_GetStringValue(cJSON_GetObjectItem(op, "status"));
         cJSON *t = cJSON_GetObjectItem(op, "end_time");

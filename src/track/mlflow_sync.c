@@ -13,6 +13,46 @@
 #include "core/file.h"
 #include "track/mlflow_impl.h"
 
+/* mkdir -p of the spool's folder */
+static void make_parent(const char *path) {
+    char d[4096];
+    snprintf(d, sizeof d, "%s", path);
+    char *slash = strrchr(d, '/');
+    if (!slash || slash == d) return;
+    *slash = 0;
+    for (char *p = d + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(d, 0777);
+            *p = '/';
+        }
+    mkdir(d, 0777);
+}
+
+dt_status mlf_spool_append(const char *spool, const cJSON *op) {
+    make_parent(spool);
+    char *line = cJSON_PrintUnformatted(op);
+    int fd = -1;
+    /* under the lock `dtrain runs sync` holds while it replays and removes the file: a file
+     * removed while this waited for the lock is opened again */
+    for (int i = 0; line && i < 10; i++) {
+        if ((fd = open(spool, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)) < 0) break;
+        struct stat a, b;
+        if (flock(fd, LOCK_EX) == 0 && fstat(fd, &a) == 0 && stat(spool, &b) == 0 &&
+            a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+            break;
+        close(fd), fd = -1;
+    }
+    size_t n = line ? strlen(line) : 0;
+    if (line) line[n++] = '\n'; /* cJSON's buffer has room: it ended with the NUL */
+    int ok = fd >= 0 && write(fd, line, n) == (ssize_t)n && fsync(fd) == 0;
+    int e = errno;
+    if (fd >= 0 && close(fd) != 0) ok = 0;
+    free(line);
+    return ok ? DT_OK
+              : dt_error_set(DT_ERR_IO, "mlflow spool %s: cannot append: %s", spool, strerror(e));
+}
+
 /* A spool line is one request of at most 1000 metrics: far below this. */
 #define MAX_SPOOL_BYTES ((size_t)1 << 30)
 

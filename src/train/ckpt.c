@@ -172,7 +172,7 @@ dt_status dt_train_ckpt_retarget(dt_trainer *t) {
     return c->saver ? dt_ckpt_saver_retarget(c->saver, &c->ctx) : DT_OK;
 }
 
-dt_status dt_train_ckpt_after_step(dt_trainer *t) {
+dt_status dt_train_ckpt_after_step(dt_trainer *t, int stop) {
     dt_train_ckpt *c = t->ck;
     if (!c || !c->saver) return DT_OK;
     const dt_train_progress *g = &t->prog;
@@ -196,7 +196,7 @@ dt_status dt_train_ckpt_after_step(dt_trainer *t) {
     if (c->ctx.log != t->log) /* the progress line wrapped the log (dt_train_progress_begin) */
         c->ctx.log = t->log, dt_ckpt_saver_set_log(c->saver, t->log);
     int preempted = 0;
-    dt_status st = dt_ckpt_saver_step(c->saver, &p, t->stop_requested, &preempted);
+    dt_status st = dt_ckpt_saver_step(c->saver, &p, stop, &preempted);
     if (preempted) t->prog.preempted = 1;
     return st;
 }

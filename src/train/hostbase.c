@@ -26,7 +26,8 @@ struct dt_train_base {
     dt_base_map *map;
     const void *seg; /* the converted frozen buffer, mapped PROT_READ (NULL: none) */
     size_t seg_bytes;
-    char note[600]; /* the start line's "frozen base: ..." */
+    size_t seg_held; /* of seg_bytes, the bytes the segment's file takes (the rest is a hole) */
+    char note[600];  /* the start line's "frozen base: ..." */
 };
 
 static int is_own_slot(dt_graph *g, const dt_param_info *pi) {
@@ -56,7 +57,8 @@ static dt_status attach_segment(dt_train_base *b, dt_graph *g) {
 
 /* /dev/shm/dtrain-base-<job>-<host's first rank>-<uid>: the same name on every worker of a host
  * and a different one for every job (Open MPI's job id, Slurm's, or the launcher's pid, which
- * the ranks of a host share as their parent). */
+ * the ranks of a host share as their parent). DT_SHM_DIR names another memory-backed directory
+ * (a container's small /dev/shm); one that cannot take the file makes the workers copy. */
 static void segment_name(const dt_trainer *t, char *out, size_t n) {
     const char *job = getenv("PMIX_NAMESPACE");
     if (!job || !job[0]) job = getenv("OMPI_MCA_ess_base_jobid");
@@ -69,15 +71,21 @@ static void segment_name(const dt_trainer *t, char *out, size_t n) {
     for (char *c = jb; *c; c++)
         if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z')))
             *c = '_';
-    snprintf(out, n, "/dev/shm/dtrain-base-%s-%d-%ld", jb, t->rank - dt_comm_local_rank(t->comm),
+    const char *dir = getenv("DT_SHM_DIR");
+    if (!dir || !dir[0]) dir = "/dev/shm";
+    snprintf(out, n, "%.400s/dtrain-base-%s-%d-%ld", dir, jb, t->rank - dt_comm_local_rank(t->comm),
              (long)getuid());
 }
 
-/* Local rank 0: the frozen buffer (its converted parameters) into the segment file. */
+/* Local rank 0: writes the converted frozen parameters (those still in g's own frozen buffer: the
+ * ones that are mapped from the model files are not copied) at their offsets into a file of the
+ * frozen buffer's size. The rest of the file is a hole, which a memory-backed directory does not
+ * store and nobody reads (the mapped parameters point into the model files), so the segment costs
+ * the converted bytes, not the whole base's. */
 static int write_segment(dt_graph *g, const char *name, char *why, size_t wn) {
     size_t nb = 0;
     const char *p = dt_graph_flat_frozen(g, &nb);
-    char tmp[600];
+    char tmp[700];
     snprintf(tmp, sizeof tmp, "%s.tmp", name);
     unlink(tmp);
     int fd = open(tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
@@ -85,15 +93,25 @@ static int write_segment(dt_graph *g, const char *name, char *why, size_t wn) {
         snprintf(why, wn, "cannot create %.400s: %s", tmp, strerror(errno));
         return 0;
     }
-    size_t done = 0;
-    while (done < nb) {
-        ssize_t w = write(fd, p + done, nb - done > (1u << 26) ? (1u << 26) : nb - done);
-        if (w <= 0) {
-            snprintf(why, wn, "cannot write %.400s: %s", tmp, w < 0 ? strerror(errno) : "no space");
-            close(fd), unlink(tmp);
-            return 0;
+    int ok = ftruncate(fd, (off_t)nb) == 0;
+    for (int i = 0; ok && i < dt_graph_param_count(g); i++) {
+        const dt_param_info *pi = dt_graph_param_info(g, i);
+        if (!(pi->flags & DT_PARAM_FROZEN) || !is_own_slot(g, pi)) continue;
+        size_t len = dt_tensor_nbytes(dt_graph_value(g, pi->id)), done = 0;
+        while (ok && done < len) {
+            size_t chunk = len - done > (1u << 26) ? (1u << 26) : len - done;
+            ssize_t w = pwrite(fd, p + pi->offset + done, chunk, (off_t)(pi->offset + done));
+            ok = w > 0;
+            if (ok)
+                done += (size_t)w;
+            else if (w == 0)
+                errno = ENOSPC;
         }
-        done += (size_t)w;
+    }
+    if (!ok) {
+        snprintf(why, wn, "cannot write %.400s: %s", tmp, strerror(errno));
+        close(fd), unlink(tmp);
+        return 0;
     }
     if (close(fd) != 0 || rename(tmp, name) != 0) {
         snprintf(why, wn, "cannot write %.400s: %s", name, strerror(errno));
@@ -118,7 +136,7 @@ static int map_segment(dt_train_base *b, const char *name, size_t nb, char *why,
         snprintf(why, wn, "cannot map %.400s: %s", name, strerror(errno));
         return 0;
     }
-    b->seg = p, b->seg_bytes = nb;
+    b->seg = p, b->seg_bytes = nb, b->seg_held = (size_t)sb.st_blocks * 512;
     return 1;
 }
 
@@ -128,7 +146,7 @@ static double mib(size_t b) {
 
 /* The conversion, once per host; collective (two barriers on every rank). */
 static dt_status share_converted(dt_trainer *t, dt_train_base *b, const dt_base_report *r) {
-    char name[512], why[600] = "";
+    char name[640], why[600] = "";
     segment_name(t, name, sizeof name);
     int local0 = dt_comm_local_rank(t->comm) == 0, ok = 1;
     size_t nb = 0;
@@ -154,10 +172,10 @@ static dt_status share_converted(dt_trainer *t, dt_train_base *b, const dt_base_
     if (ok)
         snprintf(b->note, sizeof b->note,
                  "frozen base: %d tensors (%.1f MiB) mapped read-only from the model files, %d "
-                 "(%.1f MiB) converted once per host into shared memory (%.200s), shared by the %d "
-                 "workers of the host",
+                 "(%.1f MiB) converted once per host into shared memory (%.200s; the segment holds "
+                 "%.1f MiB), shared by the %d workers of the host",
                  r->n_mapped, mib(r->mapped_bytes), r->n_other, mib(r->other_bytes), r->why,
-                 dt_comm_local_size(t->comm));
+                 mib(b->seg_held), dt_comm_local_size(t->comm));
     else
         snprintf(b->note, sizeof b->note,
                  "frozen base: %d tensors (%.1f MiB) mapped read-only from the model files, %d "

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 #include "dtrain/dtrain.h"
+#include "dtrain/gpu_comm.h"
 #include "train/train_impl.h"
 
 double dt_train_now(void) {
@@ -39,15 +40,19 @@ dt_status dt_trainer_step(dt_trainer *t) {
     /* ZeRO-2/3 keep no full gradient: every micro-batch is reduce-scattered and added into
      * this rank's shard, and the graph never accumulates. */
     int accumulates = dt_ddp_accumulates(t->ddp);
+    dt_graph *G = t->dg ? t->dg : t->g; /* where the step runs (train.device) */
     /* the mean over micro-batches and (make_ddp: summed, not averaged) over workers */
     /* uneven batch shares: this rank's mean weighted by its part of the global batch, so the
      * sum over ranks is the global batch's mean (each sample weighs 1/G) */
     if (t->uneven)
-        dt_graph_set_loss_scale(t->g, (float)((double)t->B / (double)(accum * t->G)));
+        dt_graph_set_loss_scale(G, (float)((double)t->B / (double)(accum * t->G)));
     else
-        dt_graph_set_loss_scale(t->g, 1.0f / (float)(accum * (t->ddp ? t->world : 1)));
+        dt_graph_set_loss_scale(G, 1.0f / (float)(accum * (t->ddp || t->gc ? t->world : 1)));
     if (t->ddp) dt_ddp_zero_grad(t->ddp);
     dt_comm_set_step(t->comm, step + 1); /* the watchdog's "at step N", as the log numbers it */
+    double norm = 0;
+    float lr = dt_lr_at(&t->sched, step - t->sched_start);
+    int replayed = 0; /* the step ran as the captured CUDA graph (device_capture.c) */
     for (int64_t m = 0; m < accum; m++) {
         dt_batch b;
         double w0 = dt_train_now();
@@ -59,25 +64,40 @@ dt_status dt_trainer_step(dt_trainer *t) {
                                 (long long)b.n, (long long)t->B);
         dt_train_feed(t, &b);
         t->prog.epoch = b.epoch;
-        dt_graph_set_accumulate(t->g, m > 0 && accumulates);
-        dt_graph_set_rng(t->g, (uint64_t)t->v.train.seed, (uint64_t)(step * accum + m), t->rank);
+        if (t->dg) {
+            double c0 = dt_train_now();
+            float l;
+            if ((st = dt_train_capture_step(t, lr, &l, &norm, &replayed)) != DT_OK) return st;
+            if (replayed) { /* the whole step, update included (grad_accum is 1) */
+                compute += dt_train_now() - c0;
+                loss += l;
+                break;
+            }
+        }
+        if ((st = dt_train_device_feed(t)) != DT_OK) return st;
+        dt_graph_set_accumulate(G, m > 0 && accumulates);
+        dt_graph_set_rng(G, (uint64_t)t->v.train.seed, (uint64_t)(step * accum + m), t->rank);
         /* Like PyTorch DDP's default: batchnorm statistics are per rank during the step and
          * rank 0's are given to all before each step (broadcast_buffers). Gradients are only
          * all-reduced on the last micro-batch; the others accumulate locally. */
         if (t->ddp && m == 0 && (st = dt_ddp_broadcast_state(t->ddp)) != DT_OK) return st;
         if (t->ddp) dt_ddp_set_enabled(t->ddp, m == accum - 1);
         double c0 = dt_train_now(); /* compute: what dist.batch_shares=auto measures */
-        if ((st = dt_graph_forward(t->g, 1)) != DT_OK || (st = dt_graph_backward(t->g)) != DT_OK)
+        if ((st = dt_graph_forward(G, 1)) != DT_OK || (st = dt_graph_backward(G)) != DT_OK)
             return st;
         dt_train_slow_hook(t, dt_train_now() - c0);
         compute += dt_train_now() - c0;
         if (t->ddp && (st = dt_ddp_wait(t->ddp)) != DT_OK) return st;
-        loss += *(const float *)dt_graph_value(t->g, t->loss)->data;
+        float l;
+        if (t->dg && (st = dt_train_device_loss(t, &l)) != DT_OK) return st;
+        loss += t->dg ? l : *(const float *)dt_graph_value(t->g, t->loss)->data;
     }
-    double norm;
-    float lr = dt_lr_at(&t->sched, step - t->sched_start);
     dt_status st;
-    if (t->ddp) {
+    if (replayed) {
+        /* clipped and updated inside the graph; norm is its gradient norm */
+    } else if (t->dg) {
+        if ((st = dt_train_device_update(t, lr, &norm)) != DT_OK) return st;
+    } else if (t->ddp) {
         /* This rank's slice: everything, or its ZeRO shard (then all-gathered for stages 1-2;
          * stage 3 gathers parameters when the next forward needs them). */
         size_t lo, hi;
@@ -164,6 +184,7 @@ dt_status dt_trainer_evaluate(dt_trainer *t, dt_eval_result *r) {
     /* ZeRO-3: whole parameters for evaluation (ranks may evaluate different batch counts, so
      * the per-bucket gathers of a forward could not be matched). */
     dt_status zs = dt_ddp_params_whole(t->ddp);
+    if (zs == DT_OK) zs = dt_train_device_pull(t); /* evaluated on the host graph */
     if (zs != DT_OK) return zs;
     dt_data_cursor saved;
     dt_loader_cursor(t->val_ld, &saved); /* every evaluation sees the same pass */
@@ -230,6 +251,8 @@ static dt_status eval_and_log(dt_trainer *t) {
 
 dt_status dt_trainer_export(dt_trainer *t, const char *dir) {
     char p[4200];
+    dt_status ds = dt_train_device_pull(t);
+    if (ds != DT_OK) return ds;
     if (t->model == DT_MODEL_LLAMA && t->lc.lora.rank > 0)
         return dt_lora_save(t->g, &t->lc, dir, t->v.model.hf_path);
     if (t->model == DT_MODEL_LLAMA) {
@@ -250,6 +273,11 @@ static dt_status run_loop(dt_trainer *t) {
     const dt_config_values *v = &t->v;
     dt_status st;
     int final_eval = 0;
+    /* the peak of the steps apart from the load's (a whole base before it is sharded, the
+     * converted copy...): the kernel's peak restarts from the resident set here */
+    double rss0;
+    dt_train_rss(&rss0, &t->hwm_load_mib);
+    t->steps_peak = dt_train_peak_reset();
     while (t->prog.step < t->prog.total_steps) {
         if ((st = dt_trainer_step(t)) != DT_OK || (st = dt_train_shares_after_step(t)) != DT_OK)
             return st;
@@ -262,7 +290,10 @@ static dt_status run_loop(dt_trainer *t) {
              * and export come after). */
             double rss, peak, peer = (double)dt_comm_peer_rss() / 1048576.0;
             dt_train_rss(&rss, &peak);
-            rss -= peer, peak -= peer; /* the other workers' gradients, mapped here */
+            double steps = peak; /* since the reset before the first step */
+            if (t->steps_peak && t->hwm_load_mib > peak) peak = t->hwm_load_mib;
+            rss -= peer, peak -= peer,
+                steps -= peer; /* the other workers' gradients, mapped here */
             t->rss_step_mib = rss;
             /* shared pages (the mapped base, libraries) divided among the processes using them,
              * summed over the workers of each host: what the host really holds */
@@ -274,6 +305,9 @@ static dt_status run_loop(dt_trainer *t) {
                         "memory per worker: %.0f MiB resident after the last step, peak "
                         "%.0f MiB (%.0f before the model was built)",
                         rss, peak, t->rss_base_mib);
+                if (t->steps_peak) /* the gathered weights, transient buffers, evaluations */
+                    fprintf(t->log, "; since the first step peak %.0f MiB (+%.0f over the last)",
+                            steps, steps - rss);
                 if (pss >= 0)
                     fprintf(t->log,
                             "; proportional %.0f MiB (PSS: shared pages counted once), the host's "
@@ -304,14 +338,20 @@ static dt_status run_loop(dt_trainer *t) {
             if ((st = eval_and_log(t)) != DT_OK) return st;
             final_eval = last;
         }
-        if ((st = dt_train_ckpt_after_step(t)) != DT_OK) return st;
+        /* a checkpoint reads the host's weights and moments: from the device first when one
+         * may be written (device_train.c: a step ckpt.every_steps names, every step
+         * where checkpoints are timed, the last, on a stop) */
+        int stop = t->stop_requested;
+        if (dt_train_device_ckpt_may_save(t, last, stop) && (st = dt_train_device_pull(t)) != DT_OK)
+            return st;
+        if ((st = dt_train_ckpt_after_step(t, stop)) != DT_OK) return st;
         if (t->prog.preempted) return DT_OK; /* saved; no evaluation or export */
     }
     /* a run resumed from its last step trains nothing but is still evaluated */
     if (t->val_ld && !final_eval && (st = eval_and_log(t)) != DT_OK) return st;
     /* ZeRO-3: leave every rank with the whole trained model (export, the caller's reads). */
     if ((st = dt_ddp_params_whole(t->ddp)) != DT_OK) return st;
-    return DT_OK;
+    return dt_train_device_pull(t); /* the caller's reads of dt_trainer_graph */
 }
 
 /* Where the trained model goes: the run directory (ResNet), its model/ (Llama) or adapter/
@@ -376,6 +416,7 @@ dt_status dt_trainer_run(dt_trainer *t) {
                     v->data.pack == DT_CFG_PACK_DOCS ? " (the rest padding)"
                                                      : " (windows may span documents)");
         if (t->ddp) fprintf(t->log, "gradient all-reduce: %s\n", dt_ddp_exchange_note(t->ddp));
+        if (t->gc) fprintf(t->log, "gpu comm: %s\n", dt_gpu_comm_note(t->gc));
         if (dt_train_base_note(t)[0]) fprintf(t->log, "%s\n", dt_train_base_note(t));
         size_t kept = 0, whole = 0;
         dt_ddp_frozen_bytes(t->ddp, &kept, &whole);
@@ -415,10 +456,10 @@ dt_status dt_trainer_run(dt_trainer *t) {
     }
     int64_t fetches = 0, fetched = 0;
     if (dt_dataset_fetched(t->train_ds, &fetches, &fetched) && t->rank == 0)
-        printf(
-            "data.train: %lld blocks fetched from the store (%.1f MiB; the dataset is %.1f MiB)\n",
-            (long long)fetches, (double)fetched / 1048576.0,
-            (double)dt_dataset_bytes(t->train_ds) / 1048576.0);
+        printf("data.train: %lld blocks fetched from the store (%lld of them queued ahead; %.1f "
+               "MiB; the dataset is %.1f MiB)\n",
+               (long long)fetches, (long long)dt_dataset_fetched_ahead(t->train_ds),
+               (double)fetched / 1048576.0, (double)dt_dataset_bytes(t->train_ds) / 1048576.0);
     dt_train_ckpt_summary(t);
     if (st != DT_OK) {
         t->failed = 1;

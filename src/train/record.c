@@ -101,6 +101,13 @@ char *dt_trainer_summary_json(dt_trainer *t, dt_status run_status) {
     return txt;
 }
 
+int dt_train_peak_reset(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return 0;
+    int ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
 void dt_train_rss(double *rss_mib, double *peak_mib) {
     *rss_mib = *peak_mib = 0;
     FILE *f = fopen("/proc/self/status", "r");

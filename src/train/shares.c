@@ -149,10 +149,23 @@ static dt_status switch_parts(dt_trainer *t, const int64_t *parts) {
  * communication error (*st). */
 static int admit(dt_trainer *t, const int64_t *parts, dt_status *st) {
     char b[32];
+    /* the config of the graph this rank holds now (its part is data.batch): switch_parts frees
+     * that graph before building the new one, so only the growth must fit */
+    dt_config *held = NULL;
+    if ((*st = dt_config_clone(t->sh->cfg, &held)) != DT_OK) return -1;
+    snprintf(b, sizeof b, "%lld", (long long)t->B);
+    if ((*st = dt_config_set(held, "data.batch", b)) != DT_OK) {
+        dt_config_free(held);
+        return -1;
+    }
     snprintf(b, sizeof b, "%lld", (long long)parts[t->rank]);
     *st = dt_config_set(t->sh->cfg, "data.batch", b);
-    if (*st != DT_OK) return -1;
-    dt_status a = dt_train_admit_memory(t, t->sh->cfg);
+    if (*st != DT_OK) {
+        dt_config_free(held);
+        return -1;
+    }
+    dt_status a = dt_train_admit_memory(t, t->sh->cfg, held);
+    dt_config_free(held);
     if (a == DT_OK) return 1;
     if (a != DT_ERR_INVALID && a != DT_ERR_RANGE) return *st = a, -1;
     char parts_s[512];

@@ -7,7 +7,8 @@
  * record at <output.dir>/dtrain.db and the same run is sent to the server as well
  * (include/dtrain/mlflow.h: a background sender, spooled to <run dir>/mlflow-spool.jsonl when
  * the server is down): the resolved config as params, the lineage as dtrain.* tags, every
- * metric, the last checkpoint and the exported model as tags, the final status.
+ * metric, the attempt number (tag and metric), the last checkpoint and the exported model as
+ * tags, the final status, and at close the run's artefacts (src/train/track_artifacts.c).
  *
  * Tracking never stops training: the first error of any call is one warning line on stderr and
  * tracking is off for the rest of the run (the flag is atomic: the checkpoint writer thread
@@ -223,6 +224,17 @@ static void begin(dt_trainer *t, const dt_config *cfg, const char *hosts) {
     }
     if (t->prog.step > 0 && dt_track_tag(k->store, k->run, "resumed_from_step", step) != DT_OK)
         warn_off(t, "cannot tag the run");
+    /* the attempt, as the SQLite store counts it: a tag (the newest) and a metric at the step
+     * the attempt starts from (the history of restarts) */
+    int attempts = 0;
+    if (k->ml &&
+        dt_track_run_attempts(k->store, t->v.output.experiment, name, &attempts) == DT_OK &&
+        attempts > 0) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", attempts);
+        dt_mlflow_tag(k->ml, "dtrain.attempt", num);
+        dt_mlflow_metric(k->ml, "attempt", t->prog.step, dt_track_wall(), attempts);
+    }
 }
 
 void dt_train_track_open(dt_trainer *t, const dt_config *cfg) {
@@ -375,6 +387,7 @@ void dt_train_track_close(dt_trainer *t) {
     }
     if (dt_track_close(k->store) != DT_OK && !atomic_load(&k->off))
         warn_off(t, "cannot write metrics");
+    if (k->ml) dt_train_track_artifacts(t, k->ml);
     if (k->ml && dt_mlflow_close(k->ml) != DT_OK)
         fprintf(stderr, "warning: tracking: %s\n", dt_last_error());
     free(k);

@@ -33,7 +33,21 @@ struct dt_trainer {
     dt_comm *comm; /* single process or MPI (dist.backend) */
     dt_ddp *ddp;   /* gradient all-reduce when world > 1 */
     int rank, world;
-    dt_device device;      /* where this rank trains (train.device, resolved): the CPU for now */
+    dt_device device; /* where this rank trains (train.device, resolved) */
+    /* train.device=cuda (src/train/device_train.c): the graph compiled for the device and the
+     * optimizer's moments there; g stays the host copy (init, evaluation, checkpoints, export
+     * read it after dt_train_device_pull) */
+    dt_graph *dg;
+    float *dbuf[DT_OPTIM_MAX_BUFFERS];
+    double *dwork;          /* DT_CUDA_SUMSQ_WORK doubles: the gradient norm's scratch */
+    struct dt_gpu_comm *gc; /* several device ranks: the gradient all-reduce (else NULL) */
+    int host_stale;         /* the device's parameters are newer than g's */
+    /* train.cuda_graph (device_capture.c): the recorded step, eager steps so far, a failed
+     * recording, the one line saying why steps stay eager printed */
+    struct dt_capture *cap;
+    struct dt_stage *stage; /* eager steps' batch copies (device_stage.c) */
+    int64_t cap_eager;
+    int cap_failed, cap_noted;
     char device_note[200]; /* the log's device line */
     int failed;            /* a collective may be left unmatched: do not finalise MPI cleanly */
     dt_optim *opt;
@@ -58,6 +72,8 @@ struct dt_trainer {
     int have_plan;
     double rss_step_mib; /* resident memory right after the last training step */
     double rss_base_mib; /* resident memory before the model was built (libraries, MPI) */
+    double hwm_load_mib; /* the peak before the first step (building, loading, sharding) */
+    int steps_peak;      /* 1: the kernel's peak was reset before the first step (VmHWM) */
     int64_t samples_since;
     struct dt_train_track *tk; /* rank 0: the experiment store (src/train/track_glue.c) */
     double wait_total_s, step_time_total_s; /* never reset: the progress line's windows */
@@ -72,12 +88,42 @@ struct dt_trainer {
 double dt_train_now(void);
 /* Start-up pieces src/train/shares.c repeats for a new batch part (src/train/trainer.c): */
 dt_status dt_train_build_graph(dt_trainer *t); /* the model's graph for batch t->B, compiled */
+dt_status dt_train_build_graph_on(dt_trainer *t, dt_device d, dt_graph **out);
+/* train.device=cuda (device_train.c). check: refuses what the device engine does not cover
+ * (after the world is known, before anything is built); open: the device graph (after the
+ * host graph); upload: the weights and optimizer state to the device (after init and resume);
+ * feed: the batch fed into g copied to
+ * the device inputs; update: the all-reduce over ranks (t->gc), clipping and the optimizer on the
+ * device, *norm the gradient's global norm before clipping; pull: the device's parameters and
+ * optimizer moments into g's and the optimizer's host buffers (evaluation, checkpoints, export);
+ * no-ops on the CPU. */
+dt_status dt_train_device_check(dt_trainer *t);
+dt_status dt_train_device_open(dt_trainer *t);
+dt_status dt_train_device_upload(dt_trainer *t);
+dt_status dt_train_device_feed(dt_trainer *t);
+dt_status dt_train_device_loss(dt_trainer *t, float *loss);
+dt_status dt_train_device_update(dt_trainer *t, float lr, double *norm);
+/* Several device ranks, instead of a dt_ddp (after the weights exist): rank 0's weights to all
+ * and the gradient all-reduce's setup (dist.gpu_comm); collective. */
+dt_status dt_train_device_dist(dt_trainer *t);
+dt_status dt_train_device_pull(dt_trainer *t);
+/* 1 when the checkpoint step after this one may write (last: the run's last step; stop: a
+ * stop was requested), so the
+ * device's state must be pulled first; 0 without a device graph. */
+int dt_train_device_ckpt_may_save(const dt_trainer *t, int last, int stop);
+/* The step as a CUDA graph (device_capture.c), called with the first micro-batch fed into g:
+ * *done = 1 when it ran the whole step (recorded first when due) and *loss, *norm are the
+ * step's; 0 when the step is to run eagerly (then nothing was issued). */
+dt_status dt_train_capture_step(dt_trainer *t, float lr, float *loss, double *norm, int *done);
+void dt_train_capture_close(dt_trainer *t);
+void dt_train_device_close(dt_trainer *t);
 /* The training loader (t->B at t->share_off of each global batch) and the validation loader
  * (batches of t->B, each rank its interleaved 1/world of data.val). */
 dt_status dt_train_open_loaders(dt_trainer *t);
 dt_status dt_train_make_ddp(dt_trainer *t); /* DDP over t->g; every rank gets rank 0's weights */
-/* train.memory_check of cfg on every rank, agreed: one refusal refuses all. */
-dt_status dt_train_admit_memory(dt_trainer *t, const dt_config *cfg);
+/* train.memory_check of cfg on every rank, agreed: one refusal refuses all. held: the config
+ * whose buffers this rank holds now and frees before building cfg's (a re-balance), or NULL. */
+dt_status dt_train_admit_memory(dt_trainer *t, const dt_config *cfg, const dt_config *held);
 
 /* dist.batch_shares=auto (src/train/shares.c). start (split_batch, world > 1): equal contiguous
  * parts and the measuring state. after_step (run_loop, after each step): adds the step's
@@ -99,6 +145,10 @@ void dt_train_slow_hook(dt_trainer *t, double compute_s);
 dt_status dt_train_ckpt_retarget(dt_trainer *t);
 /* This process's resident memory and its peak, MiB (from /proc/self/status; 0 if unknown). */
 void dt_train_rss(double *rss_mib, double *peak_mib);
+/* Resets the kernel's peak resident figure (VmHWM) to the current resident set
+ * (/proc/self/clear_refs, "5"), so that the next dt_train_rss's peak is the peak since; 1 if
+ * done, 0 where the kernel does not allow it (the peak then stays the process's). */
+int dt_train_peak_reset(void);
 /* The frozen LoRA base once per host (src/train/hostbase.c; lora.share_base): loads the base
  * into t->g, mapping what it can read-only and shared, with the ranks of each host converting
  * the rest once into shared memory (collective when there are several workers on a host);
@@ -135,7 +185,9 @@ dt_status dt_train_ckpt_open(dt_trainer *t, const char *run_name);
  * saver (its writer thread). */
 dt_status dt_train_ckpt_resume(dt_trainer *t);
 /* After every step: the per-step exchange, commits, saves by policy, preemption. */
-dt_status dt_train_ckpt_after_step(dt_trainer *t);
+/* stop: t->stop_requested as read once before the device's state was pulled for this step (a
+ * signal arriving later is the next step's, so no save reads weights older than its step). */
+dt_status dt_train_ckpt_after_step(dt_trainer *t, int stop);
 /* 1 if this rank's newest save failed (a failed final or preemption save fails the step). */
 int dt_train_ckpt_failed(dt_trainer *t);
 /* Rank 0: one line on stderr and the log when any save of this run failed. */
@@ -162,6 +214,10 @@ void dt_train_track_ckpt(dt_trainer *t, int64_t step, const char *store_url, con
 void dt_train_track_ckpt_removed(dt_trainer *t, int64_t step, const char *store_url,
                                  const char *dir, const char *why);
 void dt_train_track_export(dt_trainer *t, const char *dir); /* the exported model */
+struct dt_mlflow;
+/* Queues the run's artefacts (run files, exported model, manifest) to its MLflow run
+ * (src/train/track_artifacts.c). */
+void dt_train_track_artifacts(dt_trainer *t, struct dt_mlflow *ml);
 void dt_train_track_end(dt_trainer *t, const char *status, const char *reason);
 void dt_train_track_close(dt_trainer *t); /* ends a run left open as failed; closes */
 /* The run's id in the experiment store (rank 0; 0: no tracking, or tracking went off). */

@@ -28,12 +28,13 @@ static dt_status mkdirs(const char *path) {
 }
 
 static dt_status open_data(dt_trainer *t, const dt_config *cfg) {
-    char path[4096];
+    char path[4096], path_train[4096];
     if (!t->v.data.train[0])
         return dt_error_set(DT_ERR_INVALID, "data.train: no training dataset given");
     dt_dataset_opts o = dt_dataset_opts_default();
     o.cache_mb = t->v.data.cache_mb, o.store_wait_s = t->v.data.store_wait_s;
     dt_config_resolve_path(cfg, t->v.data.train, path, sizeof path);
+    snprintf(path_train, sizeof path_train, "%s", path);
     if (dt_dataset_open_with(path, &o, &t->train_ds) != DT_OK) {
         char m[1024];
         snprintf(m, sizeof m, "%s", dt_last_error());
@@ -56,6 +57,14 @@ static dt_status open_data(dt_trainer *t, const dt_config *cfg) {
                                 "data.val: does not match data.train (kind or image shape)");
     }
     t->task = ti->kind == DT_DATA_TOKENS ? DT_TASK_LM : DT_TASK_IMAGE;
+    /* the tokenizer the model is exported with, checked now: an s3:// copy that fails its xxh3
+     * stops the run before it trains, not at the export after it */
+    int has_tok = 0;
+    if (ti->kind == DT_DATA_TOKENS && dt_dataset_tokenizer_export(path_train, NULL, &has_tok)) {
+        char m[1024];
+        snprintf(m, sizeof m, "%s", dt_last_error());
+        return dt_error_set(DT_ERR_INVALID, "data.train: %s", m);
+    }
     return DT_OK;
 }
 
@@ -89,6 +98,7 @@ static dt_status open_train_loader(dt_trainer *t, dt_loader_config *lc_out, dt_l
     lc.batch_size = t->B;
     lc.seed = (uint64_t)t->v.train.seed;
     lc.shuffle = t->v.data.shuffle;
+    lc.shuffle_window_bytes = t->v.data.shuffle_window_mb << 20;
     lc.drop_last = 1; /* a static graph: every training batch is full */
     lc.prefetch_threads = (int)t->v.data.workers;
     lc.skip_corrupt = t->v.data.on_corrupt == DT_CFG_CORRUPT_SKIP;
@@ -151,10 +161,11 @@ dt_status dt_train_open_loaders(dt_trainer *t) {
 /* Memory admission (dt_plan_admit) before the graph's arena, flat buffers and weights exist.
  * Every rank checks its own host; the ranks then agree, so that one refusal ends them all
  * before any allocates (a refused rank alone would leave the others waiting in a collective). */
-dt_status dt_train_admit_memory(dt_trainer *t, const dt_config *cfg) {
+dt_status dt_train_admit_memory(dt_trainer *t, const dt_config *cfg, const dt_config *held) {
     if (t->model == DT_MODEL_CUSTOM) return DT_OK; /* the plan describes the config's models */
     char warn[1024];
-    dt_status st = dt_plan_admit(cfg, t->world, dt_comm_local_size(t->comm), warn, sizeof warn);
+    dt_status st =
+        dt_plan_admit_rebuild(cfg, held, t->world, dt_comm_local_size(t->comm), warn, sizeof warn);
     if (warn[0] && t->rank == 0) fprintf(stderr, "dtrain: warning: %s\n", warn);
     if (t->world < 2) return st;
     double refused[1] = {st != DT_OK};
@@ -300,8 +311,14 @@ static dt_status build_model(dt_trainer *t, const dt_config *cfg) {
  * when dist.batch_shares=auto changes the batch (src/train/shares.c). Inputs: images
  * x [B, C, H, W] f32 and labels y [B], or token ids [B, T] and targets [B*T]. */
 dt_status dt_train_build_graph(dt_trainer *t) {
+    return dt_train_build_graph_on(t, (dt_device){DT_DEVICE_CPU, 0}, &t->g);
+}
+
+/* The same graph compiled for device d into *out (the node ids t->x, t->y, t->logits, t->loss
+ * are the same in every build: the builders are deterministic). */
+dt_status dt_train_build_graph_on(dt_trainer *t, dt_device d, dt_graph **out) {
     const dt_config_values *v = &t->v;
-    dt_graph *g = t->g = dt_graph_init();
+    dt_graph *g = *out = dt_graph_init();
     if (!g) return DT_ERR_NOMEM;
     if (t->task == DT_TASK_IMAGE) {
         t->x = dt_graph_input(g, "x", DT_F32, 4, (int64_t[]){t->B, t->C, t->H, t->W}, 0);
@@ -342,6 +359,7 @@ dt_status dt_train_build_graph(dt_trainer *t) {
         if (st) return st;
         go.bf16_gemm = 1;
     }
+    go.device = d;
     return dt_graph_compile(g, t->loss, &go);
 }
 
@@ -438,13 +456,14 @@ static dt_status sync_sum(void *ud, double *buf, size_t n) {
  * a core with backward when the cores are all busy). */
 dt_status dt_train_make_ddp(dt_trainer *t) {
     if (t->world < 2) return DT_OK;
+    if (t->dg) return dt_train_device_dist(t); /* device ranks: no host DDP */
     dt_ddp_opts o = {.bucket_mb = t->v.dist.bucket_mb,
                      .overlap = t->v.dist.overlap,
                      .average = 0,
                      .zero_stage = (int)t->v.dist.zero_stage,
                      .sparse = t->v.dist.sparse_embedding,
                      .shm = t->v.dist.shared_memory,
-                     .shard_frozen = t->v.lora.enabled && t->v.lora.shard_base};
+                     .shard_frozen = dt_config_shard_base(&t->v)};
     dt_status st = dt_ddp_open(t->g, t->comm, &o, &t->ddp);
     if (st == DT_OK && o.shard_frozen) dt_train_base_sharded(t); /* shards copied out */
     if (st == DT_OK && t->v.dist.sync_batchnorm)
@@ -489,8 +508,9 @@ static dt_status make_run_dir(dt_trainer *t, const dt_config *cfg) {
 }
 
 /* train.device -> t->device, before anything is built. Each rank takes the GPU of its local rank
- * (dt_device_local_rank). The CUDA training engine is not finished: an explicit cuda/cuda:N is
- * refused with one line, and auto stays on the CPU even where a GPU is visible, saying so.
+ * (dt_device_local_rank). An explicit cuda/cuda:N trains on the device what the CUDA engine
+ * covers (dt_train_device_check, src/train/device_train.c); auto stays on the CPU even where a
+ * GPU is visible, saying so (the engine has never run on a real GPU, docs/gpu.md).
  * DT_ERR_INVALID throughout: the CLI reports it as a config error (exit 2). */
 static dt_status pick_device(dt_trainer *t) {
     const char *spec = t->v.train.device;
@@ -515,8 +535,8 @@ static dt_status pick_device(dt_trainer *t) {
                                             : "this dtrain was built without CUDA");
         else
             snprintf(t->device_note, sizeof t->device_note,
-                     "device: cpu (train.device=auto: %d CUDA device%s visible, but the CUDA "
-                     "training engine is not finished, docs/gpu.md)",
+                     "device: cpu (train.device=auto: %d CUDA device%s visible, but auto does "
+                     "not pick CUDA yet: set train.device=cuda, docs/gpu.md)",
                      gpus, gpus == 1 ? "" : "s");
         return DT_OK;
     }
@@ -527,9 +547,10 @@ static dt_status pick_device(dt_trainer *t) {
         return dt_error_set(DT_ERR_INVALID, "%s", m);
     }
     char nm[DT_DEVICE_NAME_MAX];
-    return dt_error_set(DT_ERR_INVALID,
-                        "train.device: %s: the CUDA training engine is not finished (docs/gpu.md)",
-                        dt_device_name(g, nm, sizeof nm));
+    t->device = g;
+    snprintf(t->device_note, sizeof t->device_note, "device: %s (train.device=%.64s)",
+             dt_device_name(g, nm, sizeof nm), spec);
+    return DT_OK;
 }
 
 dt_status dt_trainer_open(const dt_config *cfg, const dt_model_def *custom, dt_trainer **out) {
@@ -552,12 +573,12 @@ dt_status dt_trainer_open(const dt_config *cfg, const dt_model_def *custom, dt_t
     dt_status st;
     double peak_unused;
     if ((st = pick_device(t)) != DT_OK || (st = make_dist(t)) != DT_OK ||
-        (st = split_batch(t, cfg)) != DT_OK || (st = open_data(t, cfg)) != DT_OK ||
-        (st = dt_train_admit_memory(t, cfg)) != DT_OK ||
+        (st = dt_train_device_check(t)) != DT_OK || (st = split_batch(t, cfg)) != DT_OK ||
+        (st = open_data(t, cfg)) != DT_OK || (st = dt_train_admit_memory(t, cfg, NULL)) != DT_OK ||
         (dt_train_rss(&t->rss_base_mib, &peak_unused), (st = build_model(t, cfg)) != DT_OK) ||
-        (st = dt_train_open_loaders(t)) != DT_OK || (st = init_weights(t, cfg)) != DT_OK ||
-        (st = dt_train_make_ddp(t)) != DT_OK || (st = make_optim(t)) != DT_OK ||
-        (st = make_run_dir(t, cfg)) != DT_OK) {
+        (st = dt_train_device_open(t)) != DT_OK || (st = dt_train_open_loaders(t)) != DT_OK ||
+        (st = init_weights(t, cfg)) != DT_OK || (st = dt_train_make_ddp(t)) != DT_OK ||
+        (st = make_optim(t)) != DT_OK || (st = make_run_dir(t, cfg)) != DT_OK) {
         t->failed = 1;
         dt_trainer_close(t);
         return st;
@@ -573,7 +594,8 @@ dt_status dt_trainer_open(const dt_config *cfg, const dt_model_def *custom, dt_t
         if (t->rank != 0) t->log = NULL; /* rank 0 logs */
         const char *run = strrchr(t->run_dir, '/');
         if ((st = dt_train_ckpt_open(t, run ? run + 1 : t->run_dir)) != DT_OK ||
-            (st = dt_train_ckpt_resume(t)) != DT_OK) {
+            (st = dt_train_ckpt_resume(t)) != DT_OK ||
+            (st = dt_train_device_upload(t)) != DT_OK) { /* after the resume: its state */
             t->failed = 1;
             dt_trainer_close(t);
             return st;
@@ -598,6 +620,7 @@ void dt_trainer_close(dt_trainer *t) {
     dt_train_shares_free(t);
     dt_loader_close(t->train_ld), dt_loader_close(t->val_ld);
     dt_dataset_close(t->train_ds), dt_dataset_close(t->val_ds);
+    dt_train_device_close(t);
     dt_optim_free(t->opt);
     dt_ddp_close(t->ddp);
     dt_graph_free(t->g);

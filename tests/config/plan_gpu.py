@@ -147,9 +147,22 @@ if isinstance(mw, int) and mw > 1:
                          "-n", str(n), "dist.zero_stage=3"), f"8B full ZeRO-3 n{n}")
         check(dz["fits"] == want, f"8B full f32 ZeRO-3 on {n} x 80 GiB: fits {dz['fits']}")
     check(f"fits on {mw} GPUs" in out, "text names the ZeRO-3 worker count: " + out)
-# the frozen base is not sharded: 8B LoRA never fits 16 GiB cards
+# 8B LoRA on 16 GiB cards: ZeRO-3 shards the frozen base too (lora.shard_base=auto), so enough
+# workers fit (the fewest named fit, one fewer does not); with lora.shard_base=false the base
+# stays whole per worker and no count fits
 d16 = device(plan(L8, "--gpu-gib", "16"), "8b lora 16 GiB")
-check(not d16["fits"] and d16["min_workers_zero3"] is None, "8B LoRA on 16 GiB: no worker count")
+mw = d16["min_workers_zero3"]
+check(not d16["fits"] and isinstance(mw, int) and 1 < mw <= 1024,
+      f"8B LoRA on 16 GiB: ZeRO-3 workers {mw}")
+if isinstance(mw, int) and mw > 1:
+    for n, want in [(mw, True), (mw - 1, False)]:
+        jz = plan(L8, "--gpu-gib", "16", "-n", str(n), "dist.zero_stage=3")
+        dz = device(jz, f"8B LoRA ZeRO-3 n{n}")
+        check(dz["fits"] == want and jz["base_sharded"] == (n > 1),
+              f"8B LoRA ZeRO-3 on {n} x 16 GiB: fits {dz['fits']}, sharded {jz['base_sharded']}")
+d16 = device(plan(L8, "--gpu-gib", "16", "lora.shard_base=false"), "8b lora 16 GiB whole")
+check(not d16["fits"] and d16["min_workers_zero3"] is None,
+      "8B LoRA on 16 GiB with lora.shard_base=false: no worker count")
 
 # 5. the largest batch: it fits, the next does not
 d = device(plan(L8, "--device", "h200"), "8b h200")

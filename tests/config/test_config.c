@@ -55,6 +55,11 @@ static void test_defaults(void) {
     /* any well-formed device validates: whether it exists is decided at the trainer's start */
     CHECK_OK(dt_config_set(c, "train.device", "cuda:3"));
     CHECK_OK(dt_config_validate(c));
+    CHECK(v->dist.gpu_comm == DT_CFG_GPU_COMM_AUTO, "dist.gpu_comm default auto");
+    CHECK_OK(dt_config_set(c, "dist.gpu_comm", "nccl")); /* with cuda:3: accepted */
+    CHECK_OK(dt_config_validate(c));
+    CHECK(v->dist.gpu_comm == DT_CFG_GPU_COMM_NCCL, "dist.gpu_comm nccl: %d", v->dist.gpu_comm);
+    CHECK_OK(dt_config_set(c, "dist.gpu_comm", "auto"));
     CHECK_OK(dt_config_set(c, "train.device", "auto"));
     CHECK(!strcmp(dt_config_origin(c, "optim.lr"), "default"), "origin default");
     CHECK_OK(dt_config_validate(c));
@@ -207,6 +212,11 @@ static void test_errors(void) {
     expect_error("train.device", "train:\n  device: gpu\n", 0, NULL,
                  NEEDLES("err.yaml:2", "train.device", "'gpu' is not a device",
                          "auto, cpu, cuda or cuda:N"));
+    expect_error("dist.gpu_comm nccl on the CPU",
+                 "train:\n  device: cpu\ndist:\n  gpu_comm: nccl\n", 0, NULL,
+                 NEEDLES("err.yaml:4", "dist.gpu_comm is nccl", "train.device=cuda"));
+    expect_error("dist.gpu_comm value", "dist:\n  gpu_comm: mpi\n", 0, NULL,
+                 NEEDLES("err.yaml:2", "dist.gpu_comm", "auto, nccl, host"));
     expect_error("key in the wrong section", "train:\n  lr: 0.1\n", 0, NULL,
                  NEEDLES("err.yaml:2", "'train.lr'", "did you mean 'optim.lr'"));
     expect_error("unknown key, nothing close", "optim:\n  learning_rate_of_the_run: 1\n", 0, NULL,

@@ -156,9 +156,12 @@ static void test_bf16(void) {
     int flat = dt_reshape(g, logits, 2, (int64_t[]){B * T, lc.vocab_size});
     int loss = dt_cross_entropy(g, flat, tg, 0.0f, -100);
     CHECK_OK(dt_graph_keep(g, logits));
-    setenv("DT_CPU_BF16", "emulate", 1); /* a real bf16 compile on any CPU */
+    /* a real bf16 compile on any CPU, in the mode the plan sized: this CPU's native kernels
+     * where it has them (their bf16 copies are smaller), else the emulation */
+    int emulate = dt_bf16_gemm_mode() == DT_BF16_NONE;
+    if (emulate) setenv("DT_CPU_BF16", "emulate", 1);
     CHECK_OK(dt_graph_compile(g, loss, &(dt_graph_opts){.bf16_gemm = 1}));
-    unsetenv("DT_CPU_BF16");
+    if (emulate) unsetenv("DT_CPU_BF16");
     dt_graph_mem m;
     dt_graph_memory(g, &m);
     dt_graph_free(g);
@@ -288,6 +291,31 @@ static void test_llama8b(void) {
     CHECK_OK(dt_config_set(c, "model.init", "random"));
     q = plan(c, 16);
     CHECK(!q.base_shared, "a random base is not mapped from files: not shared");
+    /* lora.shard_base=auto (the default) shards the base under ZeRO-3 only; an explicit false
+     * keeps it whole, true shards it at any stage; auto with dist.batch_shares=auto does not
+     * (the trainer decides by the same dt_config_shard_base) */
+    CHECK(v->lora.shard_base == DT_CFG_SHARD_AUTO && !p.base_sharded,
+          "default auto, ZeRO 0: whole");
+    struct {
+        const char *zero, *shard, *shares;
+        int sharded;
+    } sb[] = {{"3", "auto", "equal", 1},
+              {"2", "auto", "equal", 0},
+              {"3", "false", "equal", 0},
+              {"0", "true", "equal", 1},
+              {"3", "auto", "auto", 0}};
+    for (size_t i = 0; i < sizeof sb / sizeof sb[0]; i++) {
+        CHECK_OK(dt_config_set(c, "dist.zero_stage", sb[i].zero));
+        CHECK_OK(dt_config_set(c, "lora.shard_base", sb[i].shard));
+        CHECK_OK(dt_config_set(c, "dist.batch_shares", sb[i].shares));
+        q = p;
+        CHECK_OK(dt_plan_reshard(c, 16, &q));
+        CHECK(q.base_sharded == sb[i].sharded && dt_config_shard_base(v) == sb[i].sharded &&
+                  (q.frozen_bytes < p.frozen_bytes) == sb[i].sharded,
+              "zero %s, lora.shard_base=%s, batch_shares %s: sharded %d (frozen %lld of %lld)",
+              sb[i].zero, sb[i].shard, sb[i].shares, q.base_sharded, (long long)q.frozen_bytes,
+              (long long)p.frozen_bytes);
+    }
     dt_config_free(c);
     printf("Llama-3.1-8B LoRA example (-n 16):\n");
     dt_plan_print(stdout, &p, 0);

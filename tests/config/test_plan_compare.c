@@ -71,8 +71,7 @@ static dt_plan plan_of(const dt_plan_variant *r, int world, const char *extra) {
     snprintf(c, sizeof c, "dist.zero_stage=%d", r->zero_stage);
     char *over[6] = {a, b, c};
     int n = 3;
-    /* LoRA's ZeRO-3 rows shard the frozen base as well */
-    if (r->lora && r->zero_stage == 3) over[n++] = "lora.shard_base=true";
+    /* no lora.shard_base: the default (auto) shards the frozen base in LoRA's ZeRO-3 rows */
     if (extra) over[n++] = (char *)extra;
     dt_config *cfg = NULL;
     dt_plan p;

@@ -9,7 +9,8 @@ set(DT_TOKENIZERS "${PROJECT_SOURCE_DIR}/data/tokenizers")
 
 dt_ref_venv(NAME ref_tok SCRIPT tests/ref/ref_tok.py)
 dt_ref_venv(NAME ref_tok_hf SCRIPT tests/ref/ref_tok_hf.py)
-set_tests_properties(ref_tok ref_tok_hf PROPERTIES LABELS "parity;data")
+dt_ref_venv(NAME ref_tok_sp SCRIPT tests/ref/ref_tok_sp.py TIMEOUT 120)
+set_tests_properties(ref_tok ref_tok_hf ref_tok_sp PROPERTIES LABELS "parity;data")
 dt_test(NAME test_tok_cl100k SOURCES data/test_tok_parity.c LABELS parity data
         ARGS ${DT_TOKENIZERS}/cl100k_base.tiktoken tok_cl100k.bin
         FIXTURES_REQUIRED ref_tok TIMEOUT 120)
@@ -17,6 +18,15 @@ dt_test(NAME test_tok_hf SOURCES data/test_tok_parity.c LABELS parity data
         ARGS ${DT_REF_DIR}/hf_bytelevel.json tok_hf_bytelevel.bin
              ${DT_REF_DIR}/hf_split.json tok_hf_split.bin
         FIXTURES_REQUIRED ref_tok_hf TIMEOUT 120)
+# SentencePiece-style BPE (Llama 2 / Mistral, Metaspace first and always+split, Gemma) with byte
+# fallback (and without: the unknown token), trained by ref_tok_sp.py
+dt_test(NAME test_tok_sp SOURCES data/test_tok_parity.c LABELS parity data
+        ARGS ${DT_REF_DIR}/sp_llama2.json tok_sp_llama2.bin
+             ${DT_REF_DIR}/sp_metaspace.json tok_sp_metaspace.bin
+             ${DT_REF_DIR}/sp_metasplit.json tok_sp_metasplit.bin
+             ${DT_REF_DIR}/sp_gemma.json tok_sp_gemma.bin
+             ${DT_REF_DIR}/sp_unk.json tok_sp_unk.bin
+        FIXTURES_REQUIRED ref_tok_sp TIMEOUT 120)
 
 dt_ref(NAME ref_data_fmnist SCRIPT tests/ref/ref_data_fmnist.py)
 set_tests_properties(ref_data_fmnist PROPERTIES LABELS "parity;data")
@@ -28,6 +38,8 @@ dt_test(NAME test_data_import SOURCES data/test_data_import.c LABELS unit data
         ARGS ${DT_TOKENIZERS}/cl100k_base.tiktoken TIMEOUT 180)
 dt_test(NAME test_data_loader SOURCES data/test_data_loader.c LABELS unit data TIMEOUT 60)
 dt_test(NAME test_data_resume SOURCES data/test_data_resume.c LABELS unit data TIMEOUT 60)
+dt_test(NAME test_data_blockshuffle SOURCES data/test_data_blockshuffle.c LABELS unit data
+        TIMEOUT 60)
 dt_test(NAME test_tok_unit SOURCES data/test_tok_unit.c LABELS unit data
         ARGS ${DT_TOKENIZERS}/cl100k_base.tiktoken TIMEOUT 180)
 # The CLI code is compiled in directly (src/cli/data.c), so the test does not depend on how
@@ -76,10 +88,11 @@ set_tests_properties(data_loader_images PROPERTIES LABELS "e2e;data;parity" TIME
 
 # Streaming a dataset from S3 (src/data/remote.c) against a real SeaweedFS that
 # tests/storage/seaweed.sh starts for each test (SKIP 77 when its weed binary is missing): the
-# same bits as from the local copy, the S3 gateway stopped and restarted mid-run (the run waits
+# same bits as from the local copy (also with block-aware shuffling, and with data.pack=docs),
+# the same exported tokenizer.json, the S3 gateway stopped and restarted mid-run (the run waits
 # and goes on to the same bits), a corrupt object named in one line. RUN_SERIAL for the outage:
 # the stop must land while the run reads.
-foreach(case same outage corrupt)
+foreach(case same block docs outage corrupt)
   add_test(NAME data_s3_${case}
            COMMAND bash ${PROJECT_SOURCE_DIR}/tests/storage/seaweed.sh run --
                    ${PROJECT_SOURCE_DIR}/tests/data/s3_stream.sh $<TARGET_FILE:dtrain>

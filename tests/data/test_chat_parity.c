@@ -1,6 +1,7 @@
 /* JSONL chat import against transformers: for each model folder ref_chat_templates.py made
  * (Llama 3, Llama 3.1, Qwen 2 and 2.5 ChatML, Mistral v0.3, Gemma 2: a byte-level tokenizer.json
- * and a tokenizer_config.json carrying the family's published chat_template), `dtrain data import
+ * and a tokenizer_config.json carrying the family's published chat_template; Mistral and Gemma 2
+ * also with SentencePiece-style tokenizers, byte fallback included), `dtrain data import
  * jsonl --tokenizer FOLDER` must give apply_chat_template's ids token for token, and the loss
  * mask the Python side computed over the assistant turns. Then the refusals: templates of other
  * families or variants, Gemma with a system prompt; and --train-on last.
@@ -181,8 +182,9 @@ int main(int argc, char **argv) {
     g_ref = argc > 1 ? argv[1] : getenv("DT_REF_DIR");
     g_tmp = tu_tempdir(tmp, sizeof tmp, "chat");
     if (!CHECK(g_ref && g_tmp, "usage: test_chat_parity REF_DIR")) return dt_test_finish("chat");
-    const char *fams[] = {"llama3", "llama31", "qwen2", "qwen25", "mistral", "gemma2"};
-    for (int i = 0; i < 6; i++) check_family(fams[i]);
+    const char *fams[] = {"llama3", "llama31",    "qwen2",      "qwen25",   "mistral",
+                          "gemma2", "mistral-sp", "mistral-ms", "gemma2-sp"};
+    for (int i = 0; i < 9; i++) check_family(fams[i]);
     check_train_last();
     check_refusals();
     dt_remove_tree(tmp);

@@ -3,7 +3,9 @@
  * must stay untouched) and 5 steps of AdamW and of SGD (momentum, nesterov, and plain).
  * Tolerance: |gpu - cpu| <= 1e-6 + 1e-5 |cpu| per element after the 5 steps (same operations in
  * f32; the CPU build may contract multiply-adds into FMAs and the GPU does, so bits can differ
- * by rounding). Norm: relative 1e-12 (double sums in different orders). Exit 77 without a GPU. */
+ * by rounding). Norm: relative 1e-12 (double sums in different orders). dt_optim_step_cuda (the
+ * trainer's device step: segments and scalars from the dt_optim) on a second copy must give the
+ * same bits as the kernels called with this file's segments. Exit 77 without a GPU. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,9 +40,14 @@ static void run(dt_device d, dt_stream *s, const dt_optim_config *c, const char 
     float *pc = malloc(N * sizeof(float)), *pg = malloc(N * sizeof(float));
     dt_randn(p0, N, 11, 1.0f);
     memcpy(pc, p0, N * sizeof(float));
-    dt_optim *opt;
+    dt_optim *opt, *opt2;
     CHECK_OK(dt_optim_init(c, N, 0, N, groups, NG, &opt));
+    CHECK_OK(dt_optim_init(c, N, 0, N, groups, NG, &opt2));
     float *dp = cuda_test_upload(d, p0, N * sizeof(float));
+    float *dp2 = cuda_test_upload(d, p0, N * sizeof(float));
+    float *db[2] = {cuda_test_alloc(d, N * sizeof(float)), cuda_test_alloc(d, N * sizeof(float))};
+    CHECK_OK(dt_device_memset(d, db[0], 0, N * sizeof(float)));
+    CHECK_OK(dt_device_memset(d, db[1], 0, N * sizeof(float)));
     float *dg = cuda_test_alloc(d, N * sizeof(float));
     float *dm = cuda_test_alloc(d, N * sizeof(float)), *dv = cuda_test_alloc(d, N * sizeof(float));
     CHECK_OK(dt_device_memset(d, dm, 0, N * sizeof(float)));
@@ -62,8 +69,19 @@ static void run(dt_device d, dt_stream *s, const dt_optim_config *c, const char 
             CHECK_OK(dt_cuda_sgd(s, dp, dg, dm, sg, ns, (float)c->momentum, (float)c->dampening,
                                  c->nesterov, t == 1));
         }
+        CHECK_OK(dt_optim_step_cuda(opt2, s, dp2, dg, db, lr));
     }
+    float *pg2 = malloc(N * sizeof(float));
+    cuda_test_download(d, s, pg2, dp2, N * sizeof(float));
     cuda_test_download(d, s, pg, dp, N * sizeof(float));
+    CHECK(!memcmp(pg, pg2, N * sizeof(float)), "%s: dt_optim_step_cuda differs from the kernels",
+          what);
+    dt_optim_state os;
+    CHECK_OK(dt_optim_get_state(opt2, &os));
+    CHECK(os.step == STEPS, "%s: dt_optim_step_cuda counted %lld steps", what, (long long)os.step);
+    free(pg2);
+    dt_optim_free(opt2);
+    dt_device_free(d, dp2), dt_device_free(d, db[0]), dt_device_free(d, db[1]);
     dt_check_close(what, pg, pc, N, 1e-6, 1e-5);
     int untouched = 1;
     for (size_t i = 251234; i < N; i++) untouched &= pg[i] == p0[i];

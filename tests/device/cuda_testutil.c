@@ -1,5 +1,7 @@
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "cuda_testutil.h"
 #include "harness.h"
 
@@ -63,4 +65,59 @@ int cuda_test_cpu_step(dt_graph *g) {
 void *cuda_test_upload_value(dt_device d, dt_graph *g, int id) {
     const dt_tensor *t = dt_graph_value(g, id);
     return cuda_test_upload(d, t->data, dt_tensor_numel(t) * dt_dtype_size(t->dtype));
+}
+
+void cuda_test_check(dt_device d, dt_stream *s, const char *what, const char *name,
+                     const float *dev, const float *want, int64_t n, double atol, double rtol) {
+    float *h = malloc((size_t)n * sizeof *h);
+    if (!h) die("malloc");
+    char m[256];
+    snprintf(m, sizeof m, "%s: %s", what, name);
+    cuda_test_download(d, s, h, dev, (size_t)n * sizeof *h);
+    dt_check_close(m, h, want, n, atol, rtol);
+    free(h);
+}
+
+void cuda_test_same(dt_device d, dt_stream *s, const char *what, const char *name, const void *dev,
+                    const void *want, size_t n) {
+    char *h = malloc(n);
+    if (!h) die("malloc");
+    cuda_test_download(d, s, h, dev, n);
+    CHECK(memcmp(h, want, n) == 0, "%s: %s: not bit-identical", what, name);
+    free(h);
+}
+
+void cuda_test_steps(const char *what, int steps, const double *gl, const double *cl,
+                     const double *gn, const double *cn) {
+    for (int k = 0; k < steps; k++) {
+        printf("%s step %d: loss cuda %.7f cpu %.7f, |g| cuda %.6g cpu %.6g\n", what, k + 1, gl[k],
+               cl[k], gn[k], cn[k]);
+        CHECK(isfinite(cl[k]) && cl[k] > 0, "%s step %d: cpu loss %g", what, k + 1, cl[k]);
+        CHECK(fabs(gl[k] - cl[k]) <= 2e-4 * (1 + fabs(cl[k])),
+              "%s step %d: loss cuda %.8g cpu %.8g", what, k + 1, gl[k], cl[k]);
+        CHECK(fabs(gn[k] - cn[k]) <= 2e-3 * cn[k], "%s step %d: gradient norm cuda %.8g cpu %.8g",
+              what, k + 1, gn[k], cn[k]);
+    }
+    /* training moved the loss: the comparison is of runs that learn */
+    CHECK(cl[steps - 1] < cl[0] - 0.02, "%s: cpu loss %g -> %g (did not train)", what, cl[0],
+          cl[steps - 1]);
+}
+
+void cuda_test_close_most(const char *what, const float *got, const float *want, size_t n,
+                          double cap) {
+    double mx = 0, worst = 0;
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(want[i]));
+    if (cap == 0) cap = 1e-2 * mx;
+    for (size_t i = 0; i < n; i++) {
+        double tol = 1e-4 * mx + 1e-3 * fabs(want[i]), e = fabs((double)got[i] - want[i]);
+        if (!(e <= tol) && !bad++) first = i;
+        if (!(e <= worst)) worst = e;
+    }
+    CHECK(mx > 0, "%s: all zero on the CPU (the test checks nothing)", what);
+    CHECK(bad * 1000 <= n, "%s: %zu of %zu elements off, first [%zu] cuda %.8g cpu %.8g", what, bad,
+          n, first, got[first], want[first]);
+    CHECK(worst <= cap, "%s: an element is %g off (> %g)", what, worst, cap);
+    printf("%s: %zu of %zu elements beyond the element tolerance, largest error %.3g\n", what, bad,
+           n, worst);
 }

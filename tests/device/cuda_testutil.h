@@ -27,4 +27,23 @@ int cuda_test_cpu_step(dt_graph *g);
 /* A device copy of a node's value (any dtype: its bytes). */
 void *cuda_test_upload_value(dt_device d, dt_graph *g, int id);
 
+/* Downloads n floats of dev and checks them against want (dt_check_close); the failure names
+ * "what: name". */
+void cuda_test_check(dt_device d, dt_stream *s, const char *what, const char *name,
+                     const float *dev, const float *want, int64_t n, double atol, double rtol);
+/* Downloads n bytes of dev and checks that they equal want bit for bit. */
+void cuda_test_same(dt_device d, dt_stream *s, const char *what, const char *name, const void *dev,
+                    const void *want, size_t n);
+
+/* The trainer tests (cuda_train_*): a CUDA run's per-step losses and gradient norms against a
+ * CPU run's -- the CPU's losses finite and positive, each loss within 2e-4 (1 + |loss|), each
+ * norm within 2e-3 relative -- and the CPU run trained (its last loss at least 0.02 below its
+ * first). */
+void cuda_test_steps(const char *what, int steps, const double *loss_gpu, const double *loss_cpu,
+                     const double *norm_gpu, const double *norm_cpu);
+/* got against want (n floats): want not all zero, at most 1 in 1000 elements beyond
+ * 1e-4 max|want| + 1e-3 |want[i]|, none beyond cap (0: 1e-2 max|want|). */
+void cuda_test_close_most(const char *what, const float *got, const float *want, size_t n,
+                          double cap);
+
 #endif

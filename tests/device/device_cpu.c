@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "dtrain/device.h"
+#include "dtrain/device_cuda.h"
 #include "harness.h"
 
 static const dt_device CPU = {DT_DEVICE_CPU, 0};
@@ -195,6 +196,14 @@ static void test_missing_cuda(void) {
     CHECK(dt_stream_create(d, &st) != DT_OK && st == NULL, "stream on a missing GPU");
     dt_device_info info;
     CHECK(dt_device_query(d, &info) != DT_OK, "query of a missing GPU");
+    /* cuBLASLt is loaded on the first handle (not linked): on a missing GPU the handle is still
+     * refused for the device, not for want of the library -- the load itself worked */
+    dt_cuda_gemm *g = (dt_cuda_gemm *)1;
+    s = dt_cuda_gemm_create(d, 0, &g);
+    CHECK(s != DT_OK && g == NULL, "gemm handle on a missing GPU refused");
+    if (dt_device_cuda_built())
+        CHECK(!strstr(dt_last_error(), "cannot load") && strstr(dt_last_error(), "visible"),
+              "gemm handle: the device refused, not the library: %s", dt_last_error());
 }
 
 int main(void) {

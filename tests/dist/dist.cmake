@@ -19,6 +19,13 @@ add_test(NAME test_dist_zero_single COMMAND test_dist_zero 1)
 set_tests_properties(test_dist_zero_single PROPERTIES LABELS "dist;unit" TIMEOUT 60
                      ENVIRONMENT "${DT_DIST_ENV}")
 
+# The device ranks' gradient all-reduce (dt_gpu_comm) without a GPU: the choice logic and the
+# host-staging path on the CPU device, single process here and on 2 ranks below.
+add_executable(gpu_comm dist/test_gpu_comm.c)
+target_link_libraries(gpu_comm PRIVATE dt_testutil)
+add_test(NAME gpu_comm COMMAND gpu_comm 1)
+set_tests_properties(gpu_comm PROPERTIES LABELS "dist;unit" TIMEOUT 60 ENVIRONMENT "${DT_DIST_ENV}")
+
 if(NOT MPI_C_FOUND)
   message(STATUS "dist: MPI not found, only the single-process communicator is tested")
   return()
@@ -120,3 +127,8 @@ add_test(NAME test_dist_hang_train
 set_tests_properties(test_dist_hang_train PROPERTIES LABELS "dist;e2e" TIMEOUT 180 PROCESSORS 2
                      RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data
                      ENVIRONMENT "OMP_NUM_THREADS=1")
+
+# dt_gpu_comm's host staging over 2 MPI ranks: exact sums and the communicator's bits.
+add_test(NAME gpu_comm_np2 COMMAND ${DT_MPIRUN} -np 2 $<TARGET_FILE:gpu_comm> 2)
+set_tests_properties(gpu_comm_np2 PROPERTIES LABELS "dist;unit" TIMEOUT 60 PROCESSORS 2
+                     ENVIRONMENT "${DT_DIST_ENV}")

@@ -16,3 +16,14 @@ if(MPI_FOUND)
                          SKIP_RETURN_CODE 77 RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data)
   endforeach()
 endif()
+# The frozen LoRA base sharded across 2 namespace hosts x 1 worker under ZeRO-3
+# (run_netns_shard_base.sh): the adapters of the whole base, the start lines, half the base less
+# per worker, the gathers over the link. Root (or CAP_SYS_ADMIN), else SKIP.
+if(MPI_FOUND)
+  add_test(NAME dist_netns_shard_base
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/dist/netns/run_netns_shard_base.sh
+                   ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:dtrain> ${CMAKE_BINARY_DIR}/train-data
+                   ${PROJECT_SOURCE_DIR} ${DT_VENV_PYTHON} ${CMAKE_BINARY_DIR}/netns-test/shard_base)
+  set_tests_properties(dist_netns_shard_base PROPERTIES LABELS "dist;parity" TIMEOUT 300
+                       SKIP_RETURN_CODE 77 RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data)
+endif()

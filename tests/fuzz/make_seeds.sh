@@ -80,6 +80,29 @@ put("llama_config", "rope-params.json", json.dumps({
 for d in ["llama-tiny"]:  # llama-small has no committed tokenizer.json (lora_demo.sh makes it)
     copy("tokenizer_json", d + ".json", "examples/%s/tokenizer.json" % d)
 copy("tiktoken", "cl100k-meta", "data/tokenizers/cl100k_base.json")  # a meta file as rank file
+# SentencePiece-style (byte fallback, normalizer, Metaspace, SP decoders): two configurations
+SP_VOCAB = dict([("<unk>", 0), ("<s>", 1)] + [("<0x%02X>" % b, 2 + b) for b in range(256)] +
+                [("\u2581", 258), ("a", 259), ("b", 260), ("\u2581a", 261), ("ab", 262)])
+SP_MODEL = {"type": "BPE", "vocab": SP_VOCAB, "merges": [["\u2581", "a"], ["a", "b"]],
+            "unk_token": "<unk>", "fuse_unk": True, "byte_fallback": True}
+SP_ADDED = [{"id": 1, "content": "<s>", "special": True, "normalized": False,
+             "single_word": False, "lstrip": False, "rstrip": False}]
+put("tokenizer_json", "sp-llama2.json", json.dumps({
+    "added_tokens": SP_ADDED, "model": SP_MODEL,
+    "normalizer": {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "\u2581"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+    "decoder": {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+        {"type": "ByteFallback"}, {"type": "Fuse"},
+        {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}}))
+put("tokenizer_json", "sp-metaspace.json", json.dumps({
+    "added_tokens": SP_ADDED, "model": SP_MODEL,
+    "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+                      "split": True},
+    "decoder": {"type": "Sequence", "decoders": [
+        {"type": "ByteFallback"},
+        {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first"}]}}))
 for y in ["llama-tiny-fortunes", "llama3.1-8b-lora", "resnet18-fmnist", "resnet152",
           "llama-small-lora-definitions"]:
     copy("config", y + ".yaml", "examples/%s.yaml" % y)

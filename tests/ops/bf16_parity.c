@@ -1,7 +1,11 @@
 /* bf16 mixed precision of the GEMM ops (dt_graph_opts.bf16_gemm) against PyTorch CPU autocast
  * (references: tests/ref/ref_bf16.py): linear (with bias), batched matmul (b transposed),
  * conv2d (blocked-layout and plain stem shapes), forward and backward. Run with
- * DT_CPU_BF16=emulate (the exact f32 emulation, on any CPU).
+ * DT_CPU_BF16=emulate (the exact f32 emulation, on any CPU), and as bf16_parity_native
+ * (DT_TEST_BF16=native) with the CPU's own mode: linear through oneDNN's bf16 kernels, which
+ * must meet the same bounds; skipped (77) on a CPU without bf16 kernels. The native run also
+ * checks that the native plan was taken: a bf16 linear's scratch (bf16 copies) is smaller
+ * than the emulation's (f32 copies of the rounded operands).
  *
  * Per output and gradient, with loss = sum(out * R):
  *   vs *_exact (bf16-rounded operands, float64 products): |d| <= 1e-4 + 1e-4 |ref| -- products
@@ -135,7 +139,35 @@ static void linear_nobias_out(void) {
     dt_graph_free(g);
 }
 
+/* The planned arena of a bf16 linear [256, 512] x [384, 512]^T with its backward. */
+static size_t linear_arena(void) {
+    dt_graph *g = dt_graph_init();
+    int x = dt_graph_input(g, "x", DT_F32, 2, (int64_t[]){256, 512}, 1);
+    int w = dt_graph_param(g, "w", DT_F32, 2, (int64_t[]){384, 512}, 0);
+    int r, y = dt_linear(g, x, w, -1);
+    dt_graph_mem m = {0};
+    if (dt_graph_compile(g, dt_test_dotloss(g, y, &r), &(dt_graph_opts){.bf16_gemm = 1}) == DT_OK)
+        dt_graph_memory(g, &m);
+    dt_graph_free(g);
+    return m.arena_bytes;
+}
+
 int main(void) {
+    const char *want = getenv("DT_TEST_BF16");
+    if (want && !strcmp(want, "native")) {
+        if (dt_bf16_gemm_mode() != DT_BF16_NATIVE) {
+            printf("bf16_parity: skipped: this CPU has no bf16 kernels (native mode)\n");
+            return 77;
+        }
+        size_t native = linear_arena();
+        setenv("DT_CPU_BF16", "emulate", 1);
+        size_t emulated = linear_arena();
+        unsetenv("DT_CPU_BF16");
+        CHECK(native > 0 && native < emulated,
+              "native bf16 linear: arena %zu bytes, emulated %zu (the native plan packs bf16)",
+              native, emulated);
+        printf("  native bf16 linear: arena %zu bytes (emulated %zu)\n", native, emulated);
+    }
     ref = dt_ref_load("bf16.safetensors");
     if (!ref) return dt_test_finish("bf16_parity");
     static const bcase cases[] = {{"lin", 0, "x", "w"},

@@ -15,3 +15,7 @@ dt_test(NAME linear_parity_bf16_f32 SOURCES ops/linear_parity.c LABELS parity
 dt_ref_venv(NAME ref_bf16 SCRIPT tests/ref/ref_bf16.py)
 dt_test(NAME bf16_parity SOURCES ops/bf16_parity.c LABELS parity FIXTURES_REQUIRED ref_bf16
         ENV DT_CPU_BF16=emulate)
+# ... and with the CPU's native bf16 kernels where it has them (AVX-512 BF16/AMX; else skipped).
+dt_test(NAME bf16_parity_native SOURCES ops/bf16_parity.c LABELS parity FIXTURES_REQUIRED ref_bf16
+        ENV DT_TEST_BF16=native)
+set_tests_properties(bf16_parity_native PROPERTIES SKIP_RETURN_CODE 77)

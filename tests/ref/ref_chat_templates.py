@@ -12,6 +12,9 @@ AutoTokenizer.from_pretrained(folder).apply_chat_template(conv, tokenize=True). 
 computed here from the rendered text: a token is trained on when it overlaps an assistant turn's
 content or the end-of-turn token right after it. expected.txt: per record "n id... mask...".
 Folders chat-zephyr, chat-nemo, chat-llama32 carry templates dtrain must refuse.
+The folders chat-mistral-sp, chat-mistral-ms and chat-gemma2-sp carry SentencePiece-style
+tokenizers instead (ref_sp_build.py: byte fallback; Llama 2 / Mistral normalizers, Mistral's
+Metaspace "first" pre-tokenizer, Gemma's normalizer), as those families publish them.
 """
 import json
 import os
@@ -20,6 +23,7 @@ import sys
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer
 
+import ref_sp_build
 import ref_tok_corpus as corpus
 
 out = sys.argv[1]
@@ -158,6 +162,9 @@ FAMILIES = {
     "gemma2": (GEMMA2, "<bos>", "<eos>", "<end_of_turn>", True, False),
 }
 REFUSED = {"zephyr": ZEPHYR, "nemo": NEMO, "llama32": LLAMA32}
+# SentencePiece-style folders: name: (family, ref_sp_build kind)
+SP_FOLDERS = {"mistral-sp": ("mistral", "llama2"), "mistral-ms": ("mistral", "metaspace"),
+              "gemma2-sp": ("gemma2", "gemma")}
 
 lines = corpus.make_lines(n=3000)
 tok = Tokenizer(models.BPE(ignore_merges=True))
@@ -208,10 +215,10 @@ def mask_of(hf, conv, end_tok, trim):
                               enc["offset_mapping"]]
 
 
-def folder(name, template, bos, eos):
+def folder(name, template, bos, eos, tk=tok):
     d = os.path.join(out, "chat-" + name)
     os.makedirs(d, exist_ok=True)
-    tok.save(os.path.join(d, "tokenizer.json"))
+    tk.save(os.path.join(d, "tokenizer.json"))
     cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos, "eos_token": eos,
            "clean_up_tokenization_spaces": False, "chat_template": template}
     with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
@@ -219,8 +226,12 @@ def folder(name, template, bos, eos):
     return d
 
 
-for name, (template, bos, eos, end_tok, trim, system) in FAMILIES.items():
-    d = folder(name, template, bos, eos)
+SP_TOKS = {kind: ref_sp_build.build(kind, lines, SPECIALS, vocab_size=1200)
+           for _, kind in SP_FOLDERS.values()}
+RUNS = [(name, FAMILIES[name], tok) for name in FAMILIES]
+RUNS += [(name, FAMILIES[fam], SP_TOKS[kind]) for name, (fam, kind) in SP_FOLDERS.items()]
+for name, (template, bos, eos, end_tok, trim, system), tk in RUNS:
+    d = folder(name, template, bos, eos, tk)
     hf = AutoTokenizer.from_pretrained(d)
     records = [({"messages": c}, c) for c in CHATS]
     records += [(SHAREGPT, SHAREGPT_CONV)] + list(zip(ALPACA, ALPACA_CONV))

@@ -21,3 +21,12 @@ add_test(NAME sweep_sigterm COMMAND ${PROJECT_SOURCE_DIR}/tests/sweep/sweep_e2e.
          $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} sigterm)
 set_tests_properties(sweep_sigterm PROPERTIES LABELS "sweep;e2e" TIMEOUT 120 RUN_SERIAL TRUE
                      FIXTURES_REQUIRED fortunes_data ENVIRONMENT "OMP_NUM_THREADS=1")
+# Trials across hosts (--hosts): two network-namespace hosts, each trial a dtrain launch job on
+# one of them, the same losses bit for bit as on this machine's slots; refusals of options that
+# cannot be met. Needs root for the namespaces (else skipped, 77).
+if(MPI_FOUND)
+  add_test(NAME sweep_hosts COMMAND sh ${PROJECT_SOURCE_DIR}/tests/sweep/sweep_hosts.sh
+           ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:dtrain> ${DT_TRAIN_DATA} ${PROJECT_SOURCE_DIR})
+  set_tests_properties(sweep_hosts PROPERTIES LABELS "sweep;dist" TIMEOUT 300
+                       SKIP_RETURN_CODE 77 RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data)
+endif()

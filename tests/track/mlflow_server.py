@@ -5,7 +5,7 @@ own client (MlflowClient) and compared with the run's SQLite record (the local s
 beside it).
 
   mlflow_server.py start STATE_DIR             the server (sqlite backend in STATE_DIR) on a free
-                                               port, detached; a watchdog kills it after 10 min
+                                               port, detached; a watchdog kills it after 20 min
   mlflow_server.py stop STATE_DIR              kills it and removes STATE_DIR
   mlflow_server.py DTRAIN REPO DATA STATE_DIR CASE
   CASE logged   a run through a proxy that records every request: params equal the SQLite
@@ -20,6 +20,7 @@ beside it).
                 missing requests are in the run's spool; `dtrain runs sync` replays them (the
                 spool is removed) and the client sees every metric once; replaying a copy of
                 the spool again adds no duplicate
+  CASE artifacts, upload-outage, registry, models-sync, launch   tests/track/mlflow_artifacts.py
   CASE down     tracking.uri an address where nothing listens, and a malformed one: training
                 finishes (exit 0, the SQLite record complete) with one warning line about
                 MLflow; the first run's spool, replayed with `runs sync --uri` to the real
@@ -41,6 +42,7 @@ import urllib.error
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from http_harness import free_port  # noqa: E402
 
 VENV_PY = os.environ.get("DT_VENV_PYTHON", os.path.expanduser("~/.cache/dtrain/venv/bin/python"))
@@ -81,14 +83,17 @@ def start(state):
     log = open(os.path.join(state, "server.log"), "w")
     p = subprocess.Popen([os.path.join(os.path.dirname(VENV_PY), "mlflow"), "server",
                           "--backend-store-uri", "sqlite:///%s/mlflow.db" % state,
-                          "--default-artifact-root", os.path.join(state, "artifacts"),
+                          # artefacts through the server's proxy (runs get mlflow-artifacts:/
+                          # URIs), as dtrain uploads them
+                          "--serve-artifacts",
+                          "--artifacts-destination", os.path.join(state, "artifacts"),
                           "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                          # no job-runner processes (huey consumers), which these tests never
                          # use: a quicker start, and nothing left running beside the server
                          env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"))
     # never outlives the test run by long, even when `stop` is not reached
-    dog = subprocess.Popen(["sh", "-c", "sleep 600; kill -TERM -%d" % p.pid],
+    dog = subprocess.Popen(["sh", "-c", "sleep 1200; kill -TERM -%d" % p.pid],
                            start_new_session=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
     url = "http://127.0.0.1:%d" % port
@@ -139,7 +144,8 @@ class Proxy:
             def handle_one(self, method):
                 n = int(self.headers.get("Content-Length") or 0)
                 data = self.rfile.read(n) if n else None
-                body = json.loads(data) if data else None
+                ctype = self.headers.get("Content-Type") or "application/json"
+                body = json.loads(data) if data and "json" in ctype else None
                 proxy.log.append((self.path, dict(self.headers), body))
                 if proxy.refuse(self.path, body):
                     self.send_response(503)
@@ -147,7 +153,7 @@ class Proxy:
                     self.end_headers()
                     return
                 req = urllib.request.Request(proxy.target + self.path, data=data, method=method)
-                req.add_header("Content-Type", "application/json")
+                req.add_header("Content-Type", ctype)
                 try:
                     with urllib.request.urlopen(req, timeout=30) as r:
                         code, out = r.status, r.read()
@@ -165,6 +171,12 @@ class Proxy:
             def do_POST(self):
                 self.handle_one("POST")
 
+            def do_PUT(self):
+                self.handle_one("PUT")
+
+            def do_DELETE(self):
+                self.handle_one("DELETE")
+
         self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.url = "http://127.0.0.1:%d" % self.srv.server_address[1]
         threading.Thread(target=self.srv.serve_forever, daemon=True).start()
@@ -173,14 +185,14 @@ class Proxy:
         self.srv.shutdown()
 
 
-def train(dtrain, repo, data, out, name, uri, steps=20, env=None):
+def train(dtrain, repo, data, out, name, uri, steps=20, env=None, extra=()):
     val = "data.val=%s/fortunes/val" % data if steps >= 10 else "data.val="
     args = [dtrain, "train", os.path.join(repo, "examples/llama-tiny-fortunes.yaml"),
             "data.train=%s/fortunes/train" % data, val,
             "data.seq_len=32", "data.batch=4", "train.threads=1", "schedule.warmup_steps=2",
             "train.log_every=2", "train.eval_every=10", "train.steps=%d" % steps,
             "output.export=false", "output.dir=" + out, "output.run_name=" + name,
-            "tracking.uri=" + uri]
+            "tracking.uri=" + uri] + list(extra)
     e = dict(os.environ)
     for k in ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
         e.pop(k, None)
@@ -382,6 +394,9 @@ def main():
             s = subprocess.run([dtrain, "runs", "sync", spool], capture_output=True, text=True)
             if s.returncode != 1 or len(s.stderr.strip().splitlines()) != 1:
                 fail("runs sync of a missing spool: exit %d, %s" % (s.returncode, s.stderr))
+        elif case in ("artifacts", "upload-outage", "registry", "models-sync", "launch"):
+            import mlflow_artifacts  # beside this file: artefacts, registry, attempts
+            mlflow_artifacts.run(case, client, proxy, dtrain, repo, data, out, exp, url)
         else:
             fail("unknown case " + case)
         proxy.close()
@@ -390,4 +405,5 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -159,12 +159,82 @@ static void test_sync_errors(const char *dir) {
     CHECK(access(p, F_OK) != 0, "and the spool is removed");
 }
 
+/* The lines of a spool file as JSON objects (at most n). */
+static int spool_ops(const char *path, cJSON **ops, int n) {
+    FILE *f = fopen(path, "r");
+    char line[8192];
+    int k = 0;
+    while (f && k < n && fgets(line, sizeof line, f)) ops[k++] = cJSON_Parse(line);
+    if (f) fclose(f);
+    return k;
+}
+
+static const char *str(const cJSON *o, const char *key) {
+    const char *v = cJSON_GetStringValue(cJSON_GetObjectItem(o, key));
+    return v ? v : "";
+}
+
+/* Uploads and registry requests to a dead server: pending lines with all a replay needs. */
+static void test_pending(const char *dir) {
+    char uri[64], spool[4200], file[4200];
+    snprintf(uri, sizeof uri, "http://127.0.0.1:%d", dead_port());
+    snprintf(spool, sizeof spool, "%s/pending/mlflow-spool.jsonl", dir);
+    snprintf(file, sizeof file, "%s/weights.bin", dir);
+    write_text(file, "0123456789");
+    dt_mlflow *m;
+    CHECK_OK(dt_mlflow_open(uri, spool, &m));
+    CHECK_OK(dt_mlflow_run_begin(m, "e", "r", NULL, 0, NULL, 0));
+    CHECK_OK(dt_mlflow_artifact(m, file, "model/weights.bin", "0123456789abcdef"));
+    CHECK(dt_mlflow_close(m) == DT_ERR_IO, "close reports the spooled upload");
+    cJSON *ops[8] = {0};
+    int n = spool_ops(spool, ops, 8);
+    CHECK(n == 2 && !strcmp(str(ops[0], "op"), "begin") && !strcmp(str(ops[1], "op"), "upload"),
+          "begin then the upload spooled (%d lines)", n);
+    CHECK(n == 2 && !strcmp(str(ops[1], "file"), file) &&
+              !strcmp(str(ops[1], "path"), "model/weights.bin") &&
+              !strcmp(str(ops[1], "xxh3"), "0123456789abcdef") && !strcmp(str(ops[1], "uri"), uri),
+          "the upload line names file, path, hash and server");
+    for (int i = 0; i < n; i++) cJSON_Delete(ops[i]);
+    remove(spool);
+    const char *files[] = {"weights.bin"}, *sums[] = {NULL};
+    dt_mlflow_version v = {.model = "m",
+                           .version = 3,
+                           .experiment = "e",
+                           .run_name = "r",
+                           .folder = dir,
+                           .files = files,
+                           .xxh3 = sums,
+                           .n_files = 1,
+                           .artifact_dir = "checkpoints/step-3"};
+    CHECK(dt_mlflow_register(uri, spool, &v) == DT_ERR_IO, "register: the server is down");
+    CHECK(strstr(dt_last_error(), spool) && strstr(dt_last_error(), "runs sync"),
+          "the error names the spool and runs sync: %s", dt_last_error());
+    CHECK(dt_mlflow_alias(uri, spool, "m", 3, "champion") == DT_ERR_IO, "alias: down");
+    n = spool_ops(spool, ops, 8);
+    CHECK(n == 3, "upload, model_version, alias spooled (%d lines)", n);
+    if (n == 3) {
+        CHECK(!strcmp(str(ops[0], "op"), "upload") &&
+                  !strcmp(str(ops[0], "path"), "checkpoints/step-3/weights.bin") &&
+                  !strcmp(str(ops[0], "run_name"), "r"),
+              "the checkpoint's file under checkpoints/step-3, its run named");
+        CHECK(!strcmp(str(ops[1], "op"), "model_version") && !strcmp(str(ops[1], "name"), "m") &&
+                  cJSON_GetNumberValue(cJSON_GetObjectItem(ops[1], "dtrain_version")) == 3 &&
+                  !strcmp(str(ops[1], "path"), "checkpoints/step-3"),
+              "the model version");
+        CHECK(!strcmp(str(ops[2], "op"), "alias") && !strcmp(str(ops[2], "alias"), "champion"),
+              "the alias");
+    }
+    for (int i = 0; i < n; i++) cJSON_Delete(ops[i]);
+    CHECK(dt_mlflow_register("ftp://x", spool, &v) == DT_ERR_INVALID, "a bad uri is refused");
+}
+
 int main(void) {
     char dir[] = "/tmp/dt-test-mlflow-XXXXXX";
     if (!mkdtemp(dir)) return 1;
     test_uris();
     test_spool(dir);
     test_sync_errors(dir);
+    test_pending(dir);
     char cmd[64];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);

@@ -6,7 +6,8 @@ dt_test(NAME test_track SOURCES track/test_track.c LABELS unit TIMEOUT 120)
 # aliases, references, the integrity check, a reader process during registrations.
 dt_test(NAME test_registry SOURCES track/test_registry.c LABELS unit TIMEOUT 60)
 # The MLflow client without a server (src/track/mlflow*.c): addresses, the spool a dead server
-# leaves (every value once, bit for bit, batches within MLflow's limits), sync's errors.
+# leaves (every value once, bit for bit, batches within MLflow's limits), sync's errors, pending
+# uploads and registry requests (register, alias) spooled with what a replay needs.
 dt_test(NAME test_mlflow SOURCES track/test_mlflow.c LABELS unit TIMEOUT 60)
 foreach(case compare attempts degraded)
   add_test(NAME track_runs_${case} COMMAND ${PROJECT_SOURCE_DIR}/tests/track/runs_cli.sh
@@ -61,7 +62,10 @@ endforeach()
 # by the fixture (its start-up, 20-40 s, is the slow part) and read back with MLflow's client:
 # a run as its SQLite record (and with token or basic auth), a server failing mid-run (spooled,
 # replayed by `runs sync`, no duplicates), nothing listening and malformed uris (one warning,
-# training goes on).
+# training goes on); artefacts byte-identical with their manifest, attempts as tag and metric,
+# uploads refused then sent by `runs sync`, `models register`/`alias` as MLflow model versions
+# and aliases (also through an outage), `models sync` of versions made before MLflow was used
+# (tests/track/mlflow_artifacts.py).
 set(DT_MLFLOW_STATE ${CMAKE_CURRENT_BINARY_DIR}/track_mlflow_server)
 add_test(NAME track_mlflow_server_start
          COMMAND python3 ${PROJECT_SOURCE_DIR}/tests/track/mlflow_server.py start ${DT_MLFLOW_STATE})
@@ -73,7 +77,11 @@ set_tests_properties(track_mlflow_server_start PROPERTIES FIXTURES_SETUP mlflow_
 set_tests_properties(track_mlflow_server_stop PROPERTIES FIXTURES_CLEANUP mlflow_server
                      LABELS e2e TIMEOUT 30 SKIP_RETURN_CODE 77
                      ENVIRONMENT "DT_VENV_PYTHON=${DT_VENV_PYTHON}")
-foreach(case logged outage down)
+set(DT_MLFLOW_CASES logged outage down artifacts upload-outage registry models-sync)
+if(MPI_FOUND) # `dtrain launch`'s attempt records on the MLflow run
+  list(APPEND DT_MLFLOW_CASES launch)
+endif()
+foreach(case ${DT_MLFLOW_CASES})
   add_test(NAME track_mlflow_${case}
            COMMAND python3 ${PROJECT_SOURCE_DIR}/tests/track/mlflow_server.py
                    $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${DT_MLFLOW_STATE}

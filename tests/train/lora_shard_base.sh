@@ -10,9 +10,17 @@
 #     is lower by the base less this rank's 1/NP of it, within 6 MiB;
 #   - `dtrain plan` models it: base/NP + the weights whole at once (an embedding-sized one and
 #     less than a layer more);
+#   - rank 0's peak since the first step (the kernel's VmHWM, reset before it) is lower by the
+#     plans' difference within 6 MiB, and rises above the resident set after the steps by the
+#     weights gathered whole at once (between the embedding's other slices and the plan's
+#     gathered figure, within 4 MiB; printed only under AddressSanitizer, whose quarantine
+#     keeps freed blocks resident);
 #   - a run stopped after a checkpoint and resumed ends with the same bits as the straight run;
 #   - on 2 ranks, sharding from the mapped model file (lora.share_base=true) gives the same bits
 #     and keeps no more resident (each worker copies its shard out, the mapping is closed).
+# Under ZeRO-3 the sharded runs leave lora.shard_base at its default (auto, which shards there)
+# and the reference sets lora.shard_base=false; without ZeRO the reference is the default (auto:
+# whole) and the sharded runs set it true. The start lines and the plans say which.
 # AdamW, so that a resume also restores the optimizer's moments.
 #   lora_shard_base.sh DTRAIN REPO DATA_DIR PYTHON NP ZERO_STAGE RECOMPUTE MPIEXEC [MPI ARGS...]
 # (RECOMPUTE true: backward's recomputed layers gather the weights again, a layer at a time)
@@ -39,18 +47,23 @@ run() {
 }
 adapter() { find "$tmp/runs" -path "*/$1/adapter/adapter_model.safetensors"; }
 rss() { sed -nE 's/^memory per worker: ([0-9]+) MiB resident after the last step.*/\1/p' "$tmp/$1.log"; }
+# the peak since the first step (VmHWM reset before it): the weights gathered whole at once
+speak() { sed -nE 's/^memory per worker: .*; since the first step peak ([0-9]+) MiB.*/\1/p' "$tmp/$1.log"; }
 
-run whole ckpt.resume=never
-run sharded ckpt.resume=never lora.shard_base=true
+if [ "$zero" = 3 ]; then wh=(lora.shard_base=false) sb=(); else wh=() sb=(lora.shard_base=true); fi
+run whole ckpt.resume=never "${wh[@]}"
+run sharded ckpt.resume=never "${sb[@]}"
 # from the mapped model file (lora.share_base=true): each worker copies its shard out of it
-if [ "$np" = 2 ]; then run mapped ckpt.resume=never lora.shard_base=true lora.share_base=true; fi
-run cut ckpt.resume=never lora.shard_base=true train.steps=2 ckpt.every_steps=2
-run cut ckpt.resume=auto lora.shard_base=true
+if [ "$np" = 2 ]; then run mapped ckpt.resume=never "${sb[@]}" lora.share_base=true; fi
+run cut ckpt.resume=never "${sb[@]}" train.steps=2 ckpt.every_steps=2
+run cut ckpt.resume=auto "${sb[@]}"
 grep -q "^resumed from" "$tmp/cut.log" || { echo "FAIL: the second 'cut' run did not resume"; cat "$tmp/cut.log"; exit 1; }
 
 fail=0
 grep -q "^frozen base: sharded across the $np workers" "$tmp/sharded.log" ||
   { echo "FAIL: the start line does not say the base is sharded"; fail=1; }
+! grep -q "sharded across" "$tmp/whole.log" ||
+  { echo "FAIL: the reference run (${wh[*]:-lora.shard_base=auto, ZeRO $zero}) sharded the base"; fail=1; }
 for a in sharded cut $([ "$np" = 2 ] && echo mapped); do
   if cmp -s "$(adapter whole)" "$(adapter $a)"; then echo "identical adapters: whole base, $a"
   else echo "FAIL: the adapters of '$a' differ from the whole base's"; fail=1; fi
@@ -63,11 +76,15 @@ if [ "$np" = 2 ]; then
   echo "rank 0 resident after the last step, sharded from the mapped file: $m MiB (copied: $s)"
   [ $((m - s)) -le 6 ] || { echo "FAIL: the mapped file's pages stay resident after sharding"; fail=1; }
 fi
-"$dtrain" plan "${args[@]}" -n "$np" --json > "$tmp/plan-whole.json"
-"$dtrain" plan "${args[@]}" lora.shard_base=true -n "$np" --json > "$tmp/plan-sharded.json"
-"$py" - "$tmp" "$np" "$w" "$s" <<'PY' || fail=1
+"$dtrain" plan "${args[@]}" "${wh[@]}" -n "$np" --json > "$tmp/plan-whole.json"
+"$dtrain" plan "${args[@]}" "${sb[@]}" -n "$np" --json > "$tmp/plan-sharded.json"
+"$py" - "$tmp" "$np" "$w" "$s" "$(speak whole)" "$(speak sharded)" "${ASAN_OPTIONS:+sanitized}" <<'PY' || fail=1
 import json, sys
 d, n, w, s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+hw, hs = float(sys.argv[5]), float(sys.argv[6])
+# under AddressSanitizer freed blocks wait in its quarantine: the peaks are its allocator's
+# (printed, not checked)
+peaks_checked = sys.argv[7] != "sanitized"
 mib = 1048576.0
 pw, ps = (json.load(open(f"{d}/plan-{k}.json")) for k in ("whole", "sharded"))
 bad = 0
@@ -90,6 +107,23 @@ print(f"rank 0 resident after the last step: {w:.0f} MiB whole base, {s:.0f} MiB
       f"-{drop:.0f} MiB, expected -{want:.1f} +- 6")
 if abs(drop - want) > 6:
     print("FAIL: the sharded base does not save what it should"); bad = 1
+# during the steps (the peak since the first step): the sharded run's peak is the plan's, base/N
+# plus the weights gathered whole at once, so the two runs' peaks differ by the plans' totals;
+# its rise above the resident set after the last step is those gathered weights (at least the
+# embedding's other slices, at most the plan's gathered figure), the whole base's is not
+pdrop = (pw["total_bytes"] - ps["total_bytes"]) / mib
+rise = (hs - s) - (hw - w)
+gmax = ps["frozen_gather_bytes"] * (n - 1) / n / mib
+gmin = largest * (n - 1) / n / mib
+print(f"rank 0 peak since the first step: {hw:.0f} MiB whole base, {hs:.0f} sharded: "
+      f"-{hw - hs:.0f} MiB, plan -{pdrop:.1f} +- 6; the sharded peak's rise above the resident "
+      f"after the steps beyond the whole base's: {rise:.0f} MiB, expected {gmin:.1f}-{gmax:.1f} +- 4")
+if peaks_checked and abs((hw - hs) - pdrop) > 6:
+    print("FAIL: the sharded run's peak during the steps is not the plan's"); bad = 1
+if peaks_checked and not gmin - 4 <= rise <= gmax + 4:
+    print("FAIL: the weights gathered during a step are not what the plan says"); bad = 1
+if not peaks_checked:
+    print("(sanitized build: the peaks are not checked)")
 sys.exit(bad)
 PY
 exit $fail

@@ -8,7 +8,9 @@
  *   - a bf16 run checkpointed at step 3 and resumed to 6 ends with the bits of the uninterrupted
  *     bf16 run (f32 master weights and optimizer state are checkpointed; the rounding is a
  *     pure function of them and the batch).
- * Runs with DT_CPU_BF16=emulate (the exact f32 emulation where the CPU has no bf16 kernels).
+ * Runs with DT_CPU_BF16=emulate (the exact f32 emulation where the CPU has no bf16 kernels),
+ * and as train_bf16_native (DT_TEST_BF16=native) with the CPU's bf16 kernels (skipped, 77, on
+ * a CPU without them).
  * argv: DATA_DIR (fmnist/ and fortunes/ of the import fixtures), REPO_DIR. */
 #include <math.h>
 #include <stdlib.h>
@@ -115,6 +117,11 @@ static void check_model(const char *model) {
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     data_dir = argv[1], repo = argv[2];
+    const char *want = getenv("DT_TEST_BF16");
+    if (want && !strcmp(want, "native") && dt_bf16_gemm_mode() != DT_BF16_NATIVE) {
+        printf("train_bf16: skipped: this CPU has no bf16 kernels (native mode)\n");
+        return 77;
+    }
     check_model("llama");
     check_model("resnet");
     return dt_test_finish("train_bf16");

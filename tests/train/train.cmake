@@ -143,6 +143,18 @@ if(MPI_FOUND)
                        RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data
                        ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000;HF_HUB_OFFLINE=1")
 endif()
+# The converted base's shared segment and its fallback (no segment: each worker copies): the
+# adapters of the copied base, the reason on the start line, nothing left after the job or a
+# SIGKILL.
+if(MPI_FOUND)
+  add_test(NAME train_lora_host_base_segment
+           COMMAND ${PROJECT_SOURCE_DIR}/tests/train/lora_host_base_segment.sh $<TARGET_FILE:dtrain>
+                   ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA} ${DT_VENV_PYTHON} ${MPIEXEC_EXECUTABLE}
+                   --allow-run-as-root --oversubscribe --bind-to none)
+  set_tests_properties(train_lora_host_base_segment PROPERTIES LABELS "dist;e2e;parity" TIMEOUT 300
+                       RUN_SERIAL TRUE FIXTURES_REQUIRED fortunes_data
+                       ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000;HF_HUB_OFFLINE=1")
+endif()
 # The frozen LoRA base sharded across workers (lora.shard_base): 2 ranks (no ZeRO) and 4 ranks
 # (ZeRO-3, recompute) give the adapters of the whole base bit for bit, rank 0's resident memory
 # falls by the base less its 1/N, `dtrain plan` models it, and a resume continues bit for bit.
@@ -167,9 +179,16 @@ dt_test(NAME train_bf16 SOURCES train/test_train_bf16.c LABELS e2e TIMEOUT 300
         ARGS ${DT_TRAIN_DATA} ${PROJECT_SOURCE_DIR} ENV DT_CPU_BF16=emulate)
 set_tests_properties(train_bf16 PROPERTIES WORKING_DIRECTORY ${CMAKE_BINARY_DIR}
                      FIXTURES_REQUIRED "fmnist_data;fortunes_data" RUN_SERIAL TRUE)
+dt_test(NAME train_bf16_native SOURCES train/test_train_bf16.c LABELS e2e TIMEOUT 300
+        ARGS ${DT_TRAIN_DATA} ${PROJECT_SOURCE_DIR} ENV DT_TEST_BF16=native)
+set_tests_properties(train_bf16_native PROPERTIES WORKING_DIRECTORY ${CMAKE_BINARY_DIR}
+                     FIXTURES_REQUIRED "fmnist_data;fortunes_data" RUN_SERIAL TRUE
+                     SKIP_RETURN_CODE 77)
 # `dtrain train --json` (and `lora merge --json`): one JSON object on stdout agreeing with run.json,
 # the checkpoint and the export; refusals as objects with exit_code 2.
 add_test(NAME train_json_out COMMAND ${PROJECT_SOURCE_DIR}/tests/train/json_out.sh
          $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${DT_TRAIN_DATA})
 set_tests_properties(train_json_out PROPERTIES LABELS "train;e2e" TIMEOUT 120
                      FIXTURES_REQUIRED fortunes_data ENVIRONMENT "OMP_NUM_THREADS=1")
+# The step as a CUDA graph: decision, scalar block, CPU refusals (src/train/device_capture.c).
+dt_test(NAME device_capture SOURCES train/device_capture.c LABELS unit)

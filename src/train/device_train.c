@@ -1,0 +1,200 @@
+/* train.device=cuda: the step on a CUDA device. The trainer keeps its host graph t->g (weights
+ * are initialised, loaded, resumed, evaluated, checkpointed and exported there, as on the CPU)
+ * and compiles the same graph for the device, t->dg: each step copies the batch fed into g to
+ * the device, runs forward and backward there, clips and applies the fused CUDA optimizer on
+ * the device's flat buffers and downloads the loss and the gradient norm (two scalars). The
+ * device's weights and optimizer moments come back to the host only when something on the host
+ * reads them (dt_train_device_pull); so do the batchnorm running statistics, which live in the
+ * graphs' state buffers (DT_PARAM_STATE) and travel with the weights. With several ranks (one per
+ * GPU) the flat gradient buffer [n] is all-reduced after the last micro-batch's backward, before
+ * clipping and the optimizer (dt_gpu_comm: NCCL or staged through host memory; no overlap with
+ * backward). What the engine covers: the Llama and ResNet models whose ops all have CUDA
+ * kernels, f32, AdamW or SGD, plain data parallelism with equal batch shares; the rest is
+ * refused here in one line. */
+#include <math.h>
+#include <string.h>
+#include "dtrain/device_cuda.h"
+#include "dtrain/dtrain.h"
+#include "train/device_stage.h"
+#include "dtrain/gpu_comm.h"
+#include "train/train_impl.h"
+
+static const char *dev_name(const dt_trainer *t, char *buf, size_t n) {
+    return dt_device_name(t->device, buf, n);
+}
+
+dt_status dt_train_device_check(dt_trainer *t) {
+    if (t->device.kind != DT_DEVICE_CUDA) return DT_OK;
+    const dt_config_values *v = &t->v;
+    char nm[DT_DEVICE_NAME_MAX];
+    dev_name(t, nm, sizeof nm);
+    /* several GPU ranks: plain data parallelism (gradients all-reduced after backward) */
+    if (t->world > 1 && v->dist.zero_stage >= 1)
+        return dt_error_set(DT_ERR_INVALID,
+                            "dist.zero_stage: %lld with train.device=%s on %d ranks: ZeRO on GPU "
+                            "ranks is not implemented yet (use dist.zero_stage=0, docs/gpu.md)",
+                            (long long)v->dist.zero_stage, nm, t->world);
+    if (t->world > 1 && dt_config_shares_auto(v->dist.batch_shares))
+        return dt_error_set(DT_ERR_INVALID,
+                            "dist.batch_shares: auto with train.device=%s on %d ranks is not "
+                            "implemented yet (equal shares only on GPU ranks, docs/gpu.md)",
+                            nm, t->world);
+    if (t->world > 1 && v->dist.sync_batchnorm)
+        return dt_error_set(DT_ERR_INVALID,
+                            "dist.sync_batchnorm: SyncBatchNorm with train.device=%s on %d ranks "
+                            "is not implemented (docs/gpu.md)",
+                            nm, t->world);
+    if (t->model == DT_MODEL_CUSTOM)
+        return dt_error_set(DT_ERR_INVALID,
+                            "train.device: %s: only Llama and ResNet models train on a CUDA "
+                            "device yet (docs/gpu.md)",
+                            nm);
+    if (v->dist.sync_batchnorm)
+        return dt_error_set(DT_ERR_INVALID,
+                            "dist.sync_batchnorm: synchronised batchnorm on a CUDA device (%s) is "
+                            "not implemented yet (docs/gpu.md)",
+                            nm);
+    if (v->lora.enabled)
+        return dt_error_set(DT_ERR_INVALID,
+                            "train.device: %s: LoRA (a bf16 frozen base) on a CUDA device is not "
+                            "implemented yet (docs/gpu.md)",
+                            nm);
+    if (v->train.precision == DT_CFG_PREC_BF16)
+        return dt_error_set(DT_ERR_INVALID,
+                            "train.precision: bf16 on a CUDA device (%s) is not implemented yet "
+                            "(f32 only, docs/gpu.md)",
+                            nm);
+    return DT_OK;
+}
+
+/* Host -> device, the sizes of the host graph's buffers. */
+static dt_status upload(dt_trainer *t, void *dst, const void *src, size_t bytes) {
+    return bytes ? dt_graph_upload(t->dg, dst, src, bytes) : DT_OK;
+}
+
+dt_status dt_train_device_open(dt_trainer *t) {
+    if (t->device.kind != DT_DEVICE_CUDA) return DT_OK;
+    if (t->uneven) { /* known once the batch is split, after dt_train_device_check */
+        char nm[DT_DEVICE_NAME_MAX];
+        return dt_error_set(DT_ERR_INVALID,
+                            "dist.batch_shares: uneven shares with train.device=%s are not "
+                            "implemented yet (equal shares only on GPU ranks, docs/gpu.md)",
+                            dev_name(t, nm, sizeof nm));
+    }
+    /* before the weights exist: a graph the device cannot run is refused before any work */
+    return dt_train_build_graph_on(t, t->device, &t->dg);
+}
+
+dt_status dt_train_device_upload(dt_trainer *t) {
+    if (!t->dg) return DT_OK;
+    dt_status st;
+    size_t ns = 0;
+    const float *hs = dt_graph_flat_state(t->g, &ns);
+    if ((st = upload(t, dt_graph_flat_param(t->dg, NULL), t->p, t->n * sizeof(float))) != DT_OK ||
+        (st = upload(t, dt_graph_flat_state(t->dg, NULL), hs, ns * sizeof(float))) != DT_OK)
+        return st;
+    /* the optimizer's moments: zero, or what a resume put into the host buffers */
+    dt_optim_state os;
+    if ((st = dt_optim_get_state(t->opt, &os)) != DT_OK) return st;
+    size_t n = os.hi - os.lo;
+    for (int b = 0; b < os.n_buffers; b++) {
+        if ((st = dt_device_alloc(t->device, n * sizeof(float), (void **)&t->dbuf[b])) != DT_OK ||
+            (st = upload(t, t->dbuf[b], os.buffers[b], n * sizeof(float))) != DT_OK)
+            return st;
+    }
+    return dt_device_alloc(t->device, DT_CUDA_SUMSQ_WORK * sizeof(double), (void **)&t->dwork);
+}
+
+/* Through pinned slots on the copy stream (device_stage.c): the host does not wait for the copy,
+ * the graph's stream does. */
+dt_status dt_train_device_feed(dt_trainer *t) {
+    if (!t->dg) return DT_OK;
+    const dt_tensor *x = dt_graph_value(t->g, t->x), *y = dt_graph_value(t->g, t->y);
+    size_t b[2] = {dt_tensor_nbytes(x), dt_tensor_nbytes(y)};
+    dt_status st = t->stage ? DT_OK : dt_stage_open(t->device, b[0] + b[1], 2, &t->stage);
+    unsigned char *h = NULL;
+    if (st == DT_OK) st = dt_stage_next(t->stage, (void **)&h);
+    if (st != DT_OK) return st;
+    memcpy(h, x->data, b[0]);
+    memcpy(h + b[0], y->data, b[1]);
+    void *dst[2] = {dt_graph_value(t->dg, t->x)->data, dt_graph_value(t->dg, t->y)->data};
+    return dt_stage_push(t->stage, 2, dst, b, dt_graph_stream(t->dg));
+}
+
+dt_status dt_train_device_loss(dt_trainer *t, float *loss) {
+    return dt_graph_download(t->dg, loss, dt_graph_value(t->dg, t->loss)->data, sizeof *loss);
+}
+
+dt_status dt_train_device_dist(dt_trainer *t) {
+    if (!t->dg || t->world < 2) return DT_OK;
+    /* rank 0's weights and state buffers to every rank, as dt_ddp_broadcast_params does on the
+     * CPU; the device gets them in dt_train_device_upload */
+    /* (before the optimizer exists: t->p and t->n are not set yet, the graph's are) */
+    size_t n = 0, ns = 0;
+    float *p = dt_graph_flat_param(t->g, &n), *hs = dt_graph_flat_state(t->g, &ns);
+    dt_status st = n ? dt_comm_broadcast(t->comm, p, n * sizeof(float), 0) : DT_OK;
+    if (st == DT_OK && ns) st = dt_comm_broadcast(t->comm, hs, ns * sizeof(float), 0);
+    if (st == DT_OK)
+        st = dt_gpu_comm_open(t->comm, t->device, (dt_gpu_comm_kind)t->v.dist.gpu_comm, n, &t->gc);
+    return st;
+}
+
+dt_status dt_train_device_update(dt_trainer *t, float lr, double *norm) {
+    dt_stream *s = dt_graph_stream(t->dg);
+    float *p = dt_graph_flat_param(t->dg, NULL), *g = dt_graph_flat_grad(t->dg, NULL);
+    float clip = (float)t->v.optim.clip_norm;
+    double sumsq = NAN;
+    dt_status st = DT_OK;
+    /* several ranks: the loss was scaled by 1/world (dt_trainer_step), so the sum over ranks
+     * is the mean -- the CPU ranks' DDP does the same (average = 0, Horovod's prescale) */
+    if (t->gc) st = dt_gpu_comm_allreduce(t->gc, g, t->n, 0, s);
+    if (st == DT_OK) st = dt_cuda_grad_sumsq(s, g, t->n, t->dwork);
+    if (st == DT_OK && clip > 0) st = dt_cuda_grad_clip(s, g, t->n, t->dwork, clip);
+    if (st == DT_OK) st = dt_optim_step_cuda(t->opt, s, p, g, t->dbuf, lr);
+    /* the norm for the log: after the step's kernels, one sync per step */
+    if (st == DT_OK) st = dt_graph_download(t->dg, &sumsq, t->dwork, sizeof sumsq);
+    t->host_stale = 1;
+    t->cap_eager += st == DT_OK; /* the capture waits for one eager step (device_capture.c) */
+    *norm = sqrt(sumsq);
+    return st;
+}
+
+int dt_train_device_ckpt_may_save(const dt_trainer *t, int last, int stop) {
+    const dt_config_values *v = &t->v;
+    if (!t->dg) return 0;
+    /* every_minutes: the saver's clock decides inside the save call, so every step may save */
+    return last || stop || v->ckpt.every_minutes > 0 ||
+           (v->ckpt.every_steps > 0 && t->prog.step % v->ckpt.every_steps == 0);
+}
+
+dt_status dt_train_device_pull(dt_trainer *t) {
+    if (!t->dg || !t->host_stale) return DT_OK;
+    size_t ns = 0;
+    float *hs = dt_graph_flat_state(t->g, &ns);
+    dt_status st =
+        dt_graph_download(t->dg, t->p, dt_graph_flat_param(t->dg, NULL), t->n * sizeof(float));
+    if (st == DT_OK && ns)
+        st = dt_graph_download(t->dg, hs, dt_graph_flat_state(t->dg, NULL), ns * sizeof(float));
+    dt_optim_state os;
+    if (st == DT_OK) st = dt_optim_get_state(t->opt, &os);
+    for (int b = 0; st == DT_OK && b < os.n_buffers; b++)
+        st = dt_graph_download(t->dg, os.buffers[b], t->dbuf[b], (os.hi - os.lo) * sizeof(float));
+    if (st == DT_OK) t->host_stale = 0;
+    return st;
+}
+
+void dt_train_device_close(dt_trainer *t) {
+    /* no kernel still using the buffers; a graph whose compile failed has no stream (and the
+     * compile's error must stay the one reported) */
+    if (t->dg && dt_graph_stream(t->dg)) dt_stream_sync(dt_graph_stream(t->dg));
+    dt_train_capture_close(t);
+    dt_stage_close(t->stage);
+    t->stage = NULL;
+    for (int b = 0; b < DT_OPTIM_MAX_BUFFERS; b++)
+        if (t->dbuf[b]) dt_device_free(t->device, t->dbuf[b]);
+    if (t->dwork) dt_device_free(t->device, t->dwork);
+    dt_gpu_comm_close(t->gc);
+    dt_graph_free(t->dg);
+    t->dg = NULL, t->dwork = NULL, t->gc = NULL;
+    memset(t->dbuf, 0, sizeof t->dbuf);
+}
