@@ -128,7 +128,8 @@ fi
 say "libraries: $(grep -E '^(DNNL_LIB|OPENBLAS_LIB|CURL_LIBRARY_RELEASE|SQLite3_LIBRARY):' \
   "$build/CMakeCache.txt" | sed 's/:[A-Z]*=/=/' | tr '\n' ' ')"
 say "cudnn: $(grep -m1 -E '^-- cuDNN|cuDNN not found' "$out/configure.log" | sed 's/^-- //')"
-# The CUDA kernel tests (tests/device/device.cmake); each is also run alone below for its log.
+# The CUDA kernel tests (tests/device/device.cmake), run once by ctest with their arguments; -V
+# keeps every test's output in ctest.log (lines prefixed "N: "), where the timings are read.
 cuda_tests=(cuda_device cuda_optim cuda_nn cuda_gemm cuda_rope cuda_embedding cuda_dropout cuda_attention
   cuda_conv cuda_batchnorm cuda_pool cuda_graph_llama cuda_train_llama
   cuda_graph_resnet cuda_train_resnet cuda_optim_dev cuda_train_capture)
@@ -144,9 +145,9 @@ say "configure + build: $(($(date +%s) - tc)) s"
 
 # The device tests (label gpu) and the CPU device test; skipped counts as a failure here.
 (cd "$build" && LD_LIBRARY_PATH=$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ctest -R "^($(IFS='|'; echo "${targets[*]}"))\$" \
-   --output-on-failure --timeout 300) >"$out/ctest.log" 2>&1
+   -V --timeout 300) >"$out/ctest.log" 2>&1
 rc=$?
-grep -E "Test +#|tests passed|Skipped|Failed" "$out/ctest.log" | tee -a "$sum"
+grep -E "^ *[0-9]+/[0-9]+ Test +#|tests passed|\*\*\*Skipped|\*\*\*Failed|\*\*\*Timeout" "$out/ctest.log" | tee -a "$sum"
 # The two-rank runs (mpirun -np 2 under ctest): cuda_train_dist_nccl is skipped with fewer than
 # 2 GPUs or no loadable NCCL -- reported in the summary, not counted as a failure; a failure is.
 if [[ ${#dist_tests[@]} -gt 0 ]]; then
@@ -156,12 +157,9 @@ if [[ ${#dist_tests[@]} -gt 0 ]]; then
 else
   say "cuda_train_dist: not run (no mpirun here)"
 fi
-for t in "${cuda_tests[@]}"; do
-  LD_LIBRARY_PATH=$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$build/tests/$t" >"$out/$t.log" 2>&1
-done
-gemm=$(grep -m1 "^GEMM" "$out/cuda_gemm.log" || true)
-say "dtrain cuBLASLt: ${gemm:-no timing (see cuda_gemm.log)}"
-grep -m1 "pinned upload" "$out/cuda_device.log" | tee -a "$sum"
+gemm=$(grep -m1 -E "^[0-9]+: GEMM" "$out/ctest.log" | sed 's/^[0-9]*: //' || true)
+say "dtrain cuBLASLt: ${gemm:-no timing (see ctest.log)}"
+grep -m1 "pinned upload" "$out/ctest.log" | sed 's/^[0-9]*: //' | tee -a "$sum"
 
 # PyTorch on the same GPU, same sizes, for the ratio.
 if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
@@ -190,7 +188,7 @@ else
   say "torch: not available with CUDA; no ratio"
 fi
 say "total: $(($(date +%s) - t0)) s"
-if [[ $rc -ne 0 ]] || grep -q "Skipped" "$out/ctest.log"; then
+if [[ $rc -ne 0 ]] || grep -q "\*\*\*Skipped" "$out/ctest.log"; then
   say "RESULT: FAIL"
   exit 1
 fi

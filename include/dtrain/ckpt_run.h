@@ -40,6 +40,8 @@ typedef enum dt_ckpt_event_kind {
     DT_CKPT_COMMITTED = 0, /* trainer_state.json of `dir` is written: the checkpoint exists */
     DT_CKPT_FAILED = 1,    /* the save of `step` was abandoned; message says why */
     DT_CKPT_REMOVED = 2,   /* retention removed `dir`; message says why */
+    DT_CKPT_SNAPSHOT = 3,  /* rank 0, training thread: the state of `step` is copied and is
+                            * about to be written; nothing of it is committed yet */
 } dt_ckpt_event_kind;
 
 typedef struct dt_ckpt_event {

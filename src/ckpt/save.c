@@ -478,6 +478,7 @@ static dt_status save(dt_ckpt_saver *s, const dt_ckpt_progress *p, const char *w
     }
     if (st == DT_OK && s->rank == 0) st = make_state(s, p);
     if (st != DT_OK) return st;
+    if (s->rank == 0) emit(s, DT_CKPT_SNAPSHOT, s->step, s->dir, &s->state, NULL);
     s->pending = 1;
     submit(s, JOB_WRITE);
     s->last_save_time = now();

@@ -3,6 +3,7 @@
  * contract. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <ftw.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -56,7 +57,33 @@ typedef struct job {
     char mpirun[4096], worker[4096], run_name[1100];
     const char *track_off; /* "tracking.uri=off" when the launcher found the store unusable */
     dt_serve *monitor;
+    /* Open MPI's session directory base for this job's mpiruns, "" for mpirun's default. Two
+     * mpiruns started at the same moment on one machine (a sweep's trials) race on creating the
+     * shared default, /tmp/ompi.<host>.<uid>, and one fails ("orte_session_dir failed: File
+     * exists"); a base of its own per job has nothing to race on. */
+    char session[400];
 } job;
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* Makes the job's session base under $TMPDIR (or /tmp); left "" (mpirun's default) when the
+ * user's --mpirun-args name one or it cannot be made. */
+static void session_make(job *j) {
+    j->session[0] = 0;
+    if (j->o->mpirun_args && strstr(j->o->mpirun_args, "tmpdir_base")) return;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(j->session, sizeof j->session, "%s/dtrain-mpi-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (!mkdtemp(j->session)) j->session[0] = 0;
+}
+
+/* What a killed attempt's daemons left in it goes with the job. */
+static void session_remove(job *j) {
+    if (j->session[0]) nftw(j->session, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 /* Runs one attempt; returns the exit status of mpirun (128 + signal if killed). */
 static int run_attempt(job *j, int resume, int attempt, dt_launch_attempt *a) {
@@ -71,6 +98,7 @@ static int run_attempt(job *j, int resume, int attempt, dt_launch_attempt *a) {
     argv[k++] = "none";
     argv[k++] = "--tag-output";
     if (o->oversubscribe) argv[k++] = "--oversubscribe";
+    if (j->session[0]) argv[k++] = "--mca", argv[k++] = "orte_tmpdir_base", argv[k++] = j->session;
     if (o->n_hosts) {
         dt_launch_hosts_format(o, ",", hosts, sizeof hosts);
         argv[k++] = "--host";
@@ -295,6 +323,7 @@ dt_status dt_launch_run(const dt_launch_opts *o, int *exit_code) {
         j.track_off = "tracking.uri=off";
     }
     monitor_start(&j, db, tracking, experiment);
+    session_make(&j);
 
     dt_launch_policy pol;
     dt_launch_policy_init(&pol, o->max_failures, o->backoff_s);
@@ -402,5 +431,6 @@ dt_status dt_launch_run(const dt_launch_opts *o, int *exit_code) {
     cJSON_Delete(rec);
     dt_serve_close(j.monitor);
     dt_launch_track_close(&trk);
+    session_remove(&j);
     return DT_OK;
 }

@@ -34,6 +34,11 @@ static void on_event(void *ud, const dt_ckpt_event *e) {
         dt_train_track_ckpt(t, e->step, e->store_url, e->dir, e->state);
     } else if (e->kind == DT_CKPT_REMOVED) {
         dt_train_track_ckpt_removed(t, e->step, e->store_url, e->dir, e->message);
+    } else if (e->kind == DT_CKPT_SNAPSHOT) {
+        /* The metrics up to this step reach disk before the checkpoint can be committed: a run
+         * killed after the commit resumes from a step whose metrics are in the store (a sweep
+         * reads its rung's loss from there), not from one whose metrics died in the buffer. */
+        dt_train_track_flush(t);
     }
 }
 

@@ -334,6 +334,10 @@ void dt_train_track_ckpt(dt_trainer *t, int64_t step, const char *store_url, con
         warn_off(t, "cannot record the checkpoint");
 }
 
+void dt_train_track_flush(dt_trainer *t) {
+    if (on(t) && dt_track_flush(t->tk->store) != DT_OK) warn_off(t, "cannot write the metrics");
+}
+
 void dt_train_track_ckpt_removed(dt_trainer *t, int64_t step, const char *store_url,
                                  const char *dir, const char *why) {
     if (!on(t)) return;

@@ -214,6 +214,7 @@ void dt_train_track_ckpt(dt_trainer *t, int64_t step, const char *store_url, con
 void dt_train_track_ckpt_removed(dt_trainer *t, int64_t step, const char *store_url,
                                  const char *dir, const char *why);
 void dt_train_track_export(dt_trainer *t, const char *dir); /* the exported model */
+void dt_train_track_flush(dt_trainer *t); /* buffered metrics to disk (at a checkpoint) */
 struct dt_mlflow;
 /* Queues the run's artefacts (run files, exported model, manifest) to its MLflow run
  * (src/train/track_artifacts.c). */
