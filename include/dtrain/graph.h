@@ -192,9 +192,15 @@ const dt_tensor *dt_graph_shape(const dt_graph *g, int id);
  * backward only issue work on the graph's stream and return; dt_graph_download waits for it
  * (dt_stream_sync) before copying, dt_graph_upload orders its copy after the work issued so far
  * and waits for it. Kernel-side checks (embedding ids, cross-entropy targets outside their
- * range) are not reported on a device graph yet: such a step gives NaN or zero rows. The grad
- * ready callback and dt_graph_on_entry fire when an entry's kernels are issued, not done. */
+ * range) are recorded by the kernels and reported by dt_graph_device_read_checks after the
+ * forward has run (the step itself gives zero rows or a NaN loss). The grad ready callback and
+ * dt_graph_on_entry fire when an entry's kernels are issued, not done. */
 dt_device dt_graph_device(const dt_graph *g);
+/* After a forward has run on a device graph: the first bad input its kernels recorded, as the
+ * CPU op's error (DT_ERR_RANGE: an embedding id or a cross-entropy target out of range; a
+ * few small downloads, each after the stream's work). DT_OK on a CPU graph, whose ops refuse
+ * before they run. */
+dt_status dt_graph_device_read_checks(dt_graph *g);
 /* The stream the kernels of a device graph run on (NULL on a CPU graph). */
 dt_stream *dt_graph_stream(dt_graph *g);
 /* Host src -> graph memory dst (a pointer into a value, gradient or flat buffer), bytes. */

@@ -14,6 +14,27 @@ dt_stream *dt_graph_stream(dt_graph *g) {
     return g ? g->stream : NULL;
 }
 
+dt_status dt_graph_device_read_checks(dt_graph *g) {
+    if (!g->on_cuda || !g->n_checks) return DT_OK;
+    enum { MAX_READ = 64 };
+    int64_t pos[MAX_READ];
+    const int n = g->n_checks < MAX_READ ? g->n_checks : MAX_READ;
+    dt_status st = dt_graph_download(g, pos, g->checks, (size_t)n * sizeof(int64_t));
+    for (int e = 0; st == DT_OK && e < g->n_entries; e++) {
+        const dt_entry *en = &g->entries[e];
+        if (!en->check || en->check > n || pos[en->check - 1] < 0) continue;
+        st = g->nodes[en->node].op->cuda_check(g, &en->ctx, pos[en->check - 1]);
+    }
+    return st;
+}
+
+int dt_graph_device_check_slot(dt_graph *g, const dt_entry *e, void **dst, const void **src) {
+    if (!g->on_cuda || !e->check) return 0;
+    *dst = g->checks + (e->check - 1);
+    *src = (const char *)e->ctx.aux + e->ctx.node->op->cuda_check_at(g, e->ctx.node);
+    return 1;
+}
+
 dt_status dt_graph_device_check(dt_graph *g, const int *live, const int *gneed) {
     for (int i = 0; i < g->n_nodes; i++) {
         const dt_node *nd = &g->nodes[i];
@@ -75,6 +96,17 @@ dt_status dt_graph_device_alloc(dt_graph *g, size_t flat_cap) {
     if (st == DT_OK) st = dalloc(g, g->frozen_bytes, &g->flat_frozen);
     if (st == DT_OK) st = dalloc(g, g->input_bytes, &g->input_mem);
     if (st == DT_OK) st = dalloc(g, sizeof(float), (void **)&g->loss_grad);
+    /* a slot per forward entry whose op checks its input on the device, -1 (0xff bytes) until
+     * a forward says otherwise */
+    g->n_checks = 0;
+    for (int e = 0; e < g->n_entries; e++) {
+        dt_entry *en = &g->entries[e];
+        const dt_op_def *op = g->nodes[en->node].op;
+        en->check = en->phase == DT_PH_FWD && op && op->cuda_check_at ? ++g->n_checks : 0;
+    }
+    if (st == DT_OK) st = dalloc(g, (size_t)g->n_checks * sizeof(int64_t), (void **)&g->checks);
+    if (st == DT_OK && g->n_checks)
+        st = dt_cuda_memset(g->stream, g->checks, 0xff, (size_t)g->n_checks * sizeof(int64_t));
     if (st == DT_OK)
         st = dt_host_alloc_pinned(g->device, sizeof(float), (void **)&g->loss_scale_pin);
     if (st == DT_OK) *g->loss_scale_pin = g->loss_scale;
@@ -85,7 +117,7 @@ dt_status dt_graph_device_alloc(dt_graph *g, size_t flat_cap) {
 
 void dt_graph_device_free(dt_graph *g) {
     void *bufs[] = {g->arena,       g->flat_param, g->flat_grad, g->flat_state,
-                    g->flat_frozen, g->input_mem,  g->loss_grad};
+                    g->flat_frozen, g->input_mem,  g->loss_grad, g->checks};
     if (g->stream) dt_stream_sync(g->stream);
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) dt_device_free(g->device, bufs[i]);

@@ -49,7 +49,13 @@ static dt_status run_entry(dt_graph *g, dt_entry *e) {
     dt_status st;
     if (e->phase != DT_PH_BWD) {
         if (g->poison && (st = poison_entry(g, e)) != DT_OK) return st;
-        return g->on_cuda ? op->cuda_forward(c, g->stream) : op->forward(c);
+        if (!g->on_cuda) return op->forward(c);
+        if ((st = op->cuda_forward(c, g->stream)) != DT_OK) return st;
+        void *dst;
+        const void *src;
+        if (e->phase == DT_PH_FWD && dt_graph_device_check_slot(g, e, &dst, &src))
+            st = dt_device_copy_async(g->device, dst, src, sizeof(int64_t), DT_COPY_D2D, g->stream);
+        return st;
     }
     for (int k = 0; k < e->n_zero; k++)
         if ((st = fill(g, e->zero[k].ptr, 0, e->zero[k].bytes)) != DT_OK) return st;

@@ -23,6 +23,7 @@ typedef struct dt_entry {
     int n_zero; /* buffers to zero before an accumulate-only backward */
     dt_zero zero[DT_MAX_IN];
     int ready_first, ready_count; /* params whose gradient is final after this entry */
+    int check; /* device graphs: 1 + this forward's slot in dt_graph.checks, 0 for none */
 } dt_entry;
 
 struct dt_graph {
@@ -66,7 +67,9 @@ struct dt_graph {
      * set before each replay */
     float *loss_scale_pin;
     /* device graphs (src/graph/device_graph.c) */
-    int on_cuda;             /* compiled (or being compiled) for a CUDA device */
+    int on_cuda;     /* compiled (or being compiled) for a CUDA device */
+    int64_t *checks; /* device [n_checks]: the checked forwards' first bad positions */
+    int n_checks;
     dt_device device;        /* dt_graph_opts.device */
     dt_stream *stream;       /* the kernels' stream (CUDA graphs) */
     struct dt_cuda_dnn *dnn; /* dt_graph_cuda_dnn: cuDNN handle of the convolutions */
@@ -85,6 +88,9 @@ int dt_graph_layout_native_block(void);
 /* Device graphs (src/graph/device_graph.c). The first op the device has no kernel for, as a
  * one-line error (DT_OK when all have one). */
 dt_status dt_graph_device_check(dt_graph *g, const int *live, const int *gneed);
+/* For a forward entry whose op checks its input on the device: where the executor copies the
+ * check's int64 from (in aux) and to (dt_graph.checks); 0 when the entry has none. */
+int dt_graph_device_check_slot(dt_graph *g, const dt_entry *e, void **dst, const void **src);
 /* Allocates (and zeroes) the arena, flat buffers, inputs and loss seed on the graph's device,
  * creates its stream and GEMM handle. */
 dt_status dt_graph_device_alloc(dt_graph *g, size_t flat_cap);

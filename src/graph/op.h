@@ -126,6 +126,13 @@ struct dt_op_def {
     dt_status (*cuda_prepare)(dt_graph *g, dt_node *n);
     dt_status (*cuda_forward)(const dt_op_ctx *c, dt_stream *s);
     dt_status (*cuda_backward)(const dt_op_ctx *c, dt_stream *s);
+    /* Optional, both or neither: input checks done by the forward's kernels. cuda_check_at
+     * gives the byte offset in the node's aux of an int64 the forward leaves holding the first
+     * bad position, or -1; the executor copies it, on the stream, into a buffer of the graph's
+     * own (aux is reused by later entries). cuda_check forms the CPU op's error for position
+     * pos, once the stream's work has finished (it may download the graph's inputs). */
+    int64_t (*cuda_check_at)(dt_graph *g, const dt_node *n);
+    dt_status (*cuda_check)(dt_graph *g, const dt_op_ctx *c, int64_t pos);
 };
 
 /* Adds an op node. Checks only generic things (ids valid, ndim); returns the id or -1. The

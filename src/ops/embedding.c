@@ -84,6 +84,8 @@ static const dt_op_def embedding_op = {
     .forward = embedding_forward,
     .backward = embedding_backward,
     DT_CUDA_OP_ENTRIES(embedding),
+    .cuda_check_at = dt_embedding_cuda_check_at,
+    .cuda_check = dt_embedding_cuda_check,
 };
 
 int dt_embedding(dt_graph *g, int ids, int table) {

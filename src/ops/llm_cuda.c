@@ -2,6 +2,7 @@
  * node parameters as the CPU files define them, aux/ws sized for the CUDA kernels of
  * include/dtrain/device_cuda.h. gin_beta 0 overwrites a gradient, 1 adds into it; where a
  * kernel can only overwrite, the glue writes into ws and adds. */
+#include <stdio.h>
 #include "dtrain/device_cuda.h"
 #include "ops/ops_cuda.h"
 #include "ops/rope_impl.h"
@@ -129,7 +130,7 @@ dt_status dt_attention_cuda_backward(const dt_op_ctx *c, dt_stream *s) {
 
 /* ---- embedding: ip = {n, V, D}; ids [n] i32/i64, table [V, D] f32 (or bf16, no grad) ---- */
 
-/* aux: the first bad id's position (int64, -1 when none; not read back yet). */
+/* aux: the first bad id's position (int64, -1 when none; read back by the check below). */
 dt_status dt_embedding_cuda_prepare(dt_graph *g, dt_node *n) {
     (void)g;
     n->aux_bytes = sizeof(int64_t);
@@ -142,6 +143,35 @@ dt_status dt_embedding_cuda_forward(const dt_op_ctx *c, dt_stream *s) {
     const int64_t *ip = c->node->ip;
     return dt_cuda_embedding_fwd(s, c->out.data, c->aux, c->in[0].data, c->in[0].dtype == DT_I64,
                                  c->in[1].data, c->in[1].dtype == DT_BF16, ip[0], ip[1], ip[2]);
+}
+
+/* The id at device position i of ids (i32 or i64), downloaded into *id; 0 when ids are not a
+ * graph input (the value of another node, whose memory later entries may have reused). */
+static int id_read(dt_graph *g, const dt_op_ctx *c, int k, int64_t i, int64_t *id) {
+    const dt_tensor *ids = &c->in[k];
+    if (dt_graph_node(g, c->node->in[k])->kind != DT_NODE_INPUT) return 0;
+    if (ids->dtype == DT_I64)
+        return dt_graph_download(g, id, (const int64_t *)ids->data + i, 8) == DT_OK;
+    int32_t v = 0;
+    int ok = dt_graph_download(g, &v, (const int32_t *)ids->data + i, 4) == DT_OK;
+    *id = v;
+    return ok;
+}
+
+int64_t dt_embedding_cuda_check_at(dt_graph *g, const dt_node *n) {
+    (void)g, (void)n;
+    return 0; /* aux is the position alone */
+}
+
+dt_status dt_embedding_cuda_check(dt_graph *g, const dt_op_ctx *c, int64_t pos) {
+    const int64_t *ip = c->node->ip;
+    int64_t id = 0;
+    char what[64] = "an id";
+    if (id_read(g, c, 0, pos, &id)) snprintf(what, sizeof what, "id %lld", (long long)id);
+    return dt_error_set(DT_ERR_RANGE,
+                        "embedding: %s at position %lld is outside [0, V) for table [V, D] = "
+                        "[%lld, %lld]",
+                        what, (long long)pos, (long long)ip[1], (long long)ip[2]);
 }
 
 dt_status dt_embedding_cuda_backward(const dt_op_ctx *c, dt_stream *s) {
@@ -183,6 +213,20 @@ dt_status dt_ce_cuda_forward(const dt_op_ctx *c, dt_stream *s) {
     int64_t C = last_dim(x), N = dt_tensor_numel(x) / C;
     return dt_cuda_ce_fwd(s, c->out.data, c->aux, (int64_t *)((char *)c->aux + ce_stats_offset(N)),
                           x->data, c->in[1].data, N, C, c->node->ip[0], c->node->fp[0], c->ws);
+}
+
+int64_t dt_ce_cuda_check_at(dt_graph *g, const dt_node *n) {
+    const dt_tensor *x = &dt_graph_node(g, n->in[0])->t;
+    return (int64_t)(ce_stats_offset(dt_tensor_numel(x) / last_dim(x)) + sizeof(int64_t));
+}
+
+dt_status dt_ce_cuda_check(dt_graph *g, const dt_op_ctx *c, int64_t pos) {
+    int64_t C = last_dim(&c->in[0]), t = 0;
+    char what[64] = "a target";
+    if (id_read(g, c, 1, pos, &t)) snprintf(what, sizeof what, "target %lld", (long long)t);
+    return dt_error_set(DT_ERR_RANGE,
+                        "cross_entropy: %s at position %lld outside [0, %lld) (ignore_index %lld)",
+                        what, (long long)pos, (long long)C, (long long)c->node->ip[0]);
 }
 
 dt_status dt_ce_cuda_backward(const dt_op_ctx *c, dt_stream *s) {

@@ -36,6 +36,12 @@ DT_CUDA_OP_DECL(maxpool)
 DT_CUDA_OP_DECL(avgpool)
 DT_CUDA_OP_DECL(gap)
 DT_CUDA_OP_DECL(relu)
+/* The read-back of the kernels' input checks (dt_op_def.cuda_check): an embedding id and a
+ * cross-entropy target outside their range. */
+int64_t dt_embedding_cuda_check_at(dt_graph *g, const dt_node *n);
+dt_status dt_embedding_cuda_check(dt_graph *g, const dt_op_ctx *c, int64_t pos);
+int64_t dt_ce_cuda_check_at(dt_graph *g, const dt_node *n);
+dt_status dt_ce_cuda_check(dt_graph *g, const dt_op_ctx *c, int64_t pos);
 /* conv2d's destroy on a CUDA graph (its cuDNN plan). */
 void dt_conv2d_cuda_destroy(dt_node *n);
 

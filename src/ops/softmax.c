@@ -241,6 +241,8 @@ static const dt_op_def ce_def = {
     .forward = ce_forward,
     .backward = ce_backward,
     DT_CUDA_OP_ENTRIES(ce),
+    .cuda_check_at = dt_ce_cuda_check_at,
+    .cuda_check = dt_ce_cuda_check,
 };
 
 /* ---------------------------------------------------------------- builders */

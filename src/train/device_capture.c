@@ -209,6 +209,9 @@ dt_status dt_train_capture_step(dt_trainer *t, float lr, float *loss, double *no
         (st = dt_optim_step_done(t->opt)) != DT_OK)
         return st;
     t->host_stale = 1;
+    /* a replayed step has updated the weights before the checks can be read: a bad id or
+     * target still stops the run here, before this step's checkpoint */
+    if ((st = dt_graph_device_read_checks(t->dg)) != DT_OK) return st;
     *loss = *dt_capture_loss_host(c);
     *norm = sqrt(*dt_capture_sumsq_host(c));
     *done = 1;

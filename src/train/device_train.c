@@ -121,8 +121,12 @@ dt_status dt_train_device_feed(dt_trainer *t) {
     return dt_stage_push(t->stage, 2, dst, b, dt_graph_stream(t->dg));
 }
 
+/* After each micro-batch: the loss, then the kernels' input checks (an id or a target out of
+ * range stops the run here, before the update, as on the CPU). */
 dt_status dt_train_device_loss(dt_trainer *t, float *loss) {
-    return dt_graph_download(t->dg, loss, dt_graph_value(t->dg, t->loss)->data, sizeof *loss);
+    dt_status st =
+        dt_graph_download(t->dg, loss, dt_graph_value(t->dg, t->loss)->data, sizeof *loss);
+    return st == DT_OK ? dt_graph_device_read_checks(t->dg) : st;
 }
 
 dt_status dt_train_device_dist(dt_trainer *t) {

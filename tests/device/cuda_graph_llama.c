@@ -4,7 +4,9 @@
  * every layer recomputed (the embedding table's gradient is then added to by the lm_head GEMM,
  * and RECOMP entries run); the tied one again in accumulate mode (a second backward adds onto
  * the first). The untied table's gradient must also be exactly +0.0 outside the rows the batch
- * names (the row-sparse gradient, dt_param_info.sparse_row) on the device too.
+ * names (the row-sparse gradient, dt_param_info.sparse_row) on the device too. Then an id and
+ * a target out of range: the device graph's read-back of its kernels' checks must report them
+ * with the CPU op's message.
  *
  * Tolerances: loss |cuda - cpu| <= 1e-5 (1 + |cpu|); each gradient element
  * |cuda - cpu| <= 1e-4 max|cpu over its parameter| + 1e-3 |cpu|: the GEMMs (cuBLASLt vs
@@ -88,6 +90,33 @@ static void compare(const char *what, net *cpu, net *cu, int sparse_check) {
     free(gg);
 }
 
+/* One bad value at position `at` of input `in` (ids or targets; host copy `h`, restored after):
+ * the CPU graph's forward refuses it, the device graph's forward runs and its read-back of the
+ * kernels' checks (dt_graph_device_read_checks) must give the same error, word for word. */
+static void bad_input(const char *what, net *cpu, net *cu, int in_cu, int32_t *h, int at,
+                      int32_t bad) {
+    const int32_t keep = h[at];
+    char want[512] = "";
+    h[at] = bad;
+    dt_status st = dt_graph_forward(cpu->g, 1);
+    snprintf(want, sizeof want, "%s", dt_last_error());
+    CHECK(st == DT_ERR_RANGE, "%s: the CPU forward took %d at %d (status %d)", what, bad, at,
+          (int)st);
+    CHECK_OK(
+        dt_graph_upload(cu->g, dt_graph_value(cu->g, in_cu)->data, h, sizeof(int32_t) * B * T));
+    CHECK_OK(dt_graph_forward(cu->g, 1));
+    st = dt_graph_device_read_checks(cu->g);
+    CHECK(st == DT_ERR_RANGE && !strcmp(dt_last_error(), want),
+          "%s: device read-back: status %d '%s', want the CPU's '%s'", what, (int)st,
+          st == DT_OK ? "" : dt_last_error(), want);
+    h[at] = keep;
+    CHECK_OK(
+        dt_graph_upload(cu->g, dt_graph_value(cu->g, in_cu)->data, h, sizeof(int32_t) * B * T));
+    CHECK_OK(dt_graph_forward(cu->g, 1));
+    CHECK(dt_graph_device_read_checks(cu->g) == DT_OK, "%s: still refused once restored: %s", what,
+          dt_last_error());
+}
+
 static void run(const char *what, dt_device d, int tied, int recompute) {
     dt_llama_config lc = {.vocab_size = V,
                           .hidden_size = 64,
@@ -128,6 +157,12 @@ static void run(const char *what, dt_device d, int tied, int recompute) {
     CHECK_OK(dt_graph_upload(cu.g, dt_graph_value(cu.g, cu.tg)->data, tg, sizeof(int32_t) * B * T));
     if (CHECK(step(&cpu, 0) == 0 && step(&cu, 0) == 0, "%s: step: %s", what, dt_last_error()))
         compare(what, &cpu, &cu, !tied);
+    CHECK(dt_graph_device_read_checks(cu.g) == DT_OK, "%s: a good batch's read-back: %s", what,
+          dt_last_error());
+    if (!tied) { /* an id past the table, a target past the classes (not the ignore index) */
+        bad_input("bad id", &cpu, &cu, cu.ids, ids, 5, V + 3);
+        bad_input("bad target", &cpu, &cu, cu.tg, tg, 9, V);
+    }
     if (tied && CHECK(step(&cpu, 1) == 0 && step(&cu, 1) == 0, "%s: accumulate step: %s", what,
                       dt_last_error())) {
         char w[96];
