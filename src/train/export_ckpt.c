@@ -120,7 +120,12 @@ dt_status dt_trainer_export_checkpoint(const char *ckpt_dir, dt_export_opts *o, 
             existing(o->base, NULL, hf, sizeof hf);
         else
             existing(v->model.hf_path, o ? o->base_hint : NULL, hf, sizeof hf);
-        existing(v->data.train, o ? o->data_hint : NULL, data, sizeof data);
+        /* a dataset in an object store is found by its URL from anywhere (its tokenizer is
+         * fetched from beside the manifest, checked against its xxh3) */
+        if (!strncmp(v->data.train, "s3://", 5))
+            snprintf(data, sizeof data, "%s", v->data.train);
+        else
+            existing(v->data.train, o ? o->data_hint : NULL, data, sizeof data);
         if (!hf[0])
             st = dt_error_set(DT_ERR_NOTFOUND,
                               "%s: model.hf_path '%s' of the checkpoint's config is not found "

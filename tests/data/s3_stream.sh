@@ -150,9 +150,11 @@ if [ "$mode" = block ] || [ "$mode" = docs ]; then
     { cat "$tmp/s3.log"; echo "FAIL: the s3:// run failed"; exit 1; }
 elif [ "$mode" = same ] || [ "$mode" = np2 ]; then
   # same: two prefetch threads reading (and holding blocks) at once while blocks are dropped
-  workers=0
-  [ "$mode" = same ] && workers=2
-  "${launch[@]}" "$dtrain" train "${s3args[@]}" data.workers=$workers > "$tmp/s3.log" 2>&1 ||
+  # (same: a checkpoint at the end too, for the registry export below)
+  workers=0 every=0
+  [ "$mode" = same ] && workers=2 every=$steps
+  "${launch[@]}" "$dtrain" train "${s3args[@]}" data.workers=$workers ckpt.every_steps=$every \
+    > "$tmp/s3.log" 2>&1 ||
     { cat "$tmp/s3.log"; echo "FAIL: the s3:// run failed"; exit 1; }
 else
   "$dtrain" train "${s3args[@]}" > "$tmp/s3.log" 2>&1 &
@@ -225,3 +227,14 @@ tj=model/tokenizer.json
 cmp "$tmp/$exp/local/$tj" "$tmp/$exp/s3/$tj" ||
   { echo "FAIL: the s3:// run's $tj differs from the local run's (or is missing)"; exit 1; }
 echo "identical: $tj ($(stat -c %s "$tmp/$exp/s3/$tj") bytes), s3:// vs local"
+if [ "$mode" = same ]; then
+  # the run registered and exported from the registry: the tokenizer is fetched from beside the
+  # s3:// manifest again, not looked for as a local folder
+  "$dtrain" models register s3 --name s3tok --output-dir "$tmp" > "$tmp/reg.log" 2>&1 ||
+    { cat "$tmp/reg.log"; echo "FAIL: models register of the s3:// run"; exit 1; }
+  "$dtrain" models export s3tok -o "$tmp/reg-export" --output-dir "$tmp" > "$tmp/regexp.log" 2>&1 ||
+    { cat "$tmp/regexp.log"; echo "FAIL: models export of the s3:// run"; exit 1; }
+  cmp "$tmp/$exp/local/$tj" "$tmp/reg-export/tokenizer.json" ||
+    { cat "$tmp/regexp.log"; echo "FAIL: models export of the s3:// run: no or another tokenizer.json"; exit 1; }
+  echo "identical: models export's tokenizer.json, from beside the s3:// manifest"
+fi
