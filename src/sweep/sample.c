@@ -142,8 +142,8 @@ static double unit(uint64_t seed, uint32_t a, uint32_t b, uint32_t tag) {
 /* Fisher-Yates from the end: position i swaps with j uniform in [0, i]. Why shuffle a grid:
  * asynchronous early stopping judges a trial against those that reached its rung before it, so
  * a grid in order (first parameter slowest) lets the first block of one value of that parameter
- * set the rungs' bars and be promoted on little evidence; ASHA's analysis assumes trials in
- * random order. */
+ * set the rungs' bars and be promoted on little evidence; ASHA (Li et al. 2020) draws its
+ * trials at random. */
 static void shuffle(uint64_t seed, dt_sweep_trial *t, int n) {
     for (int i = n - 1; i > 0; i--) {
         int j = (int)(unit(seed, (uint32_t)i, 0, 0x53485546u) * (double)(i + 1));
