@@ -71,6 +71,7 @@ typedef struct dt_sweep_spec {
     dt_sweep_param params[DT_SWEEP_MAX_PARAMS];
     dt_sweep_sampler sampler;
     uint64_t seed;
+    int shuffle;        /* grid: 1 = the trials in a permutation drawn from seed */
     int trials;         /* random/Sobol: how many; grid: 0 = the whole grid, else its first N */
     int max_concurrent; /* trials running at once (0: the slots) */
     int metric_val;     /* 1: val_loss (eval_loss in the store), 0: train_loss (loss) */
@@ -97,9 +98,10 @@ typedef struct dt_sweep_trial {
 
 /* The trials of the spec, in order (*out malloc'ed; free()). Grid: the cartesian product of the
  * parameters' values, the first parameter varying slowest, a conditional parameter crossed only
- * where its condition holds. Random: Philox draws keyed by (seed, trial, parameter). Sobol:
- * point trial + 1 of the unscrambled Sobol sequence (the origin is skipped), one dimension per
- * parameter. */
+ * where its condition holds; with shuffle, the whole grid in a Fisher-Yates permutation keyed
+ * by seed (Philox), then cut to `trials` (a random subset). Random: Philox draws keyed by (seed,
+ * trial, parameter). Sobol: point trial + 1 of the unscrambled Sobol sequence (the origin is
+ * skipped), one dimension per parameter. */
 dt_status dt_sweep_sample(const dt_sweep_spec *s, dt_sweep_trial **out, int *n);
 
 /* Point `index` (0 = the origin) of the unscrambled Sobol sequence in `dims` dimensions

@@ -131,6 +131,28 @@ static void grid(const dt_sweep_spec *s, int i, dt_sweep_trial *cur, dt_sweep_tr
     }
 }
 
+/* A uniform draw in [0, 1) (53 random bits) for counter (a, b, tag) under the sweep's seed: a
+ * value depends only on its own counter, not on how many draws come before or after it. */
+static double unit(uint64_t seed, uint32_t a, uint32_t b, uint32_t tag) {
+    uint32_t ctr[4] = {a, b, tag, 0}, r[4];
+    dt_philox4x32(seed, ctr, r);
+    return ((double)(r[0] >> 5) * 67108864.0 + (double)(r[1] >> 6)) / 9007199254740992.0;
+}
+
+/* Fisher-Yates from the end: position i swaps with j uniform in [0, i]. Why shuffle a grid:
+ * asynchronous early stopping judges a trial against those that reached its rung before it, so
+ * a grid in order (first parameter slowest) lets the first block of one value of that parameter
+ * set the rungs' bars and be promoted on little evidence; ASHA (Li et al. 2020) draws its
+ * trials at random. */
+static void shuffle(uint64_t seed, dt_sweep_trial *t, int n) {
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)(unit(seed, (uint32_t)i, 0, 0x53485546u) * (double)(i + 1));
+        if (j > i) j = i;
+        dt_sweep_trial x = t[i];
+        t[i] = t[j], t[j] = x;
+    }
+}
+
 static int64_t grid_size(const dt_sweep_spec *s) {
     /* an upper bound (conditional parameters counted as if always crossed) */
     int64_t n = 1;
@@ -141,7 +163,9 @@ static int64_t grid_size(const dt_sweep_spec *s) {
 dt_status dt_sweep_sample(const dt_sweep_spec *s, dt_sweep_trial **out, int *n) {
     *out = NULL, *n = 0;
     int cap = s->trials ? s->trials : DT_SWEEP_MAX_TRIALS;
-    if (s->sampler == DT_SWEEP_GRID && !s->trials && grid_size(s) > DT_SWEEP_MAX_TRIALS) {
+    int whole = s->sampler == DT_SWEEP_GRID && (!s->trials || s->shuffle); /* all enumerated */
+    if (whole) cap = DT_SWEEP_MAX_TRIALS;
+    if (whole && grid_size(s) > DT_SWEEP_MAX_TRIALS) {
         /* count exactly before refusing: conditions may make it smaller */
         dt_sweep_trial *probe = malloc(sizeof *probe * (DT_SWEEP_MAX_TRIALS + 1)), cur = {0};
         int m = 0;
@@ -149,14 +173,17 @@ dt_status dt_sweep_sample(const dt_sweep_spec *s, dt_sweep_trial **out, int *n) 
         grid(s, 0, &cur, probe, &m, DT_SWEEP_MAX_TRIALS + 1);
         free(probe);
         if (m > DT_SWEEP_MAX_TRIALS)
-            return dt_error_set(DT_ERR_RANGE, "%s: the grid has more than %d trials (set trials)",
-                                s->path, DT_SWEEP_MAX_TRIALS);
+            return dt_error_set(DT_ERR_RANGE, "%s: the grid has more than %d trials (%s)", s->path,
+                                DT_SWEEP_MAX_TRIALS,
+                                s->shuffle ? "shuffle enumerates it whole" : "set trials");
     }
     dt_sweep_trial *t = calloc((size_t)cap, sizeof *t);
     if (!t) return dt_error_set(DT_ERR_NOMEM, "sweep: out of memory for %d trials", cap);
     if (s->sampler == DT_SWEEP_GRID) {
         dt_sweep_trial cur = {0};
         grid(s, 0, &cur, t, n, cap);
+        if (s->shuffle) shuffle(s->seed, t, *n);
+        if (s->trials && *n > s->trials) *n = s->trials;
         *out = t;
         return DT_OK;
     }
@@ -165,14 +192,10 @@ dt_status dt_sweep_sample(const dt_sweep_spec *s, dt_sweep_trial **out, int *n) 
         if (s->sampler == DT_SWEEP_SOBOL) {
             dt_sobol_point((uint32_t)i + 1, s->n_params, u);
         } else {
-            for (int d = 0; d < s->n_params; d++) {
-                /* counter (trial, parameter): a trial's values do not depend on how many
-                 * trials or parameters come after it */
-                uint32_t ctr[4] = {(uint32_t)i, (uint32_t)d, 0x53574545u, 0}, r[4];
-                dt_philox4x32(s->seed, ctr, r);
-                u[d] = ((double)(r[0] >> 5) * 67108864.0 + (double)(r[1] >> 6)) /
-                       9007199254740992.0; /* 53 random bits, in [0, 1) */
-            }
+            /* counter (trial, parameter): a trial's values do not depend on how many trials
+             * or parameters come after it */
+            for (int d = 0; d < s->n_params; d++)
+                u[d] = unit(s->seed, (uint32_t)i, (uint32_t)d, 0x53574545u);
         }
         char v[DT_SWEEP_VAL];
         for (int d = 0; d < s->n_params; d++) {

@@ -313,6 +313,10 @@ static dt_status read_top(ctx *c, const char *k, yaml_node_t *v) {
     } else if (!strcmp(k, "seed")) {
         if ((st = get_int(c, v, "seed", 0, &x)) != DT_OK) return st;
         s->seed = (uint64_t)x;
+    } else if (!strcmp(k, "shuffle")) {
+        static const char *const bools[] = {"false", "true", NULL};
+        if ((st = read_enum(c, v, "shuffle", bools, &e)) != DT_OK) return st;
+        s->shuffle = e;
     } else if (!strcmp(k, "trials")) {
         if ((st = get_int(c, v, "trials", 1, &x)) != DT_OK) return st;
         if (x > DT_SWEEP_MAX_TRIALS) return bad(c, v, "trials: at most %s", "1024", NULL);
@@ -325,8 +329,8 @@ static dt_status read_top(ctx *c, const char *k, yaml_node_t *v) {
         s->max_steps = x;
     } else {
         return bad(c, v,
-                   "unknown key '%s' (base, overrides, parameters, sampler, seed, trials, "
-                   "max_concurrent, max_steps, metric, mode, early_stopping)",
+                   "unknown key '%s' (base, overrides, parameters, sampler, seed, shuffle, "
+                   "trials, max_concurrent, max_steps, metric, mode, early_stopping)",
                    k, NULL);
     }
     return DT_OK;
@@ -360,6 +364,8 @@ static dt_status check_spec(ctx *c, yaml_node_t *root) {
             if (s->params[i].kind > DT_SWEEP_CHOICE)
                 return bad(c, root, "parameters.%s: the grid sampler needs values, not a range",
                            s->params[i].key, NULL);
+    if (s->sampler != DT_SWEEP_GRID && s->shuffle)
+        return bad(c, root, "shuffle: only the grid sampler has an order to shuffle", 0, 0);
     if (s->sampler != DT_SWEEP_GRID && !s->trials)
         return bad(c, root, "trials: missing (random and sobol sample this many)", NULL, NULL);
     if (s->rule != DT_SWEEP_NONE && s->grace_period >= s->max_steps)

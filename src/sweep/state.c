@@ -19,6 +19,7 @@ static cJSON *spec_json(const dt_sweep_spec *p) {
     for (int i = 0; i < p->n_over; i++) cJSON_AddItemToArray(ov, cJSON_CreateString(p->over[i]));
     cJSON_AddStringToObject(o, "sampler", samplers[p->sampler]);
     cJSON_AddNumberToObject(o, "seed", (double)p->seed);
+    cJSON_AddBoolToObject(o, "shuffle", p->shuffle);
     cJSON_AddNumberToObject(o, "max_concurrent", p->max_concurrent);
     cJSON_AddStringToObject(o, "metric", p->metric_val ? "val_loss" : "train_loss");
     cJSON_AddStringToObject(o, "mode", p->mode_max ? "max" : "min");
@@ -137,6 +138,7 @@ static void read_spec(const cJSON *o, dt_sweep_spec *p) {
     k = index_of(rules, 3, str(o, "rule"));
     p->rule = k < 0 ? DT_SWEEP_NONE : (dt_sweep_rule)k;
     p->seed = (uint64_t)num(o, "seed");
+    p->shuffle = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "shuffle"));
     p->max_concurrent = (int)num(o, "max_concurrent");
     p->metric_val = !strcmp(str(o, "metric"), "val_loss");
     p->mode_max = !strcmp(str(o, "mode"), "max");
@@ -252,8 +254,9 @@ dt_status dt_sweep_show(const char *json_path, FILE *f, int json) {
         free(s.t);
         return DT_OK;
     }
-    fprintf(f, "sweep %s (%s): %d trials, %s, metric %s (%s), early stopping %s\n", s.id, s.status,
-            s.n, samplers[s.spec.sampler], m, s.spec.mode_max ? "max" : "min", rules[s.spec.rule]);
+    fprintf(f, "sweep %s (%s): %d trials, %s%s, metric %s (%s), early stopping %s\n", s.id,
+            s.status, s.n, samplers[s.spec.sampler], s.spec.shuffle ? " (shuffled)" : "", m,
+            s.spec.mode_max ? "max" : "min", rules[s.spec.rule]);
     fprintf(f, "%-5s %-28s %-9s %6s %12s  %s\n", "trial", "run", "status", "step", m, "params");
     for (int i = 0; i < s.n; i++) {
         const sweep_trial *t = &s.t[i];

@@ -1,7 +1,7 @@
-/* Sweeps without training: the samplers (grid order and count with a conditional key, random
- * log-uniform and int ranges, the Sobol sequence), the spec's one-line rejections, and ASHA's
- * and the median rule's decisions on small tables derived by hand from the rules (ASHA: Li et
- * al. 2020 as Ray Tune's AsyncHyperBandScheduler implements it).
+/* Sweeps without training: the samplers (grid order and count with a conditional key, the
+ * shuffled grid, random log-uniform and int ranges, the Sobol sequence), the spec's one-line
+ * rejections, and ASHA's and the median rule's decisions on small tables derived by hand from
+ * the rules (ASHA: Li et al. 2020 as Ray Tune's AsyncHyperBandScheduler implements it).
  *   test_sweep REPO */
 #include <math.h>
 #include <stdlib.h>
@@ -55,6 +55,83 @@ static void test_grid(void) {
     }
     free(t);
     dt_sweep_spec_free(s);
+}
+
+/* Index of trial t in the unshuffled grid g (n trials), or -1. */
+static int grid_index(const dt_sweep_trial *g, int n, const dt_sweep_trial *t) {
+    for (int i = 0; i < n; i++) {
+        int same = g[i].n == t->n;
+        for (int k = 0; same && k < t->n; k++)
+            same = !strcmp(g[i].key[k], t->key[k]) && !strcmp(g[i].value[k], t->value[k]);
+        if (same) return i;
+    }
+    return -1;
+}
+
+/* shuffle: true on a 3 x 3 x 3 grid: a permutation of the grid's 27 trials (each exactly
+ * once), not the grid's order, the same for the same seed and another for another seed;
+ * `trials: 5` keeps the first 5 of the shuffled order (a random subset, not the grid's first
+ * 5). Unbiased: over 2700 seeds each of the 27 positions holds grid trial 0 about 100 times
+ * (binomial sd 9.8; the bounds 50..150 are 5 sd; Sattolo's off-by-one, j < i, would never
+ * leave it at position 0). */
+static void test_grid_shuffle(void) {
+    static const char *const params = "parameters:\n"
+                                      "  optim.lr: [1.0e-3, 3.0e-3, 1.0e-2]\n"
+                                      "  schedule.warmup_steps: [0, 10, 30]\n"
+                                      "  optim.weight_decay: [0.0, 0.01, 0.1]\n";
+    char body[512];
+    dt_sweep_spec *g = NULL, *s = NULL, *cut = NULL;
+    CHECK_OK(dt_sweep_spec_load(write_spec("plain", params), &g));
+    snprintf(body, sizeof body, "shuffle: true\nseed: 5\n%s", params);
+    CHECK_OK(dt_sweep_spec_load(write_spec("shuffled", body), &s));
+    snprintf(body, sizeof body, "shuffle: true\nseed: 5\ntrials: 5\n%s", params);
+    CHECK_OK(dt_sweep_spec_load(write_spec("shuffled_cut", body), &cut));
+    if (!g || !s || !cut) return;
+    CHECK(s->shuffle && !g->shuffle, "shuffle: not read");
+    dt_sweep_trial *tg, *ts, *ts2, *tc;
+    int ng, ns, ns2, nc, seen[27] = {0}, moved = 0, bad = 0, same = 1, other = 0;
+    CHECK_OK(dt_sweep_sample(g, &tg, &ng));
+    CHECK_OK(dt_sweep_sample(s, &ts, &ns));
+    CHECK_OK(dt_sweep_sample(s, &ts2, &ns2));
+    CHECK_OK(dt_sweep_sample(cut, &tc, &nc));
+    CHECK(ng == 27 && ns == 27 && ns2 == 27 && nc == 5, "shuffle: %d %d %d %d trials", ng, ns, ns2,
+          nc);
+    for (int i = 0; i < ns && i < 27; i++) {
+        int k = grid_index(tg, ng, &ts[i]);
+        if (k < 0)
+            bad++;
+        else
+            seen[k]++, moved += k != i;
+        same &= grid_index(tg, ng, &ts2[i]) == k;
+    }
+    for (int k = 0; k < 27; k++) bad += seen[k] != 1;
+    CHECK(!bad, "shuffle: not a permutation of the grid (%d trials missing or repeated)", bad);
+    CHECK(moved > 0, "shuffle: the grid's own order");
+    CHECK(same, "shuffle: the same seed gave another order");
+    int cut_moved = 0;
+    for (int i = 0; i < nc && i < 5; i++) {
+        CHECK(grid_index(ts, ns, &tc[i]) == i, "shuffle + trials: trial %d is not the shuffled %d",
+              i, i);
+        cut_moved += grid_index(tg, ng, &tc[i]) != i;
+    }
+    CHECK(cut_moved > 0, "shuffle + trials: the grid's first 5");
+    int at[27] = {0};
+    for (int seed = 0; seed < 2700; seed++) {
+        free(ts2);
+        s->seed = (uint64_t)seed;
+        CHECK_OK(dt_sweep_sample(s, &ts2, &ns2));
+        for (int i = 0; i < ns2 && i < 27; i++)
+            if (grid_index(tg, 1, &ts2[i]) == 0) at[i]++;
+        if (seed == 6)
+            for (int i = 0; i < 27; i++) other |= grid_index(ts, ns, &ts2[i]) != i;
+    }
+    bad = 0;
+    for (int i = 0; i < 27; i++) bad += at[i] < 50 || at[i] > 150;
+    CHECK(!bad, "shuffle: grid trial 0 at position 0 %d times, 26 %d times (want ~100 each)", at[0],
+          at[26]);
+    CHECK(other, "shuffle: seeds 5 and 6 gave the same order");
+    free(tg), free(ts), free(ts2), free(tc);
+    dt_sweep_spec_free(g), dt_sweep_spec_free(s), dt_sweep_spec_free(cut);
 }
 
 /* Random: every value inside its range, log-uniform spread evenly in log space (the mean of
@@ -166,6 +243,10 @@ static void test_reject(void) {
     expect_reject("bad_override", "overrides: {train.stepz: 3}\nparameters:\n  optim.lr: [0.1]\n",
                   "train.stepz");
     expect_reject("no_trials", "sampler: sobol\nparameters:\n  optim.lr: [0.1]\n", "trials");
+    expect_reject("shuffle_random",
+                  "sampler: random\nshuffle: true\ntrials: 2\nparameters:\n  optim.lr: [0.1]\n",
+                  "shuffle");
+    expect_reject("shuffle_bool", "shuffle: yes\nparameters:\n  optim.lr: [0.1]\n", "shuffle");
 }
 
 /* ASHA, grace 1, max_t 9, rf 3: rungs 1, 3, 9; minimised metric (negated inside). Each
@@ -261,6 +342,7 @@ int main(int argc, char **argv) {
     snprintf(tmp, sizeof tmp, "/tmp/test_sweep.XXXXXX");
     if (!mkdtemp(tmp)) return 1;
     test_grid();
+    test_grid_shuffle();
     test_random();
     test_sobol();
     test_reject();
