@@ -100,6 +100,14 @@ typedef void (*dt_comm_hang_fn)(void *ud, const dt_comm_hang *h);
  * wants a hung job to end installs one before it trains; it normally does not return. */
 void dt_comm_set_hang_handler(dt_comm_hang_fn fn, void *ud);
 double dt_comm_get_timeout(const dt_comm *c);
+/* A wait outside this communicator's collectives under the same watchdog: what another library
+ * does between the same ranks (NCCL's init, and the host's wait for a NCCL all-reduce), so that
+ * a peer that stopped there ends the job with the same line ("dtrain: rank 0 (host a): NCCL
+ * all-reduce at step 12 made no progress for 60 s ...") instead of a hang. Every rank brackets
+ * the same waits in the same order (they count as collectives on the host's board); `what` is
+ * a string that outlives the wait. No effect without a timeout except the count. */
+void dt_comm_watch_begin(dt_comm *c, const char *what);
+void dt_comm_watch_end(dt_comm *c);
 /* The training step the next collectives belong to, for the watchdog's line ("at step 120");
  * negative: none (startup). A plain store, cheap enough for every step. */
 void dt_comm_set_step(dt_comm *c, int64_t step);

@@ -138,7 +138,12 @@ static dt_status open_nccl(dt_gpu_comm *gc) {
     dt_status st = dt_comm_broadcast(gc->c, &msg, sizeof msg, 0);
     if (st != DT_OK) return st;
     if (!msg.ok) return dt_error_set(DT_ERR_STATE, "gpu comm: nccl: rank 0: %s", msg.why);
-    return dt_nccl_open(msg.id, dt_comm_size(gc->c), rank, gc->d, &gc->nccl);
+    /* NCCL's init waits for every rank: under the hang watchdog, so that a rank whose init
+     * failed (or that stopped) ends the job instead of leaving the others waiting in theirs */
+    dt_comm_watch_begin(gc->c, "NCCL init");
+    st = dt_nccl_open(msg.id, dt_comm_size(gc->c), rank, gc->d, &gc->nccl);
+    dt_comm_watch_end(gc->c);
+    return st;
 }
 
 dt_status dt_gpu_comm_open(dt_comm *c, dt_device d, dt_gpu_comm_kind want, size_t n,
@@ -173,8 +178,17 @@ dt_status dt_gpu_comm_allreduce(dt_gpu_comm *gc, float *buf, size_t count, unsig
                             "gpu comm allreduce: %zu elements, more than the %zu it was opened for",
                             count, gc->n);
     if (!count) return DT_OK;
-    if (gc->kind == DT_GPU_COMM_NCCL)
-        return dt_nccl_allreduce(gc->nccl, buf, count, (flags & DT_COMM_AVG) != 0, s);
+    if (gc->kind == DT_GPU_COMM_NCCL) {
+        /* NCCL runs on the stream; the host waits for it here, under the hang watchdog, not at
+         * the next download (a peer that stopped would hold that wait forever). It costs one
+         * host sync per step before the optimizer's kernels are issued. */
+        dt_status st = dt_nccl_allreduce(gc->nccl, buf, count, (flags & DT_COMM_AVG) != 0, s);
+        if (st != DT_OK) return st;
+        dt_comm_watch_begin(gc->c, "NCCL all-reduce");
+        st = dt_stream_sync(s);
+        dt_comm_watch_end(gc->c);
+        return st;
+    }
     size_t bytes = count * sizeof(float);
     /* after the stream's backward: the copy out waits for it, the sync for the copy */
     dt_status st = dt_device_copy_async(gc->d, gc->host, buf, bytes, DT_COPY_D2H, s);

@@ -100,7 +100,7 @@ set(DT_HANG_OPS "allreduce=all-reduce" "ring=all-reduce" "f64=all-reduce \\(f64 
     "or=all-reduce \\(bitwise OR\\)" "broadcast=broadcast" "barrier=barrier"
     "reduce_scatter=reduce-scatter" "allgather=all-gather"
     "shared=all-reduce \\(shared memory\\)" "fence=shared-memory fence"
-    "finalize=MPI_Finalize")
+    "finalize=MPI_Finalize" "outside=NCCL all-reduce")
 foreach(pair ${DT_HANG_OPS})
   string(REPLACE "=" ";" kv "${pair}")
   list(GET kv 0 op)

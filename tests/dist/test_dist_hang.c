@@ -8,7 +8,9 @@
  *            2 s timeout, must end the job: exit status DT_COMM_EXIT_HANG and one line naming
  *            rank 0, OP and dist.timeout_s (tests/dist/expect_hang.sh checks the time, the
  *            status, the line and that no rank is left). OP: allreduce, ring, f64, or,
- *            broadcast, barrier, reduce_scatter, allgather, shared, fence, finalize.
+ *            broadcast, barrier, reduce_scatter, allgather, shared, fence, finalize, and
+ *            outside: a wait outside the communicator's collectives under dt_comm_watch_begin
+ *            (as the NCCL init and all-reduce waits are).
  * Each rank writes its pid to PIDDIR/rank-R.pid (when given), so that the script can check
  * that mpirun left no process behind, stopped ones included. */
 #include <signal.h>
@@ -123,7 +125,10 @@ static void test_stall(dt_comm *c, const char *op) {
         st = dt_comm_allreduce_shared(sh, 0, n, 0);
     else if (!strcmp(op, "fence"))
         st = dt_comm_shared_fence(sh);
-    else
+    else if (!strcmp(op, "outside")) { /* a wait of another library's (NCCL), bracketed */
+        dt_comm_watch_begin(c, "NCCL all-reduce");
+        for (;;) nap(1); /* never ends: only the watchdog gets out of it */
+    } else
         CHECK(0, "unknown mode %s", op);
     /* only reached when the watchdog did not fire */
     CHECK(0, "rank %d: %s returned (status %d) although rank 1 is stopped", R, op, (int)st);
