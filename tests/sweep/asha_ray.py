@@ -10,7 +10,7 @@ import types
 
 try:
     from ray.tune.schedulers import ASHAScheduler, TrialScheduler
-except Exception as e:  # ray is not part of the test venv (scripts/setup-ray.sh)
+except Exception as e:  # Ray Tune's venv is made by scripts/setup-venv.sh (make test)
     print(f"skip: ray.tune not importable ({e})")
     sys.exit(77)
 

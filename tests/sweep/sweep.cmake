@@ -1,11 +1,11 @@
 # Sweeps (src/sweep/, dtrain sweep): samplers, spec rejections, ASHA and the median rule on
 # hand-derived tables; ASHA replayed against Ray Tune's ASHAScheduler and the Sobol points
-# against scipy when the venv has them (else skipped, 77); an end-to-end sweep on the tiny
+# against scipy (Ray in a venv of its own, scripts/setup-venv.sh; else skipped, 77); an end-to-end sweep on the tiny
 # Llama with ASHA, a SIGKILL of the sweep and --resume; SIGTERM (exit 75) and --resume; bad
 # sweep files refused by the CLI.
 dt_test(NAME test_sweep SOURCES sweep/test_sweep.c LABELS "unit;sweep" TIMEOUT 60
         ARGS ${PROJECT_SOURCE_DIR})
-add_test(NAME sweep_asha_ray COMMAND ${DT_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/tests/sweep/asha_ray.py
+add_test(NAME sweep_asha_ray COMMAND ${DT_RAY_PYTHON} ${PROJECT_SOURCE_DIR}/tests/sweep/asha_ray.py
          $<TARGET_FILE:test_sweep>)
 set_tests_properties(sweep_asha_ray PROPERTIES LABELS "sweep;parity" TIMEOUT 120
                      SKIP_RETURN_CODE 77)
