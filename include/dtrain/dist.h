@@ -168,6 +168,11 @@ dt_status dt_comm_allgather(dt_comm *c, const float *send, float *recv, size_t s
 dt_status dt_comm_reduce_scatter_range(dt_comm *c, const float *send, float *recv, size_t lo,
                                        size_t hi, size_t shard, unsigned flags);
 dt_status dt_comm_allgather_range(dt_comm *c, float *buf, size_t lo, size_t hi, size_t shard);
+/* buf [sum of counts] holds the ranks' blocks back to back in rank order, rank r's counts[r]
+ * elements (the same counts on every rank); each rank's block is sent from its buf to
+ * everyone else's, in place (a packed selection of rows: zero_frozen_rows.c). The sum must fit
+ * an int. */
+dt_status dt_comm_allgather_blocks(dt_comm *c, float *buf, const size_t *counts);
 dt_status dt_comm_barrier(dt_comm *c);
 
 /* Shared buffers: the ranks on one host read each other's copy of a buffer directly (dt_ddp's
@@ -324,6 +329,9 @@ dt_status dt_ddp_release_params(dt_ddp *d);
 /* dt_ddp_opts.shard_frozen: bytes of the frozen buffer this rank keeps between uses (its
  * shards), and the whole frozen parameters' bytes; 0, 0 without. For memory reports. */
 void dt_ddp_frozen_bytes(const dt_ddp *d, size_t *kept, size_t *whole);
+/* dt_ddp_opts.shard_frozen: how many frozen tables (untied embeddings, read only by lookups of
+ * input ids) are gathered by the rows the ranks look up instead of whole; 0 without. */
+int dt_ddp_frozen_row_tables(const dt_ddp *d);
 
 /* What a trainer asks of the ZeRO policy instead of testing stage numbers (the stage is the
  * communicator's business; a NULL d is one process, which behaves as stage 0):
@@ -379,6 +387,8 @@ typedef struct dt_ddp_stats {
     size_t sent_bytes;          /* last communicating step: gradient bytes reduced; less than
                                    bytes_per_step when row-sparse buckets sent only touched rows */
     double gather_wait_total_s; /* ZeRO-3: time forward/backward waited for parameters */
+    size_t frozen_gathered_bytes; /* shard_frozen: frozen bytes gathered since init (whole
+                                     parameters, or a table's looked-up rows) */
     int shared; /* 1: gradients are all-reduced through shared memory (dt_comm_share_note) */
 } dt_ddp_stats;
 void dt_ddp_get_stats(const dt_ddp *d, dt_ddp_stats *s);

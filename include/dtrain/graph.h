@@ -144,6 +144,11 @@ int dt_graph_entry_frozen(const dt_graph *g, int k, int *params);
 /* The op entry k runs ("conv2d", "matmul", ...; NULL when k is out of range) and how:
  * *phase = 0 forward, 1 backward, 2 recomputed forward. For profilers (bench_ddp --profile). */
 const char *dt_graph_entry_op(const dt_graph *g, int k, int *phase);
+/* The ids entry k looks up when it is a row lookup (dt_embedding) whose ids are a graph input
+ * read on the host: the input's tensor (i32 or i64, any shape), set by the caller before the
+ * pass, so it may be read before the entry runs. NULL otherwise (another op, ids computed by
+ * the graph, or a graph compiled for a device). */
+const dt_tensor *dt_graph_entry_row_ids(const dt_graph *g, int k);
 /* Called on the executing thread before (after = 0) and after (after = 1) every entry of
  * forward and backward; a status other than DT_OK stops the pass and is returned by
  * dt_graph_forward/backward. NULL removes it. */
@@ -233,11 +238,12 @@ typedef struct dt_param_info {
     unsigned flags;
     size_t offset; /* in elements into its flat buffer (bytes for the frozen buffer) */
     size_t numel;
-    /* Set by dt_graph_compile. > 0: only row lookups (dt_embedding) read this trainable
-     * parameter, so after backward its gradient is exactly +0.0 outside the rows the lookups
-     * read, in rows of sparse_row elements (a table [R, D] has sparse_row = D); data parallelism
-     * then sends only the rows some rank touched. 0: a dense gradient (any other use, e.g. a
-     * tied lm_head's matrix product). */
+    /* Set by dt_graph_compile. > 0: only row lookups (dt_embedding) read this parameter, in
+     * rows of sparse_row elements (a table [R, D] has sparse_row = D). Trainable: after
+     * backward its gradient is exactly +0.0 outside the rows the lookups read, and data
+     * parallelism sends only the rows some rank touched. Frozen: a sharded base gathers only
+     * the rows looked up (zero_frozen_rows.c). 0: dense (any other use, e.g. a tied lm_head's
+     * matrix product). */
     size_t sparse_row;
 } dt_param_info;
 int dt_graph_param_count(const dt_graph *g);

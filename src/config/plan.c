@@ -114,8 +114,10 @@ dt_status plan_compute_as(const dt_config *c, int world, int threads, int bf16, 
         if ((st = too_large(bound, "data.batch x data.seq_len tokens of this model"))) return st;
         if ((st = dt_plan_measure_llama(&m, batch, v->data.seq_len, threads, bf16, &f))) return st;
         /* lora.shard_base (zero_frozen.c): whole at once are the weights between their first
-         * and last use in a pass and the next one (prefetched): the embedding (or LM head) and
-         * what follows it, where a tied embedding stays whole through forward beside two of a
+         * and last use in a pass and the next one (prefetched): the LM head (an untied
+         * embedding is gathered by its looked-up rows, zero_frozen_rows.c: the rows and their
+         * packed copy, at most half the table twice, so never more than the LM head) and what
+         * follows it, where a tied embedding stays whole through forward beside two of a
          * layer's matrices; or two of a layer's matrices -- with recompute a whole layer and
          * the next matrix in backward, whose recomputed forward reads all of them first */
         int64_t ends = f.frozen_largest + f.frozen_layer_largest * (m.tie_word_embeddings ? 2 : 1),

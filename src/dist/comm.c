@@ -324,6 +324,25 @@ dt_status dt_comm_allgather_range(dt_comm *c, float *buf, size_t lo, size_t hi, 
     return done(c, c->ops->allgatherv(c, buf, c->counts, c->displs));
 }
 
+dt_status dt_comm_allgather_blocks(dt_comm *c, float *buf, const size_t *counts) {
+    dt_status st = check(c, "allgather_blocks", counts, 1);
+    if (st != DT_OK) return st;
+    size_t sum = 0;
+    for (int r = 0; r < c->size; r++) {
+        if (counts[r] > INT_MAX - sum)
+            return dt_error_set(DT_ERR_RANGE,
+                                "comm allgather_blocks: rank %d of %d: blocks of more than %d "
+                                "elements in all exceed MPI's int count",
+                                c->rank, c->size, INT_MAX);
+        c->counts[r] = (int)counts[r];
+        c->displs[r] = (int)sum;
+        sum += counts[r];
+    }
+    if ((st = check(c, "allgather_blocks", buf, sum)) != DT_OK || !sum) return st;
+    begin(c, "all-gather");
+    return done(c, c->ops->allgatherv(c, buf, c->counts, c->displs));
+}
+
 dt_status dt_comm_barrier(dt_comm *c) {
     if (!c) return dt_error_set(DT_ERR_INVALID, "comm barrier: comm is NULL");
     begin(c, "barrier");

@@ -322,6 +322,7 @@ dt_status dt_ddp_wait(dt_ddp *d) {
     memcpy(msg, d->err_msg, sizeof msg);
     double comm = d->comm_s, comm_cpu = d->comm_cpu_s;
     size_t sent = d->sent;
+    d->stats.frozen_gathered_bytes = d->fz_gathered;
     d->err = DT_OK;
     d->comm_s = 0, d->comm_cpu_s = 0, d->sent = 0;
     pthread_mutex_unlock(&d->mu);

@@ -40,6 +40,15 @@ typedef struct zero_pass {
     int *pos; /* [nb] position of a bucket in order, -1 if unused */
 } zero_pass;
 
+/* A frozen unit that only row lookups with input ids read (dt_param_info.sparse_row, an
+ * untied embedding table): gathered by the rows the ranks' ids name (zero_frozen_rows.c). */
+#define FZ_ROW_IDS 4
+typedef struct fz_rows {
+    size_t row, rows; /* floats per row, rows; row 0: the unit is gathered whole */
+    int n_ids;
+    const dt_tensor *ids[FZ_ROW_IDS]; /* the distinct ids inputs of its lookups */
+} fz_rows;
+
 struct dt_ddp {
     dt_graph *g;
     dt_comm *c;
@@ -68,6 +77,8 @@ struct dt_ddp {
     int *fz_of; /* [n_params] unit of each frozen parameter, -1 for others */
     float *fz_base;
     size_t *fz_lo, *fz_len, *fz_shard;
+    fz_rows *fz_rw;       /* [fz_n] row gathers (zero_frozen_rows.c) */
+    size_t fz_gathered;   /* comm thread: frozen bytes gathered since init (whole or rows) */
     int *fz_state;        /* [fz_n] UNIT_* */
     int fz_full;          /* every frozen unit gathered (evaluation): hooks idle for them */
     zero_pass fz_pass[2]; /* forward, backward */
@@ -130,8 +141,18 @@ dt_status dt_zero_frozen_init(dt_ddp *d);
 void dt_zero_frozen_free(dt_ddp *d);
 /* Gives back frozen unit u's bytes outside the own shard (compute thread). */
 void dt_zero_frozen_release(dt_ddp *d, int u);
-/* Comm thread: all-gathers frozen unit u in place. */
+/* Comm thread: all-gathers frozen unit u in place: a row-gathered unit only the rows of the
+ * current ids (zero_frozen_rows.c), any other whole. */
 dt_status dt_zero_frozen_gather(dt_ddp *d, int u);
+dt_status dt_zero_frozen_gather_whole(dt_ddp *d, int u);
+size_t dt_zero_frozen_own_lo(const dt_ddp *d, int u);
+size_t dt_zero_frozen_own_hi(const dt_ddp *d, int u);
+
+/* zero_frozen_rows.c */
+/* Fills d->fz_rw[u] for every frozen unit (row 0 where it is gathered whole). Local. */
+dt_status dt_zero_rows_init(dt_ddp *d);
+/* Comm thread: the rows of unit u that any rank's ids name, in place (collective). */
+dt_status dt_zero_rows_gather(dt_ddp *d, int u);
 /* Every frozen unit whole until dt_zero_frozen_release_all (compute thread, comm idle). */
 dt_status dt_zero_frozen_whole(dt_ddp *d);
 void dt_zero_frozen_release_all(dt_ddp *d);

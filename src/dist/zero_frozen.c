@@ -14,32 +14,38 @@
  * its own slot: the pages the kernel hands back are the reused memory, and no tensor pointer of
  * the compiled graph ever changes. At most the unit in use and the next one (prefetched) are
  * whole at a time, plus a unit whose readers span others (a tied embedding: from the lookup to
- * the LM head). A frozen parameter that points outside its slot (mapped from the model file)
- * has its own shard copied in and is pointed back at the slot: a worker then touches only its
+ * the LM head). An untied embedding is gathered by the rows the ranks look up instead
+ * (zero_frozen_rows.c). A frozen parameter that points outside its slot (mapped from the model
+ * file) has its own shard copied in and is pointed back at the slot: a worker then touches only its
  * 1/N of the file. */
 #include <stdlib.h>
 #include <string.h>
 #include "dist/ddp_impl.h"
 
-static size_t own_lo(const dt_ddp *d, int u) {
+size_t dt_zero_frozen_own_lo(const dt_ddp *d, int u) {
     size_t a = (size_t)dt_comm_rank(d->c) * d->fz_shard[u];
     return a < d->fz_len[u] ? a : d->fz_len[u];
 }
 
-static size_t own_hi(const dt_ddp *d, int u) {
+size_t dt_zero_frozen_own_hi(const dt_ddp *d, int u) {
     size_t b = (size_t)(dt_comm_rank(d->c) + 1) * d->fz_shard[u];
     return b < d->fz_len[u] ? b : d->fz_len[u];
 }
 
 void dt_zero_frozen_release(dt_ddp *d, int u) {
     float *buf = d->fz_base + d->fz_lo[u];
-    dt_zero_release(d, buf, 0, own_lo(d, u));
-    dt_zero_release(d, buf, own_hi(d, u), d->fz_len[u]);
+    dt_zero_release(d, buf, 0, dt_zero_frozen_own_lo(d, u));
+    dt_zero_release(d, buf, dt_zero_frozen_own_hi(d, u), d->fz_len[u]);
     d->fz_state[u] = UNIT_RELEASED;
 }
 
-dt_status dt_zero_frozen_gather(dt_ddp *d, int u) {
+dt_status dt_zero_frozen_gather_whole(dt_ddp *d, int u) {
+    d->fz_gathered += d->fz_len[u] * sizeof(float);
     return dt_comm_allgather_range(d->c, d->fz_base + d->fz_lo[u], 0, d->fz_len[u], d->fz_shard[u]);
+}
+
+dt_status dt_zero_frozen_gather(dt_ddp *d, int u) {
+    return d->fz_rw[u].row ? dt_zero_rows_gather(d, u) : dt_zero_frozen_gather_whole(d, u);
 }
 
 dt_status dt_zero_frozen_init(dt_ddp *d) {
@@ -86,7 +92,8 @@ dt_status dt_zero_frozen_init(dt_ddp *d) {
          * only its 1/N of the file's pages. */
         const char *data = dt_graph_value(d->g, pi->id)->data, *slot = fz + pi->offset;
         if (data != slot) {
-            size_t a = own_lo(d, u) * sizeof(float), b = own_hi(d, u) * sizeof(float);
+            size_t a = dt_zero_frozen_own_lo(d, u) * sizeof(float),
+                   b = dt_zero_frozen_own_hi(d, u) * sizeof(float);
             if (b > bytes) b = bytes;
             if (b > a) memcpy((char *)slot + a, data + a, b - a);
             dt_status st = dt_graph_param_external(d->g, pi->id, slot);
@@ -95,7 +102,8 @@ dt_status dt_zero_frozen_init(dt_ddp *d) {
     }
     d->fz_n = n;
     int nf = 0, ne = dt_graph_entry_count(d->g, &nf);
-    dt_status st = dt_zero_build_pass(d, &d->fz_pass[0], 0, nf, n, 1);
+    dt_status st = dt_zero_rows_init(d);
+    if (st == DT_OK) st = dt_zero_build_pass(d, &d->fz_pass[0], 0, nf, n, 1);
     if (st == DT_OK) st = dt_zero_build_pass(d, &d->fz_pass[1], nf, ne, n, 1);
     if (st != DT_OK) return st;
     for (int u = 0; u < n; u++) dt_zero_frozen_release(d, u);
@@ -104,6 +112,8 @@ dt_status dt_zero_frozen_init(dt_ddp *d) {
 
 void dt_zero_frozen_free(dt_ddp *d) {
     free(d->fz_of), free(d->fz_lo), free(d->fz_len), free(d->fz_shard), free(d->fz_state);
+    free(d->fz_rw);
+    d->fz_rw = NULL;
     d->fz_of = d->fz_state = NULL;
     d->fz_lo = d->fz_len = d->fz_shard = NULL;
     for (int p = 0; p < 2; p++) dt_zero_free_pass(&d->fz_pass[p]);
@@ -115,7 +125,7 @@ void dt_zero_frozen_free(dt_ddp *d) {
 dt_status dt_zero_frozen_whole(dt_ddp *d) {
     if (!d->fz_n || d->fz_full) return DT_OK;
     for (int u = 0; u < d->fz_n; u++) {
-        dt_status st = dt_zero_frozen_gather(d, u);
+        dt_status st = dt_zero_frozen_gather_whole(d, u);
         if (st != DT_OK) return st;
         d->fz_state[u] = UNIT_GATHERED;
     }
@@ -131,7 +141,7 @@ void dt_zero_frozen_release_all(dt_ddp *d) {
 void dt_ddp_frozen_bytes(const dt_ddp *d, size_t *kept, size_t *whole) {
     *kept = *whole = 0;
     for (int u = 0; d && u < d->fz_n; u++) {
-        *kept += (own_hi(d, u) - own_lo(d, u)) * sizeof(float);
+        *kept += (dt_zero_frozen_own_hi(d, u) - dt_zero_frozen_own_lo(d, u)) * sizeof(float);
         *whole += d->fz_len[u] * sizeof(float);
     }
 }

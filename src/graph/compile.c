@@ -437,9 +437,9 @@ static void bind(plan *p) {
     free(last);
 }
 
-/* dt_param_info.sparse_row: a trainable parameter whose every use is as the table (in[1]) of a
- * row lookup (DT_OPF_ROWS_IN1) gets the row length of its [R, ...] shape; any other use, even
- * through a view, makes it dense. (size_t)-1 marks "dense" while scanning. */
+/* dt_param_info.sparse_row: a parameter (trainable or frozen, not state) whose every use is as
+ * the table (in[1]) of a row lookup (DT_OPF_ROWS_IN1) gets the row length of its [R, ...] shape;
+ * any other use, even through a view, makes it dense. (size_t)-1 marks "dense" while scanning. */
 static void mark_sparse_rows(dt_graph *g) {
     for (int k = 0; k < g->n_params; k++) g->params[k].sparse_row = 0;
     for (int i = 0; i < g->n_nodes; i++) {
@@ -459,8 +459,7 @@ static void mark_sparse_rows(dt_graph *g) {
     }
     for (int k = 0; k < g->n_params; k++) {
         dt_param_info *pi = &g->params[k];
-        if (pi->sparse_row == (size_t)-1 || (pi->flags & (DT_PARAM_FROZEN | DT_PARAM_STATE)))
-            pi->sparse_row = 0;
+        if (pi->sparse_row == (size_t)-1 || (pi->flags & DT_PARAM_STATE)) pi->sparse_row = 0;
     }
 }
 

@@ -161,6 +161,16 @@ const char *dt_graph_entry_op(const dt_graph *g, int k, int *phase) {
     return op ? op->name : "leaf";
 }
 
+const dt_tensor *dt_graph_entry_row_ids(const dt_graph *g, int k) {
+    if (!g || !g->compiled || g->on_cuda || k < 0 || k >= g->n_entries) return NULL;
+    const dt_entry *e = &g->entries[k];
+    const dt_node *nd = &g->nodes[e->node];
+    if (!nd->op || !(nd->op->flags & DT_OPF_ROWS_IN1) || nd->n_in < 2) return NULL;
+    const dt_node *r = &g->nodes[nd->in[0]];
+    while (r->op && (r->op->flags & DT_OPF_ALIAS)) r = &g->nodes[r->in[0]]; /* views */
+    return r->kind == DT_NODE_INPUT ? &e->ctx.in[0] : NULL;
+}
+
 void dt_graph_on_entry(dt_graph *g, dt_graph_entry_fn fn, void *ud) {
     if (!g) return;
     g->on_entry = fn;

@@ -328,6 +328,17 @@ static dt_status run_loop(dt_trainer *t) {
                             (double)t->plan.optim_bytes / 1048576.0,
                             (double)t->plan.activation_bytes / 1048576.0, t->plan.zero_stage);
                 fprintf(t->log, "\n");
+                size_t kept = 0, whole = 0;
+                dt_ddp_frozen_bytes(t->ddp, &kept, &whole);
+                dt_ddp_stats ds;
+                dt_ddp_get_stats(t->ddp, &ds);
+                if (whole && ds.steps) /* lora.shard_base: what the gathers made whole */
+                    fprintf(t->log,
+                            "frozen base: %.1f MiB gathered per step (over %lld steps, evaluations "
+                            "included; the base "
+                            "is %.1f MiB)\n",
+                            (double)ds.frozen_gathered_bytes / 1048576.0 / (double)ds.steps,
+                            (long long)ds.steps, (double)whole / 1048576.0);
             }
         }
         /* evaluation first, so that a checkpoint of the same step (the end's too) records
@@ -423,8 +434,11 @@ dt_status dt_trainer_run(dt_trainer *t) {
         if (whole) /* lora.shard_base */
             fprintf(t->log,
                     "frozen base: sharded across the %d workers: %.1f MiB kept per worker of "
-                    "%.1f MiB, each weight gathered just before use and released after\n",
-                    t->world, (double)kept / 1048576.0, (double)whole / 1048576.0);
+                    "%.1f MiB, each weight gathered just before use and released after%s\n",
+                    t->world, (double)kept / 1048576.0, (double)whole / 1048576.0,
+                    dt_ddp_frozen_row_tables(t->ddp)
+                        ? " (the embedding: only the rows the workers look up)"
+                        : "");
         if (t->uneven) { /* dist.batch_shares: who takes how much of the global batch */
             char parts[512];
             int l = 0;

@@ -113,6 +113,30 @@ static void test_or(dt_comm *c) {
           (unsigned long long)w[0], (unsigned long long)w[1], (unsigned long long)w[2]);
 }
 
+/* dt_comm_allgather_blocks: rank r's block of r % 3 * 5 + 1 elements (rank 1 none: 0), back to
+ * back in rank order, in place; the bits of every block arrive unchanged (a -0.0, a NaN
+ * payload: bf16 pairs seen as floats). */
+static void test_blocks(dt_comm *c) {
+    size_t counts[64] = {0}, at = 0, mine = 0, total = 0;
+    for (int r = 0; r < N && r < 64; r++) {
+        counts[r] = r == 1 ? 0 : (size_t)(r % 3 * 5 + 1);
+        if (r < R) at += counts[r];
+        total += counts[r];
+    }
+    mine = counts[R];
+    uint32_t *buf = malloc((total ? total : 1) * sizeof *buf);
+    for (size_t i = 0; i < total; i++) buf[i] = 0xdeadbeefu; /* others' places: overwritten */
+    for (size_t i = 0; i < mine; i++)
+        buf[at + i] = i == 0 ? 0x80000000u : 0x7fc0a000u + (uint32_t)(R * 64 + i);
+    CHECK_OK(dt_comm_allgather_blocks(c, (float *)buf, counts));
+    int bad = 0;
+    for (int r = 0, o = 0; r < N && r < 64; o += (int)counts[r], r++)
+        for (size_t i = 0; i < counts[r]; i++)
+            bad += buf[o + i] != (i == 0 ? 0x80000000u : 0x7fc0a000u + (uint32_t)(r * 64 + i));
+    CHECK(bad == 0, "allgather_blocks: %d wrong elements of %zu", bad, total);
+    free(buf);
+}
+
 static void test_broadcast(dt_comm *c) {
     unsigned char bytes[13];
     for (int root = 0; root < N; root++) {
@@ -309,6 +333,7 @@ int main(int argc, char **argv) {
     CHECK_OK(dt_comm_set_algo(c, DT_COMM_ALGO_NATIVE));
     test_f64(c);
     test_or(c);
+    test_blocks(c);
     test_broadcast(c);
     test_shards(c);
     test_errors(c);

@@ -17,6 +17,7 @@
  *       ranks: two "hosts" of 2, the hierarchical path);
  *   (g) the Llama's embedding gradient sends only the rows some rank looked up (dt_ddp_opts.sparse,
  *       on in every run above): fewer bytes, and the same parameters as sending it dense;
+ *   (i) a sharded frozen embedding is gathered by the rows the ranks look up (frozen_rows);
  *   the bucket table tiles the flat buffer in reverse parameter order; wait statistics count;
  *   dt_ddp_broadcast_state / _params give every rank rank 0's state buffers / parameters.
  * --die-at S: the last rank kills itself (SIGKILL) at step S; the others must not hang (the
@@ -418,6 +419,75 @@ static void broadcast_state(dt_comm *c) {
     dt_graph_free(g);
 }
 
+/* (i) A sharded frozen bf16 table [V, 8] (dt_ddp_opts.shard_frozen) read only by a lookup of
+ * input ids is gathered by the rows some rank looks up: the loss and the trainable gradient
+ * are the bits of the unsharded run, and the frozen bytes gathered are the union's rows times
+ * the passes that read the table -- or, with more than half the table in the union (V = 40),
+ * the whole table. Rank r looks up ids (7 r + 13 i) mod V, i < 16; the test forms the union. */
+static void frozen_rows(dt_comm *c) {
+    enum { D = 8, T = 16 };
+    const int64_t vs[2] = {1000, 40};
+    for (int k = 0; k < 2; k++) {
+        int64_t V = vs[k];
+        float loss[2], grad[2][3 * D];
+        size_t gathered = 0;
+        int passes = 0;
+        for (int sharded = 0; sharded < 2; sharded++) {
+            dt_graph *g = dt_graph_init();
+            int ids = dt_graph_input(g, "ids", DT_I32, 1, (int64_t[]){T}, 0);
+            int emb = dt_graph_param(g, "emb", DT_BF16, 2, (int64_t[]){V, D}, DT_PARAM_FROZEN);
+            int w = dt_graph_param(g, "w", DT_F32, 2, (int64_t[]){3, D}, 0);
+            int r, lo = dt_test_dotloss(g, dt_linear(g, dt_embedding(g, ids, emb), w, -1), &r);
+            CHECK_OK(dt_graph_compile(g, lo, NULL));
+            uint16_t *tab = dt_graph_value(g, emb)->data;
+            for (int64_t i = 0; i < V * D; i++)
+                tab[i] = dt_bf16_from_f32((float)(i % 97) * 0.125f - 6.0f);
+            dt_test_randn(g, w, 5, 1.0f), dt_test_randn(g, r, 6, 1.0f);
+            int32_t *id = dt_graph_value(g, ids)->data;
+            for (int i = 0; i < T; i++) id[i] = (int32_t)((7 * R + 13 * i) % V);
+            dt_ddp_opts o = dt_ddp_opts_default();
+            o.shard_frozen = sharded;
+            dt_ddp *d = NULL;
+            CHECK_OK(dt_ddp_open(g, c, &o, &d));
+            if (!d) return;
+            CHECK_OK(dt_graph_forward(g, 1));
+            CHECK_OK(dt_graph_backward(g));
+            CHECK_OK(dt_ddp_wait(d));
+            loss[sharded] = *(const float *)dt_graph_value(g, lo)->data;
+            memcpy(grad[sharded], dt_graph_flat_grad(g, NULL), sizeof grad[0]);
+            dt_ddp_stats ds;
+            dt_ddp_get_stats(d, &ds);
+            gathered = ds.frozen_gathered_bytes;
+            /* one rank: nothing to shard */
+            CHECK(dt_ddp_frozen_row_tables(d) == (sharded && N > 1),
+                  "V %lld: %d row-gathered tables", (long long)V, dt_ddp_frozen_row_tables(d));
+            /* the passes that read the table: forward, and backward if any entry there does */
+            int nf = 0, ne = dt_graph_entry_count(g, &nf), p[DT_GRAPH_ENTRY_PARAMS], fw = 0, bw = 0;
+            for (int e = 0; e < ne; e++)
+                for (int j = 0, n = dt_graph_entry_frozen(g, e, p); j < n; j++)
+                    if (dt_graph_param_info(g, p[j])->id == emb) *(e < nf ? &fw : &bw) = 1;
+            passes = fw + bw;
+            dt_ddp_close(d);
+            dt_graph_free(g);
+        }
+        int rows = 0;
+        for (int64_t v = 0; v < V; v++) {
+            int hit = 0;
+            for (int q = 0; q < N && !hit; q++)
+                for (int i = 0; i < T && !hit; i++) hit = (7 * q + 13 * i) % V == v;
+            rows += hit;
+        }
+        size_t want = N > 1 ? (size_t)passes * (size_t)(rows > V / 2 ? V : rows) * D * 2 : 0;
+        CHECK(!memcmp(&loss[0], &loss[1], sizeof loss[0]) &&
+                  !memcmp(grad[0], grad[1], sizeof grad[0]),
+              "V %lld: the row-gathered table changes the loss (%g, %g) or the gradient",
+              (long long)V, loss[0], loss[1]);
+        CHECK(passes >= 1 && gathered == want,
+              "V %lld: %zu frozen bytes gathered, expected %zu (%d union rows, %d passes)",
+              (long long)V, gathered, want, rows, passes);
+    }
+}
+
 int main(int argc, char **argv) {
     dt_threads_set(1);
     int want = argc > 1 ? atoi(argv[1]) : 1, die_at = -1;
@@ -447,6 +517,7 @@ int main(int argc, char **argv) {
     }
     mlp.die_at = -1;
     broadcast_state(c);
+    frozen_rows(c);
     /* 0.002 MiB = 524 floats: fc3 (330) + fc2.bias share a bucket, fc2.weight (1024) is larger
      * than a bucket and sits alone, fc1's two parameters take one each. */
     equivalence(c, single, mlp, "mlp sgd");

@@ -295,6 +295,41 @@ static void test_entry_ops(void) {
     dt_graph_free(g);
 }
 
+/* A frozen bf16 table only lookups read is row-read too (a sharded base gathers just the rows):
+ * sparse_row D, and dt_graph_entry_row_ids names the ids input of each lookup entry (NULL for
+ * other entries); the same table tied into a matrix product is dense. */
+static void test_frozen_rows(void) {
+    for (int tied = 0; tied < 2; tied++) {
+        enum { V = 12, D = 4, T = 3 };
+        dt_graph *g = dt_graph_init();
+        int ids = dt_graph_input(g, "ids", DT_I32, 1, (int64_t[]){T}, 0);
+        int emb = dt_graph_param(g, "emb", DT_BF16, 2, (int64_t[]){V, D}, DT_PARAM_FROZEN);
+        int w = dt_graph_param(g, "w", DT_F32, 2, (int64_t[]){5, D}, 0);
+        int out = dt_linear(g, dt_embedding(g, ids, emb), tied ? emb : w, -1);
+        int r, loss = dt_test_dotloss(g, out, &r);
+        CHECK_OK(dt_graph_compile(g, loss, NULL));
+        const dt_param_info *pe = NULL;
+        for (int i = 0; i < dt_graph_param_count(g); i++)
+            if (dt_graph_param_info(g, i)->id == emb) pe = dt_graph_param_info(g, i);
+        CHECK(pe && pe->sparse_row == (tied ? 0 : D), "tied %d: frozen sparse_row %zu", tied,
+              pe ? pe->sparse_row : 0);
+        int n = dt_graph_entry_count(g, NULL), lookups = 0, others = 0;
+        for (int k = 0; k < n; k++) {
+            const char *op = dt_graph_entry_op(g, k, NULL);
+            const dt_tensor *t = dt_graph_entry_row_ids(g, k);
+            if (op && !strcmp(op, "embedding"))
+                lookups += t && t->data == dt_graph_value(g, ids)->data;
+            else
+                others += t != NULL;
+        }
+        CHECK(lookups >= 1 && others == 0, "tied %d: row ids of %d lookups, %d other entries",
+              tied, lookups, others);
+        CHECK(dt_graph_entry_row_ids(g, n) == NULL && dt_graph_entry_row_ids(g, -1) == NULL,
+              "out-of-range entries give no row ids");
+        dt_graph_free(g);
+    }
+}
+
 /* dt_param_info.sparse_row: a table only embedding lookups read (twice, here) is row-sparse with
  * rows of D elements, and its gradient is +0.0 bits in every row no id named; the same table
  * also used in a matrix product (a tied lm_head) is dense, and so is everything else. */
@@ -372,6 +407,7 @@ int main(void) {
     test_grad_ready();
     test_entry_ops();
     test_sparse_rows();
+    test_frozen_rows();
     test_errors();
     return dt_test_finish("test_graph");
 }

@@ -15,6 +15,10 @@
 #     weights gathered whole at once (between the embedding's other slices and the plan's
 #     gathered figure, within 4 MiB; printed only under AddressSanitizer, whose quarantine
 #     keeps freed blocks resident);
+#   - the untied embedding is gathered by the rows the ranks look up, not whole: the start line
+#     says so, and the frozen bytes gathered per step are at most twice the rest of the base
+#     (forward and backward) plus the NP x batch x seq_len rows, where a whole embedding would
+#     add its 15.6 MiB;
 #   - a run stopped after a checkpoint and resumed ends with the same bits as the straight run;
 #   - on 2 ranks, sharding from the mapped model file (lora.share_base=true) gives the same bits
 #     and keeps no more resident (each worker copies its shard out, the mapping is closed).
@@ -64,6 +68,10 @@ grep -q "^frozen base: sharded across the $np workers" "$tmp/sharded.log" ||
   { echo "FAIL: the start line does not say the base is sharded"; fail=1; }
 ! grep -q "sharded across" "$tmp/whole.log" ||
   { echo "FAIL: the reference run (${wh[*]:-lora.shard_base=auto, ZeRO $zero}) sharded the base"; fail=1; }
+grep -q "^frozen base: sharded across .*(the embedding: only the rows the workers look up)" \
+  "$tmp/sharded.log" || { echo "FAIL: the start line does not say the embedding is row-gathered"; fail=1; }
+gathered=$(sed -nE 's/^frozen base: ([0-9.]+) MiB gathered per step.*/\1/p' "$tmp/sharded.log")
+[ -n "$gathered" ] || { echo "FAIL: no 'gathered per step' line"; fail=1; gathered=0; }
 for a in sharded cut $([ "$np" = 2 ] && echo mapped); do
   if cmp -s "$(adapter whole)" "$(adapter $a)"; then echo "identical adapters: whole base, $a"
   else echo "FAIL: the adapters of '$a' differ from the whole base's"; fail=1; fi
@@ -78,7 +86,7 @@ if [ "$np" = 2 ]; then
 fi
 "$dtrain" plan "${args[@]}" "${wh[@]}" -n "$np" --json > "$tmp/plan-whole.json"
 "$dtrain" plan "${args[@]}" "${sb[@]}" -n "$np" --json > "$tmp/plan-sharded.json"
-"$py" - "$tmp" "$np" "$w" "$s" "$(speak whole)" "$(speak sharded)" "${ASAN_OPTIONS:+sanitized}" <<'PY' || fail=1
+"$py" - "$tmp" "$np" "$w" "$s" "$(speak whole)" "$(speak sharded)" "${ASAN_OPTIONS:+sanitized}" "$gathered" <<'PY' || fail=1
 import json, sys
 d, n, w, s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 hw, hs = float(sys.argv[5]), float(sys.argv[6])
@@ -124,6 +132,16 @@ if peaks_checked and not gmin - 4 <= rise <= gmax + 4:
     print("FAIL: the weights gathered during a step are not what the plan says"); bad = 1
 if not peaks_checked:
     print("(sanitized build: the peaks are not checked)")
+# the frozen bytes gathered per step: the rest of the base in forward and again (at most) in
+# backward, and the embedding's union rows (at most NP x batch 2 x seq_len 32 rows of 512 bf16)
+# -- never its whole 16000 rows
+emb, g = largest / mib, float(sys.argv[8])
+rows = min(16000, n * 2 * 32) * 512 * 2 / mib
+rest = base / mib - emb
+print(f"frozen gathered per step: {g:.2f} MiB (expected {rest:.2f}-{2 * rest + rows:.2f}: the "
+      f"base less the {emb:.2f} MiB embedding, once or twice, plus at most {rows:.2f} of its rows)")
+if not rest - 0.05 <= g <= 2 * rest + rows + 0.05:
+    print("FAIL: the gathers moved more (or less) than the row-gathered embedding allows"); bad = 1
 sys.exit(bad)
 PY
 exit $fail
