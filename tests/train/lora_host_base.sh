@@ -3,8 +3,9 @@
 # finetune a 38M-parameter Llama from a bf16 safetensors base (76 MiB of frozen bf16 weights,
 # mostly the untied 32000 x 512 embedding and LM head). The host's total PSS (each worker's
 # /proc/self/smaps_rollup Pss after the last step, summed over the host: the "memory per
-# worker" line) must grow per extra worker by less than half the base's size, and the copying
-# path (lora.share_base=false) must grow by more than that. The adapters of 2 mapped workers
+# worker" line) must grow per extra worker by at least 3/4 of the base (a second worker) or half
+# of it (a third) less than with the copying path (lora.share_base=false), which must grow by
+# more than half the base. The adapters of 2 mapped workers
 # must equal the copying path's bit for bit, and those of the conversion path (the same base
 # stored as f32: local rank 0 converts it into shared memory) too; 2 workers must match 1
 # worker with the global batch to bf16 resolution (the base GEMM rounds its inputs to bf16).
@@ -58,8 +59,15 @@ m1=$(host_pss map1) m2=$(host_pss map2) m3=$(host_pss map3) c1=$(host_pss copy1)
 v2=$(host_pss conv2) a2=$(host_pss auto2)
 half=$(( base_mib / 2 ))
 echo "base $base_mib MiB; per extra worker: mapped +$((m2 - m1)), +$((m3 - m2)); copied +$((c2 - c1)); converted (2 workers) $v2 vs copied $c2"
-[ $((m2 - m1)) -lt $half ] && [ $((m3 - m2)) -lt $half ] ||
-  { echo "FAIL: the mapped base's host PSS grows by half the base ($half MiB) or more per worker"; fail=1; }
+# A worker's own memory (libraries, MPI, oneDNN's plans, its arena: 35-40 MiB on the machines
+# tested) comes with it either way; what the mapping saves is the base. So against a copying
+# worker in the same shapes (1 -> 2 workers), a mapped one must cost at least 3/4 of the base
+# less, and a third mapped worker at least half the base less than a second copying one.
+three_q=$(( base_mib * 3 / 4 ))
+[ $(( (c2 - c1) - (m2 - m1) )) -ge $three_q ] ||
+  { echo "FAIL: a second mapped worker costs less than 3/4 of the base ($three_q MiB) under a copying one"; fail=1; }
+[ $(( (c2 - c1) - (m3 - m2) )) -ge $half ] ||
+  { echo "FAIL: a third mapped worker costs less than half the base ($half MiB) under a second copying one"; fail=1; }
 [ $((c2 - c1)) -gt $half ] ||
   { echo "FAIL: the copying path's host PSS does not grow by the base (measurement too weak)"; fail=1; }
 [ $((c2 - a2)) -gt $half ] ||
