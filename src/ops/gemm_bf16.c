@@ -26,7 +26,7 @@ size_t dt_bf16_pack_bytes(int64_t n) {
 }
 
 void dt_bf16_pack(uint16_t *dst, const float *src, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= (1 << 16))
+#pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
     for (int64_t i = 0; i < n; i++) dst[i] = dt_bf16_from_f32(src[i]);
 }
 
