@@ -17,11 +17,14 @@
  * trainer's train.precision: bf16): on a CPU with bf16 instructions x, w and g are packed to bf16
  * and the three products run oneDNN's bf16 matmuls, elsewhere (or with DT_CPU_BF16=emulate)
  * the f32 emulation; cblas and onednn there are the raw f32 GEMMs (ours/onednn > 1: faster than
- * the f32 GEMMs themselves).
+ * the f32 GEMMs themselves). The same for a batched dt_matmul ("batched": 64 products of
+ * 256x64->256, an attention-sized batch; raw GEMMs one product at a time) and, last, a ResNet
+ * conv2d 3x3 in fp32 against bf16 mode (native: oneDNN's bf16 convolutions) through graphs.
  * Times are the best of several repetitions (at least 3, and about SECONDS per figure: on a
  * shared machine the best of a longer window filters out other processes' interference).
  *
- * usage: bench_gemm [threads=2] [all|quick] [SECONDS=0.5]   (quick: the two smallest shapes) */
+ * usage: bench_gemm [threads=2] [all|quick|bf16] [SECONDS=0.5]   (quick: the two smallest
+ * shapes; bf16: the bf16-mode rows, their batched f32 counterpart and the conv2d) */
 #include <cblas.h>
 #include <dnnl.h>
 #include <math.h>
@@ -74,6 +77,7 @@ static float *fill(int64_t n, uint64_t seed) {
 
 typedef struct raw {
     int M, K, N, linear; /* linear: w is [N, K] (y = x w^T); else b is [K, N] */
+    int batch;           /* matmul: `batch` independent products, one after the other */
     int no_dw;           /* backward without the weight gradient (frozen bf16 weight) */
     int onednn;          /* dnnl_sgemm instead of cblas_sgemm (for comparison only) */
     float *x, *w, *y, *g, *dx, *dw;
@@ -89,28 +93,38 @@ static void sg(const raw *r, int ta, int tb, int M, int N, int K, const float *A
                     M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
 }
 
-static void raw_fwd(void *p) {
-    raw *r = p;
-    sg(r, 0, r->linear, r->M, r->N, r->K, r->x, r->K, r->w, r->linear ? r->K : r->N, r->y, r->N);
-}
-
-static void raw_fwdbwd(void *p) {
-    raw *r = p;
-    raw_fwd(p);
+/* Batch entry i's forward product (and with bwd its backward ones). */
+static void raw_entry(const raw *r, int64_t i, int bwd) {
+    int64_t mk = (int64_t)r->M * r->K, kn = (int64_t)r->K * r->N, mn = (int64_t)r->M * r->N;
+    const float *x = r->x + i * mk, *w = r->w + i * kn, *g = r->g + i * mn;
+    float *y = r->y + i * mn, *dx = r->dx + i * mk, *dw = r->dw + i * kn;
+    sg(r, 0, r->linear, r->M, r->N, r->K, x, r->K, w, r->linear ? r->K : r->N, y, r->N);
+    if (!bwd) return;
     if (r->linear) {
         /* dx [M, K] = g [M, N] w [N, K];  dW [N, K] = g^T x */
-        sg(r, 0, 0, r->M, r->K, r->N, r->g, r->N, r->w, r->K, r->dx, r->K);
-        if (!r->no_dw) sg(r, 1, 0, r->N, r->K, r->M, r->g, r->N, r->x, r->K, r->dw, r->K);
+        sg(r, 0, 0, r->M, r->K, r->N, g, r->N, w, r->K, dx, r->K);
+        if (!r->no_dw) sg(r, 1, 0, r->N, r->K, r->M, g, r->N, x, r->K, dw, r->K);
     } else {
         /* dA [M, K] = g [M, N] B^T;  dB [K, N] = A^T g */
-        sg(r, 0, 1, r->M, r->K, r->N, r->g, r->N, r->w, r->N, r->dx, r->K);
-        sg(r, 1, 0, r->K, r->N, r->M, r->x, r->K, r->g, r->N, r->dw, r->N);
+        sg(r, 0, 1, r->M, r->K, r->N, g, r->N, w, r->N, dx, r->K);
+        sg(r, 1, 0, r->K, r->N, r->M, x, r->K, g, r->N, dw, r->N);
     }
 }
 
-static void raw_init(raw *r, int M, int K, int N, int linear, int no_dw, int onednn) {
-    int64_t mk = (int64_t)M * K, kn = (int64_t)K * N, mn = (int64_t)M * N;
-    *r = (raw){.M = M, .K = K, .N = N, .linear = linear, .no_dw = no_dw, .onednn = onednn};
+static void raw_fwd(void *p) {
+    const raw *r = p;
+    for (int64_t i = 0; i < r->batch; i++) raw_entry(r, i, 0);
+}
+
+static void raw_fwdbwd(void *p) {
+    const raw *r = p;
+    for (int64_t i = 0; i < r->batch; i++) raw_entry(r, i, 1);
+}
+
+static void raw_init(raw *r, int batch, int M, int K, int N, int linear, int no_dw, int onednn) {
+    int64_t mk = (int64_t)batch * M * K, kn = (int64_t)batch * K * N, mn = (int64_t)batch * M * N;
+    *r = (raw){
+        .M = M, .K = K, .N = N, .linear = linear, .batch = batch, .no_dw = no_dw, .onednn = onednn};
     r->x = fill(mk, 1), r->w = fill(kn, 2), r->y = fill(mn, 3), r->g = fill(mn, 4);
     r->dx = fill(mk, 5), r->dw = fill(kn, 6);
 }
@@ -181,7 +195,7 @@ static void bf16mm_free(bf16mm *b) {
 
 /* ---- ours: through a compiled graph ---------------------------------------------------- */
 
-enum { OP_LINEAR, OP_MATMUL, OP_LINEAR_BF16, OP_LINEAR_BF16MODE };
+enum { OP_LINEAR, OP_MATMUL, OP_LINEAR_BF16, OP_LINEAR_BF16MODE, OP_MATMUL_BF16MODE };
 
 static void g_fwd(void *p) {
     if (dt_graph_forward(p, 1) != DT_OK) fprintf(stderr, "forward: %s\n", dt_last_error());
@@ -191,13 +205,17 @@ static void g_fwdbwd(void *p) {
     if (dt_graph_backward(p) != DT_OK) fprintf(stderr, "backward: %s\n", dt_last_error());
 }
 
-/* x [M, K] (with a gradient) -> op -> y [M, N]; loss = sum(y). NULL on failure. */
-static dt_graph *ours_init(int op, int M, int K, int N) {
+/* x [M, K] (with a gradient) -> op -> y [M, N]; loss = sum(y). A matmul with batch > 1:
+ * x [batch, M, K], w [batch, K, N] (an input with a gradient). NULL on failure. */
+static dt_graph *ours_init(int op, int batch, int M, int K, int N) {
     dt_graph *g = dt_graph_init();
-    int x = dt_graph_input(g, "x", DT_F32, 2, (int64_t[]){M, K}, 1);
+    int mm = op == OP_MATMUL || op == OP_MATMUL_BF16MODE, b3 = mm && batch > 1;
+    int x = b3 ? dt_graph_input(g, "x", DT_F32, 3, (int64_t[]){batch, M, K}, 1)
+               : dt_graph_input(g, "x", DT_F32, 2, (int64_t[]){M, K}, 1);
     int w, y;
-    if (op == OP_MATMUL) {
-        w = dt_graph_param(g, "w", DT_F32, 2, (int64_t[]){K, N}, 0);
+    if (mm) {
+        w = b3 ? dt_graph_input(g, "w", DT_F32, 3, (int64_t[]){batch, K, N}, 1)
+               : dt_graph_param(g, "w", DT_F32, 2, (int64_t[]){K, N}, 0);
         y = dt_matmul(g, x, w, 0, 0);
     } else {
         int f32w = op != OP_LINEAR_BF16;
@@ -206,16 +224,16 @@ static dt_graph *ours_init(int op, int M, int K, int N) {
         y = dt_linear(g, x, w, -1);
     }
     int loss = dt_sum(g, y);
-    dt_graph_opts o = {.bf16_gemm = op == OP_LINEAR_BF16MODE};
+    dt_graph_opts o = {.bf16_gemm = op == OP_LINEAR_BF16MODE || op == OP_MATMUL_BF16MODE};
     if (loss < 0 || dt_graph_compile(g, loss, &o) != DT_OK) {
         fprintf(stderr, "graph: %s\n", dt_last_error());
         dt_graph_free(g);
         return NULL;
     }
     const dt_tensor *xv = dt_graph_value(g, x), *wv = dt_graph_value(g, w);
-    dt_rng_normal(xv->data, (int64_t)M * K, 1, 0, 0, 0.0f, 1.0f);
+    dt_rng_normal(xv->data, (int64_t)batch * M * K, 1, 0, 0, 0.0f, 1.0f);
     if (wv->dtype == DT_F32) {
-        dt_rng_normal(wv->data, (int64_t)K * N, 2, 0, 0, 0.0f, 1.0f);
+        dt_rng_normal(wv->data, (int64_t)(b3 ? batch : 1) * K * N, 2, 0, 0, 0.0f, 1.0f);
     } else {
         for (int64_t i = 0; i < (int64_t)K * N; i++)
             ((uint16_t *)wv->data)[i] = dt_bf16_from_f32(0.01f * (float)(i % 89));
@@ -223,9 +241,9 @@ static dt_graph *ours_init(int op, int M, int K, int N) {
     return g;
 }
 
-/* The loss alone: y [M, N] (an input with a gradient) -> sum. Its time is subtracted from ours
- * for the "op only" figure. */
-static dt_graph *loss_init(int M, int N) {
+/* The loss alone: y [batch * M, N] (an input with a gradient) -> sum. Its time is subtracted
+ * from ours for the "op only" figure. */
+static dt_graph *loss_init(int64_t M, int N) {
     dt_graph *g = dt_graph_init();
     int y = dt_graph_input(g, "y", DT_F32, 2, (int64_t[]){M, N}, 1);
     if (dt_graph_compile(g, dt_sum(g, y), NULL) != DT_OK) {
@@ -250,9 +268,45 @@ static void row(const char *name, double flop, double t_cblas, double t_dnnl, do
     printf("\n");
 }
 
+static const char *bf16_mode_name(void) {
+    return dt_bf16_gemm_mode() == DT_BF16_NATIVE ? ", bf16 mode: native kernels"
+                                                 : ", bf16 mode: emulated";
+}
+
+/* conv2d 3x3 pad 1 of x [N, C, S, S] (with a gradient) by w [C, C, 3, 3]; loss = sum(y):
+ * fp32 against bf16 mode, forward and forward + backward (data and weights: 3 passes), GFLOP/s
+ * of the whole graph (the loss included). */
+static void conv_rows(int N, int C, int S) {
+    printf("conv2d 3x3 x [%d, %d, %d, %d] -> %d channels (dt_conv2d%s)\n", N, C, S, S, C,
+           bf16_mode_name());
+    dt_graph *g[2];
+    for (int k = 0; k < 2; k++) {
+        g[k] = dt_graph_init();
+        int x = dt_graph_input(g[k], "x", DT_F32, 4, (int64_t[]){N, C, S, S}, 1);
+        int w = dt_graph_param(g[k], "w", DT_F32, 4, (int64_t[]){C, C, 3, 3}, 0);
+        int y = dt_conv2d(g[k], x, w, -1, 1, 1, 1, 1, 1, 1, 1);
+        if (dt_graph_compile(g[k], dt_sum(g[k], y), &(dt_graph_opts){.bf16_gemm = k}) != DT_OK) {
+            fprintf(stderr, "graph: %s\n", dt_last_error());
+            dt_graph_free(g[0]), dt_graph_free(g[k]);
+            return;
+        }
+        dt_rng_normal(dt_graph_value(g[k], x)->data, (int64_t)N * C * S * S, 1, 0, 0, 0.0f, 1.0f);
+        dt_rng_normal(dt_graph_value(g[k], w)->data, (int64_t)C * C * 9, 2, 0, 0, 0.0f, 0.05f);
+    }
+    double flop = 2.0 * N * C * S * S * C * 9, tf[2], tb[2];
+    best_times(2, (work_fn[]){g_fwd, g_fwd}, (void *[]){g[0], g[1]}, tf);
+    best_times(2, (work_fn[]){g_fwdbwd, g_fwdbwd}, (void *[]){g[0], g[1]}, tb);
+    printf("  forward           fp32 %6.1f  bf16 mode %6.1f GFLOP/s   bf16/fp32 %.2f\n",
+           flop / tf[0] * 1e-9, flop / tf[1] * 1e-9, tf[0] / tf[1]);
+    printf("  forward+backward  fp32 %6.1f  bf16 mode %6.1f GFLOP/s   bf16/fp32 %.2f\n",
+           3 * flop / tb[0] * 1e-9, 3 * flop / tb[1] * 1e-9, tb[0] / tb[1]);
+    dt_graph_free(g[0]), dt_graph_free(g[1]);
+}
+
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 2;
     int quick = argc > 2 && strcmp(argv[2], "quick") == 0;
+    int bf16 = argc > 2 && strcmp(argv[2], "bf16") == 0;
     if (argc > 3 && atof(argv[3]) > 0) window = atof(argv[3]);
     threads = dt_threads_set(threads);
     const char *ct = getenv("OPENBLAS_CORETYPE"), *l2 = getenv("OPENBLAS_L2_SIZE");
@@ -264,37 +318,42 @@ int main(int argc, char **argv) {
 
     static const struct {
         const char *what;
-        int op, M, K, N;
+        int op, M, K, N, batch;
     } cases[] = {
-        {"square 512", OP_MATMUL, 512, 512, 512},
-        {"linear 2048x512->1408", OP_LINEAR, 2048, 512, 1408},
-        {"square 1024", OP_MATMUL, 1024, 1024, 1024},
-        {"linear 2048x1408->512", OP_LINEAR, 2048, 1408, 512},
-        {"square 2048", OP_MATMUL, 2048, 2048, 2048},
-        {"linear 2048x2048->2048", OP_LINEAR, 2048, 2048, 2048},
-        {"linear 2048x512->32000", OP_LINEAR, 2048, 512, 32000},
-        {"bf16 2048x512->1408", OP_LINEAR_BF16, 2048, 512, 1408},
-        {"bf16 2048x2048->2048", OP_LINEAR_BF16, 2048, 2048, 2048},
-        {"bf16 mode 2048x512->1408", OP_LINEAR_BF16MODE, 2048, 512, 1408},
-        {"bf16 mode 2048x2048->2048", OP_LINEAR_BF16MODE, 2048, 2048, 2048},
-        {"bf16 mode 2048x512->32000", OP_LINEAR_BF16MODE, 2048, 512, 32000},
+        {"square 512", OP_MATMUL, 512, 512, 512, 1},
+        {"linear 2048x512->1408", OP_LINEAR, 2048, 512, 1408, 1},
+        {"square 1024", OP_MATMUL, 1024, 1024, 1024, 1},
+        {"linear 2048x1408->512", OP_LINEAR, 2048, 1408, 512, 1},
+        {"square 2048", OP_MATMUL, 2048, 2048, 2048, 1},
+        {"linear 2048x2048->2048", OP_LINEAR, 2048, 2048, 2048, 1},
+        {"linear 2048x512->32000", OP_LINEAR, 2048, 512, 32000, 1},
+        {"bf16 2048x512->1408", OP_LINEAR_BF16, 2048, 512, 1408, 1},
+        {"bf16 2048x2048->2048", OP_LINEAR_BF16, 2048, 2048, 2048, 1},
+        {"bf16 mode 2048x512->1408", OP_LINEAR_BF16MODE, 2048, 512, 1408, 1},
+        {"bf16 mode 2048x2048->2048", OP_LINEAR_BF16MODE, 2048, 2048, 2048, 1},
+        {"bf16 mode 2048x512->32000", OP_LINEAR_BF16MODE, 2048, 512, 32000, 1},
+        {"batched 64x 256x64->256", OP_MATMUL, 256, 64, 256, 64},
+        {"bf16 mode 64x 256x64->256", OP_MATMUL_BF16MODE, 256, 64, 256, 64},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) {
         if (quick && i >= 2) break;
+        if (bf16 && cases[i].op != OP_LINEAR_BF16MODE && cases[i].op != OP_MATMUL_BF16MODE &&
+            cases[i].batch == 1)
+            continue;
         int M = cases[i].M, K = cases[i].K, N = cases[i].N, op = cases[i].op;
-        double flop = 2.0 * M * N * K, t[3];
-        printf("%s (M=%d K=%d N=%d, %s%s)\n", cases[i].what, M, K, N,
-               op == OP_MATMUL ? "dt_matmul" : "dt_linear",
-               op == OP_LINEAR_BF16 ? ", bf16 weight"
-               : op == OP_LINEAR_BF16MODE
-                   ? (dt_bf16_gemm_mode() == DT_BF16_NATIVE ? ", bf16 mode: native kernels"
-                                                            : ", bf16 mode: emulated")
-                   : "");
-        dt_graph *g = ours_init(op, M, K, N), *gl = loss_init(M, N);
+        int B = cases[i].batch;
+        int mm = op == OP_MATMUL || op == OP_MATMUL_BF16MODE;
+        double flop = 2.0 * B * M * N * K, t[3];
+        printf("%s (batch=%d M=%d K=%d N=%d, %s%s)\n", cases[i].what, B, M, K, N,
+               mm ? "dt_matmul" : "dt_linear",
+               op == OP_LINEAR_BF16                                   ? ", bf16 weight"
+               : op == OP_LINEAR_BF16MODE || op == OP_MATMUL_BF16MODE ? bf16_mode_name()
+                                                                      : "");
+        dt_graph *g = ours_init(op, B, M, K, N), *gl = loss_init((int64_t)B * M, N);
         if (!g || !gl) continue;
         raw rc, rd;
-        raw_init(&rc, M, K, N, op != OP_MATMUL, op == OP_LINEAR_BF16, 0);
+        raw_init(&rc, B, M, K, N, !mm, op == OP_LINEAR_BF16, 0);
         rd = rc;
         rd.onednn = 1;
         double tc[2], tl[2]; /* cblas and the loss alone: forward, forward + backward */
@@ -320,11 +379,12 @@ int main(int argc, char **argv) {
             row("forward+backward", 3 * flop, tc[1], t[0], t[1], tl[1]);
         }
         printf("  (the loss alone, sum over [%d, %d]: forward %.2f ms, forward+backward %.2f ms)\n",
-               M, N, tl[0] * 1e3, tl[1] * 1e3);
+               B * M, N, tl[0] * 1e3, tl[1] * 1e3);
         dt_graph_free(gl);
         raw_free(&rc);
         dt_graph_free(g);
         fflush(stdout);
     }
+    if (!quick) conv_rows(32, 64, 28);
     return 0;
 }

@@ -33,8 +33,8 @@ int dt_embedding(dt_graph *g, int ids, int table);
  * bf16 instructions (AVX-512 BF16 or AMX; dnnl_get_effective_cpu_isa, so ONEDNN_MAX_CPU_ISA
  * counts); DT_BF16_EMULATE: DT_CPU_BF16=emulate (tests: the exact f32 emulation on any CPU);
  * DT_BF16_NONE: neither, or DT_CPU_BF16=none (tests: the refusal on any CPU). Both runnable modes
- * multiply the same bf16 values: natively (linear, oneDNN's bf16 kernels) or as f32 GEMMs on
- * bf16-rounded operands (the emulation; matmul and conv2d in both modes) (docs/ops.md). */
+ * multiply the same bf16 values: natively (linear, matmul and conv2d on oneDNN's bf16 kernels)
+ * or as f32 GEMMs on bf16-rounded operands (the emulation) (docs/ops.md). */
 enum { DT_BF16_NONE = 0, DT_BF16_NATIVE = 1, DT_BF16_EMULATE = 2 };
 int dt_bf16_gemm_mode(void);
 /* DT_OK if the mode can run here; else DT_ERR_INVALID with

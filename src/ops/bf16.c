@@ -8,9 +8,10 @@
  * values the graph keeps (activations, gradients, the f32 master weights) are never rounded
  * in place, so the next op, the optimizer and the norms see f32.
  *
- * Which CPUs: dt_bf16_gemm_mode. The mode is meant for CPUs with bf16 instructions (where linear
- * runs oneDNN's native bf16 kernels instead: gemm_bf16.c); elsewhere it is refused in one line,
- * except with DT_CPU_BF16=emulate (tests on AVX2 machines). */
+ * Which CPUs: dt_bf16_gemm_mode. The mode is meant for CPUs with bf16 instructions (where
+ * linear, matmul and conv2d run oneDNN's native bf16 kernels instead: gemm_bf16.c, conv.c, and
+ * this emulation only for a shape oneDNN has no bf16 kernel for); elsewhere it is refused in one
+ * line, except with DT_CPU_BF16=emulate (tests on AVX2 machines). */
 #include <dnnl.h>
 #include <stdio.h>
 #include <stdlib.h>

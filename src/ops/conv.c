@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "dtrain/ops_cnn.h"
+#include "dtrain/ops_linear.h"
 #include "graph/op.h"
 #include "ops/bf16.h"
 #include "ops/conv_impl.h"
@@ -46,12 +47,21 @@ typedef struct conv_state {
     dt_dnnl_arg w_src, w_ddst, w_dwei; /* backward weights */
     dt_dnnl_buf w_scr;
     int share_ddst; /* bwd_weights wants gy in bwd_data's layout: stage it once */
-    int bf16;       /* dt_graph_opts.bf16_gemm: every primitive input rounded to bf16 in ws */
+    int bf16;       /* dt_graph_opts.bf16_gemm: CONV_BF16_EMULATE or CONV_BF16_NATIVE */
 } conv_state;
 
-/* In bf16 mode, input argument a reads a bf16-rounded copy (dt_dnnl_arg_round_bf16). */
+/* bf16 mode. Emulated (a CPU without bf16 kernels, DT_CPU_BF16=emulate): every primitive input
+ * is rounded to bf16 in ws and kept as f32, and the f32 primitives run. Native (AVX-512 BF16 /
+ * AMX): the primitives are oneDNN's bf16 convolutions with f32 outputs -- forward src, weights
+ * bf16 -> dst f32 (bias f32); backward-data diff_dst, weights bf16 -> diff_src f32;
+ * backward-weights src, diff_dst bf16 -> diff_weights f32 -- and each input's staging reorder
+ * converts it to bf16 (round to nearest even) on its way into ws, so the copies are half the
+ * size. Where oneDNN has no bf16 primitive for a shape, the whole op falls back to emulation. */
+enum { CONV_BF16_EMULATE = 1, CONV_BF16_NATIVE = 2 };
+
+/* In emulated bf16 mode, input argument a reads a bf16-rounded copy (dt_dnnl_arg_round_bf16). */
 static void round_in(const conv_state *s, dt_dnnl_arg *a, size_t *ws) {
-    if (s->bf16) dt_dnnl_arg_round_bf16(a, ws);
+    if (s->bf16 == CONV_BF16_EMULATE) dt_dnnl_arg_round_bf16(a, ws);
 }
 
 static const char *OP = "conv2d";
@@ -66,10 +76,12 @@ static void conv_shape_of(const dt_graph *g, const dt_node *n, conv_shape *s) {
     s->has_bias = n->n_in > 2;
 }
 
-/* Plain layouts of the graph tensors and "any" layouts for the primitives to choose. */
+/* Plain layouts of the graph tensors and "any" layouts for the primitives to choose: f32 for
+ * the outputs, *_in for the inputs (bf16 in native bf16 mode, else f32). */
 typedef struct conv_mds {
     dnnl_memory_desc_t x, w, b, y;          /* plain */
     dnnl_memory_desc_t x_any, w_any, y_any; /* format_tag_any */
+    dnnl_memory_desc_t x_in, w_in, y_in;    /* format_tag_any, inputs */
     dnnl_dims_t strides, dil, pad_l, pad_r;
 } conv_mds;
 
@@ -79,7 +91,8 @@ static dnnl_format_tag_t act_tag(int layout) {
     return b == 16 ? dnnl_nChw16c : b == 8 ? dnnl_nChw8c : dnnl_nchw;
 }
 
-static dt_status conv_mds_init(conv_mds *m, const conv_shape *s, int x_layout, int y_layout) {
+static dt_status conv_mds_init(conv_mds *m, const conv_shape *s, int x_layout, int y_layout,
+                               int bf16_in) {
     dnnl_dims_t xd = {s->N, s->C, s->H, s->W}, yd = {s->N, s->O, s->OH, s->OW}, bd = {s->O};
     /* Grouped weights are 5-D [G, O/G, C/G, KH, KW]: the same bytes as PyTorch's 4-D layout. */
     int g = s->groups > 1, wn = g ? 5 : 4;
@@ -96,6 +109,10 @@ static dt_status conv_mds_init(conv_mds *m, const conv_shape *s, int x_layout, i
     if (!e) e = dnnl_memory_desc_init_by_tag(&m->x_any, 4, xd, dnnl_f32, any);
     if (!e) e = dnnl_memory_desc_init_by_tag(&m->y_any, 4, yd, dnnl_f32, any);
     if (!e) e = dnnl_memory_desc_init_by_tag(&m->w_any, wn, wd, dnnl_f32, any);
+    dnnl_data_type_t in = bf16_in ? dnnl_bf16 : dnnl_f32;
+    if (!e) e = dnnl_memory_desc_init_by_tag(&m->x_in, 4, xd, in, any);
+    if (!e) e = dnnl_memory_desc_init_by_tag(&m->y_in, 4, yd, in, any);
+    if (!e) e = dnnl_memory_desc_init_by_tag(&m->w_in, wn, wd, in, any);
     memset(m->strides, 0, sizeof m->strides);
     memset(m->dil, 0, sizeof m->dil);
     memset(m->pad_l, 0, sizeof m->pad_l);
@@ -110,17 +127,22 @@ static dt_status conv_mds_init(conv_mds *m, const conv_shape *s, int x_layout, i
     return dt_dnnl_check(e, OP, "memory descriptor");
 }
 
-static dt_status pd_create(dnnl_primitive_desc_t *pd, const void *desc, dnnl_primitive_t *p,
-                           const_dnnl_primitive_desc_t hint, const char *what) {
+/* DT_ERR_DTYPE (for the fallback to emulation) where native bf16 mode finds no primitive. */
+static dt_status pd_create(const conv_state *s, dnnl_primitive_desc_t *pd, const void *desc,
+                           dnnl_primitive_t *p, const_dnnl_primitive_desc_t hint,
+                           const char *what) {
     dnnl_primitive_attr_t attr;
     dt_status st = dt_dnnl_check(dnnl_primitive_attr_create(&attr), OP, "attr create");
     if (st) return st;
     /* Scratchpads go into our ws (sized at prepare), never allocated by oneDNN at run time. */
     st = dt_dnnl_check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), OP,
                        "scratchpad mode");
-    if (!st)
-        st = dt_dnnl_check(dnnl_primitive_desc_create(pd, desc, attr, dt_dnnl_engine(), hint), OP,
-                           what);
+    dnnl_status_t e =
+        st ? dnnl_success : dnnl_primitive_desc_create(pd, desc, attr, dt_dnnl_engine(), hint);
+    if (e == dnnl_unimplemented && s->bf16 == CONV_BF16_NATIVE)
+        st = dt_error_set(DT_ERR_DTYPE, "%s: no oneDNN bf16 %s for this shape", OP, what);
+    else if (!st)
+        st = dt_dnnl_check(e, OP, what);
     dnnl_primitive_attr_destroy(attr);
     if (!st) st = dt_dnnl_check(dnnl_primitive_create(p, *pd), OP, what);
     return st;
@@ -171,11 +193,11 @@ static dt_status prepare_fwd(conv_state *s, const conv_shape *sh, const conv_mds
                              dnnl_primitive_desc_t *pd, size_t *ws) {
     dnnl_convolution_desc_t d;
     dt_status st = dt_dnnl_check(dnnl_dilated_convolution_forward_desc_init(
-                                     &d, dnnl_forward_training, conv_alg(sh, PRIM_FWD), &m->x_any,
-                                     &m->w_any, sh->has_bias ? &m->b : NULL, &m->y_any, m->strides,
+                                     &d, dnnl_forward_training, conv_alg(sh, PRIM_FWD), &m->x_in,
+                                     &m->w_in, sh->has_bias ? &m->b : NULL, &m->y_any, m->strides,
                                      m->dil, m->pad_l, m->pad_r),
                                  OP, "forward descriptor");
-    if (!st) st = pd_create(pd, &d, &s->fwd, NULL, "forward primitive");
+    if (!st) st = pd_create(s, pd, &d, &s->fwd, NULL, "forward primitive");
     if (!st) st = dt_dnnl_arg_init(&s->f_src, &m->x, q(*pd, dnnl_query_src_md), DT_DNNL_IN, ws, OP);
     if (!st) round_in(s, &s->f_src, ws);
     if (!st)
@@ -197,10 +219,10 @@ static dt_status prepare_bwd_data(conv_state *s, const conv_shape *sh, const con
                                   size_t *ws_shared, size_t *ws) {
     dnnl_convolution_desc_t d;
     dt_status st = dt_dnnl_check(dnnl_dilated_convolution_backward_data_desc_init(
-                                     &d, conv_alg(sh, PRIM_BWD_DATA), &m->x_any, &m->w_any,
-                                     &m->y_any, m->strides, m->dil, m->pad_l, m->pad_r),
+                                     &d, conv_alg(sh, PRIM_BWD_DATA), &m->x_any, &m->w_in, &m->y_in,
+                                     m->strides, m->dil, m->pad_l, m->pad_r),
                                  OP, "backward-data descriptor");
-    if (!st) st = pd_create(pd, &d, &s->bwd_data, fpd, "backward-data primitive");
+    if (!st) st = pd_create(s, pd, &d, &s->bwd_data, fpd, "backward-data primitive");
     if (!st)
         st = dt_dnnl_arg_init(&s->d_ddst, &m->y, q(*pd, dnnl_query_diff_dst_md), DT_DNNL_IN,
                               ws_shared, OP);
@@ -223,10 +245,10 @@ static dt_status prepare_bwd_weights(conv_state *s, const conv_shape *sh, const 
                                      size_t *ws) {
     dnnl_convolution_desc_t d;
     dt_status st = dt_dnnl_check(dnnl_dilated_convolution_backward_weights_desc_init(
-                                     &d, conv_alg(sh, PRIM_BWD_WEIGHTS), &m->x_any, &m->w_any, NULL,
-                                     &m->y_any, m->strides, m->dil, m->pad_l, m->pad_r),
+                                     &d, conv_alg(sh, PRIM_BWD_WEIGHTS), &m->x_in, &m->w_any, NULL,
+                                     &m->y_in, m->strides, m->dil, m->pad_l, m->pad_r),
                                  OP, "backward-weights descriptor");
-    if (!st) st = pd_create(pd, &d, &s->bwd_weights, fpd, "backward-weights primitive");
+    if (!st) st = pd_create(s, pd, &d, &s->bwd_weights, fpd, "backward-weights primitive");
     if (!st) st = dt_dnnl_arg_init(&s->w_src, &m->x, q(*pd, dnnl_query_src_md), DT_DNNL_IN, ws, OP);
     if (!st) round_in(s, &s->w_src, ws);
     if (!st) {
@@ -249,24 +271,21 @@ static int may_need_grad(dt_graph *g, int id) {
     return nd->kind == DT_NODE_OP || nd->requires_grad;
 }
 
-/* Creates the primitives and their staging; sets ws_fwd / ws_bwd. Backward ws layout:
- * [gy staged for backward-data | backward-data's buffers], and backward-weights' buffers
- * overlapping backward-data's (which are finished by then) right after the staged gy. */
-static dt_status conv_prepare(dt_graph *g, dt_node *n) {
+/* Creates the primitives and their staging in bf16 mode `bf16` (0: f32); sets ws_fwd / ws_bwd.
+ * Backward ws layout: [gy staged for backward-data | backward-data's buffers], and
+ * backward-weights' buffers overlapping backward-data's (which are finished by then) right
+ * after the staged gy. */
+static dt_status conv_prepare_mode(dt_graph *g, dt_node *n, int bf16) {
     conv_shape sh;
     conv_shape_of(g, n, &sh);
-    if (!dt_dnnl_engine()) return DT_ERR_INTERNAL;
     conv_destroy(n); /* a compile retried after a failure starts afresh */
     conv_state *s = calloc(1, sizeof *s);
     if (!s) return dt_error_set(DT_ERR_NOMEM, "conv2d: out of memory");
     n->state = s;
-    s->bf16 = dt_graph_bf16_gemm(g);
-    if (s->bf16) {
-        dt_status ck = dt_bf16_gemm_prepare_check(g, OP);
-        if (ck) return ck;
-    }
+    s->bf16 = bf16;
     conv_mds m;
-    dt_status st = conv_mds_init(&m, &sh, dt_graph_node(g, n->in[0])->layout, n->layout);
+    dt_status st = conv_mds_init(&m, &sh, dt_graph_node(g, n->in[0])->layout, n->layout,
+                                 bf16 == CONV_BF16_NATIVE);
     dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
     size_t wsf = 0, shared = 0, wsd = 0, wsw = 0;
     if (!st) st = prepare_fwd(s, &sh, &m, &fpd, &wsf);
@@ -281,6 +300,19 @@ static dt_status conv_prepare(dt_graph *g, dt_node *n) {
     n->ws_fwd = wsf;
     n->ws_bwd = wsd > wsw ? wsd : wsw;
     return st;
+}
+
+static dt_status conv_prepare(dt_graph *g, dt_node *n) {
+    if (!dt_dnnl_engine()) return DT_ERR_INTERNAL;
+    if (!dt_graph_bf16_gemm(g)) return conv_prepare_mode(g, n, 0);
+    dt_status st = dt_bf16_gemm_prepare_check(g, OP);
+    if (st) return st;
+    if (dt_bf16_gemm_mode() == DT_BF16_NATIVE) {
+        st = conv_prepare_mode(g, n, CONV_BF16_NATIVE);
+        if (st != DT_ERR_DTYPE) return st;
+        dt_error_clear(); /* no bf16 primitive for this shape: emulate it */
+    }
+    return conv_prepare_mode(g, n, CONV_BF16_EMULATE);
 }
 
 /* y [N, O, OH, OW] = conv(x [N, C, H, W], w [O, C/G, KH, KW]) + bias [O] */

@@ -26,15 +26,20 @@ size_t dt_bf16_pack_bytes(int64_t n) {
 }
 
 void dt_bf16_pack(uint16_t *dst, const float *src, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= (1 << 16))
+#pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
     for (int64_t i = 0; i < n; i++) dst[i] = dt_bf16_from_f32(src[i]);
 }
 
-/* [d0, d1] with strides {s0, s1}. */
-static dnnl_status_t md2(dnnl_memory_desc_t *md, int64_t d0, int64_t d1, dnnl_data_type_t dt,
-                         int64_t s0, int64_t s1) {
-    dnnl_dims_t dims = {d0, d1}, strides = {s0, s1};
-    return dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides);
+/* [d0, d1] with strides {s0, s1}, or with batch > 1 [nb, d0, d1] with strides {sb, s0, s1}; a
+ * shared operand (sb = 0) is [1, d0, d1], which oneDNN broadcasts over the batch. */
+static dnnl_status_t md3(dnnl_memory_desc_t *md, int64_t batch, int64_t sb, int64_t d0, int64_t d1,
+                         dnnl_data_type_t dt, int64_t s0, int64_t s1) {
+    if (batch == 1) {
+        dnnl_dims_t dims = {d0, d1}, strides = {s0, s1};
+        return dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides);
+    }
+    dnnl_dims_t dims = {sb ? batch : 1, d0, d1}, strides = {sb ? sb : d0 * d1, s0, s1};
+    return dnnl_memory_desc_init_by_strides(md, 3, dims, dt, strides);
 }
 
 static dnnl_status_t make(dt_gemm_bf16 *p, int k, dnnl_engine_t eng, const dnnl_memory_desc_t *a,
@@ -52,6 +57,12 @@ static dnnl_status_t make(dt_gemm_bf16 *p, int k, dnnl_engine_t eng, const dnnl_
 
 dt_status dt_gemm_bf16_create(dt_gemm_bf16 **out, int ta, int tb, int64_t M, int64_t N, int64_t K,
                               int64_t lda, int64_t ldb, int64_t ldc, const char *op) {
+    return dt_gemm_bf16_create_batched(out, 1, ta, tb, M, N, K, lda, ldb, ldc, 0, 0, 0, op);
+}
+
+dt_status dt_gemm_bf16_create_batched(dt_gemm_bf16 **out, int64_t batch, int ta, int tb, int64_t M,
+                                      int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+                                      int64_t sa, int64_t sb, int64_t sc, const char *op) {
     *out = NULL;
     dnnl_engine_t eng = dt_dnnl_engine();
     if (!eng) return DT_ERR_INTERNAL;
@@ -59,21 +70,24 @@ dt_status dt_gemm_bf16_create(dt_gemm_bf16 **out, int ta, int tb, int64_t M, int
     if (!p) return dt_error_set(DT_ERR_NOMEM, "%s: out of memory for a bf16 GEMM plan", op);
     p->op = op;
     dnnl_memory_desc_t a, b, c;
-    dnnl_status_t st = ta ? md2(&a, M, K, dnnl_bf16, 1, lda) : md2(&a, M, K, dnnl_bf16, lda, 1);
-    if (!st) st = tb ? md2(&b, K, N, dnnl_bf16, 1, ldb) : md2(&b, K, N, dnnl_bf16, ldb, 1);
-    if (!st) st = md2(&c, M, N, dnnl_f32, ldc, 1);
+    dnnl_status_t st = ta ? md3(&a, batch, sa, M, K, dnnl_bf16, 1, lda)
+                          : md3(&a, batch, sa, M, K, dnnl_bf16, lda, 1);
+    if (!st)
+        st = tb ? md3(&b, batch, sb, K, N, dnnl_bf16, 1, ldb)
+                : md3(&b, batch, sb, K, N, dnnl_bf16, ldb, 1);
+    if (!st) st = md3(&c, batch, sc, M, N, dnnl_f32, ldc, 1);
     for (int k = 0; k < 2 && !st; k++) st = make(p, k, eng, &a, &b, &c);
     if (!st) st = dnnl_memory_create(&p->a, &a, eng, DNNL_MEMORY_NONE);
     if (!st) st = dnnl_memory_create(&p->b, &b, eng, DNNL_MEMORY_NONE);
     if (!st) st = dnnl_memory_create(&p->c, &c, eng, DNNL_MEMORY_NONE);
     if (st) {
         dt_gemm_bf16_free(p);
-        return dt_error_set(st == dnnl_unimplemented ? DT_ERR_DTYPE : DT_ERR_INTERNAL,
-                            "%s: no oneDNN bf16 matmul for [%lld, %lld] x [%lld, %lld]%s (status "
-                            "%d)",
-                            op, (long long)M, (long long)K, (long long)K, (long long)N,
-                            st == dnnl_unimplemented ? ": this CPU has no bf16 kernels" : "",
-                            (int)st);
+        return dt_error_set(
+            st == dnnl_unimplemented ? DT_ERR_DTYPE : DT_ERR_INTERNAL,
+            "%s: no oneDNN bf16 matmul for %lld x [%lld, %lld] x [%lld, %lld]%s "
+            "(status %d)",
+            op, (long long)batch, (long long)M, (long long)K, (long long)K, (long long)N,
+            st == dnnl_unimplemented ? ": this CPU has no bf16 kernels" : "", (int)st);
     }
     *out = p;
     return DT_OK;

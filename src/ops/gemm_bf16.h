@@ -1,7 +1,7 @@
 /* Native bf16 GEMMs (internal to src/ops/): row-major C [M, N] (f32) = op(A) op(B) (+ C), A and
- * B bf16, accumulated in f32 by oneDNN's matmul kernels (AVX-512 BF16 / AMX). Used by the GEMM
- * ops' bf16 mode (dt_graph_opts.bf16_gemm) on CPUs with bf16 instructions; see src/ops/bf16.c
- * for the mode and its emulation elsewhere.
+ * B bf16 (optionally batched: C_i = op(A_i) op(B_i)), accumulated in f32 by oneDNN's matmul kernels
+ * (AVX-512 BF16 / AMX). Used by the GEMM ops' bf16 mode (dt_graph_opts.bf16_gemm) on CPUs with bf16
+ * instructions; see src/ops/bf16.c for the mode and its emulation elsewhere.
  *
  * A plan is made once per shape at prepare time (two primitives: overwrite and accumulate) and
  * run allocation-free with a caller-given scratchpad of dt_gemm_bf16_scratch bytes. */
@@ -19,6 +19,12 @@ typedef struct dt_gemm_bf16 dt_gemm_bf16;
  * ldc. `op` names the caller in errors. DT_ERR_DTYPE where oneDNN has no bf16 kernel for it. */
 dt_status dt_gemm_bf16_create(dt_gemm_bf16 **out, int ta, int tb, int64_t M, int64_t N, int64_t K,
                               int64_t lda, int64_t ldb, int64_t ldc, const char *op);
+/* The batched form: `batch` products C_i = op(A_i) op(B_i) (+ C_i) in one oneDNN call, entry i
+ * of A at A + i * sa elements (likewise sb, sc). sa = 0 or sb = 0: that operand is one matrix
+ * shared by every entry (broadcast; never both). batch 1 is dt_gemm_bf16_create. */
+dt_status dt_gemm_bf16_create_batched(dt_gemm_bf16 **out, int64_t batch, int ta, int tb, int64_t M,
+                                      int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+                                      int64_t sa, int64_t sb, int64_t sc, const char *op);
 /* Scratchpad bytes a run needs (the larger of the two primitives'), a multiple of 64. */
 size_t dt_gemm_bf16_scratch(const dt_gemm_bf16 *p);
 /* C = op(A) op(B) + beta C, beta 0 or 1 (C is not read with beta 0). */

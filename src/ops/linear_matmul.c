@@ -13,10 +13,12 @@
  *   dB = op_a(A)^T G          (trans_b = 0)      dB = G^T op_a(A)        (trans_b = 1)
  * with beta = gin_beta; a shared dB sums over the batch (beta = 1 after the first entry). */
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 #include "dtrain/ops_linear.h"
 #include "graph/op.h"
 #include "ops/bf16.h"
+#include "ops/gemm_bf16.h"
 
 /* linear.c */
 int dt_linear_dtype_error(const char *op, const char *what, int n, const char *const *names,
@@ -119,24 +121,165 @@ static dt_status matmul_backward(const dt_op_ctx *c) {
     return st;
 }
 
-/* bf16 mode (dt_graph_opts.bf16_gemm; ip[P_BF16] = 1): A and B rounded to bf16 in ws for
- * forward; A, B and G for backward. ws: [Ar | Br | Gr], each the operand's whole size. */
-static dt_status matmul_prepare(dt_graph *g, dt_node *n) {
-    n->ip[P_BF16] = dt_graph_bf16_gemm(g);
-    if (!n->ip[P_BF16]) return DT_OK;
-    dt_status st = dt_bf16_gemm_prepare_check(g, "matmul");
-    n->ws_fwd = dt_bf16_rounded_bytes(g, n, 3u);
-    n->ws_bwd = dt_bf16_rounded_bytes(g, n, 3u | DT_BF16_GOUT);
+/* bf16 mode (dt_graph_opts.bf16_gemm), ip[P_BF16] = BF16_EMULATE or BF16_NATIVE.
+ * Emulated (a CPU without bf16 kernels, DT_CPU_BF16=emulate): A and B rounded to bf16 and kept
+ * as f32 in ws for forward; A, B and G for backward; then the f32 products above.
+ * ws: [Ar | Br | Gr], each the operand's whole size.
+ * Native (AVX-512 BF16 / AMX): the operands packed to bf16 in ws and each product (forward, dA,
+ * dB) one batched oneDNN bf16 x bf16 -> f32 matmul (gemm_bf16.c), planned at prepare: the same
+ * exact products, only the order of the f32 sums differs. Shapes as the f32 path: a shared B
+ * with A not transposed is one tall GEMM; a shared B with A transposed is broadcast over the
+ * batch, except its dB, which sums over the batch: one 2-D plan run per entry, accumulating
+ * after the first. ws forward: [Ab | Bb | scratch]; backward: [Ab | Bb | Gb | scratch]. */
+enum { BF16_EMULATE = 1, BF16_NATIVE = 2 };
+enum { OP_A, OP_B, OP_G };
+
+/* One native product: dst (+)= op(src) op(wei), as dt_gemm_bf16_create_batched's arguments;
+ * src and wei name operands (OP_*). loop: run the 2-D plan `batch` times, src and wei advancing
+ * by ss / sw, dst fixed (a shared dB). */
+typedef struct mm_spec {
+    int ta, tb, src, wei, loop;
+    int64_t batch, M, N, K, lds, ldw, ldd, ss, sw, sd;
+} mm_spec;
+
+/* The product `which` (0 forward, 1 dA, 2 dB) as in matmul_forward / product / matmul_backward. */
+static mm_spec mm_spec_of(const int64_t *p, int which) {
+    int ta = (int)p[P_TA], tb = (int)p[P_TB], sh = (int)p[P_SHARED];
+    int64_t M = p[P_M], K = p[P_K], N = p[P_N], B = p[P_BATCH], lda = ta ? M : K, ldb = tb ? K : N;
+    int64_t sA = M * K, sB = sh ? 0 : K * N, sG = M * N;
+    if (sh && !ta) { /* tall: A, dA [B*M, K], G [B*M, N] */
+        int64_t MT = B * M;
+        if (which == 0) return (mm_spec){0, tb, OP_A, OP_B, 0, 1, MT, N, K, K, ldb, N, 0, 0, 0};
+        if (which == 1) return (mm_spec){0, !tb, OP_G, OP_B, 0, 1, MT, K, N, N, ldb, K, 0, 0, 0};
+        if (!tb) return (mm_spec){1, 0, OP_A, OP_G, 0, 1, K, N, MT, K, N, N, 0, 0, 0};
+        return (mm_spec){1, 0, OP_G, OP_A, 0, 1, N, K, MT, N, K, K, 0, 0, 0};
+    }
+    if (which == 0) /* C [M, N] = op_a(A) op_b(B) */
+        return (mm_spec){ta, tb, OP_A, OP_B, 0, B, M, N, K, lda, ldb, N, sA, sB, sG};
+    if (which == 1 && !ta) /* dA [M, K] = G op_b(B)^T */
+        return (mm_spec){0, !tb, OP_G, OP_B, 0, B, M, K, N, N, ldb, K, sG, sB, sA};
+    if (which == 1) /* dA [K, M] = op_b(B) G^T */
+        return (mm_spec){tb, 1, OP_B, OP_G, 0, B, K, M, N, ldb, N, M, sB, sG, sA};
+    if (!tb) /* dB [K, N] = op_a(A)^T G */
+        return (mm_spec){!ta, 0, OP_A, OP_G, sh, B, K, N, M, lda, N, N, sA, sG, sB};
+    /* dB [N, K] = G^T op_a(A) */
+    return (mm_spec){1, ta, OP_G, OP_A, sh, B, N, K, M, N, lda, K, sG, sA, sB};
+}
+
+static void matmul_destroy(dt_node *n) {
+    dt_gemm_bf16 **gp = n->state;
+    if (!gp) return;
+    for (int k = 0; k < 3; k++) dt_gemm_bf16_free(gp[k]);
+    free(gp);
+    n->state = NULL;
+}
+
+/* The three plans (forward, dA, dB) and the ws sizes. */
+static dt_status native_prepare(dt_node *n) {
+    const int64_t *p = n->ip;
+    dt_gemm_bf16 **gp = n->state = calloc(3, sizeof *gp);
+    if (!gp) return dt_error_set(DT_ERR_NOMEM, "matmul: out of memory for bf16 GEMM plans");
+    size_t sp[3];
+    for (int k = 0; k < 3; k++) {
+        mm_spec s = mm_spec_of(p, k);
+        dt_status st =
+            dt_gemm_bf16_create_batched(&gp[k], s.loop ? 1 : s.batch, s.ta, s.tb, s.M, s.N, s.K,
+                                        s.lds, s.ldw, s.ldd, s.ss, s.sw, s.sd, "matmul");
+        if (st) return st;
+        sp[k] = dt_gemm_bf16_scratch(gp[k]);
+    }
+    int64_t B = p[P_BATCH], M = p[P_M], K = p[P_K], N = p[P_N];
+    size_t ab = dt_bf16_pack_bytes(B * M * K),
+           bb = dt_bf16_pack_bytes((p[P_SHARED] ? 1 : B) * K * N);
+    n->ws_fwd = ab + bb + sp[0];
+    n->ws_bwd = ab + bb + dt_bf16_pack_bytes(B * M * N) + (sp[1] > sp[2] ? sp[1] : sp[2]);
+    return DT_OK;
+}
+
+static dt_status native_run(const dt_op_ctx *c, int which, uint16_t *const *ops, void *sp) {
+    dt_gemm_bf16 *plan = ((dt_gemm_bf16 **)c->node->state)[which];
+    mm_spec s = mm_spec_of(c->node->ip, which);
+    float *dst = which == 0 ? c->out.data : c->gin[which - 1].data;
+    float beta = which == 0 ? 0.0f : c->gin_beta[which - 1];
+    if (!s.loop) return dt_gemm_bf16_run(plan, ops[s.src], ops[s.wei], beta, dst, sp);
+    for (int64_t i = 0; i < s.batch; i++) { /* dB of a shared B: beta 1 after the first entry */
+        dt_status st = dt_gemm_bf16_run(plan, ops[s.src] + i * s.ss, ops[s.wei] + i * s.sw,
+                                        i > 0 ? 1.0f : beta, dst, sp);
+        if (st) return st;
+    }
+    return DT_OK;
+}
+
+/* Packs the operands in `need` (bit OP_*) into ws; returns the scratch pointer after them. */
+static void *native_pack(const dt_op_ctx *c, unsigned need, int with_g, uint16_t **ops) {
+    const int64_t *p = c->node->ip;
+    int64_t B = p[P_BATCH], M = p[P_M], K = p[P_K], N = p[P_N];
+    int64_t n[3] = {B * M * K, (p[P_SHARED] ? 1 : B) * K * N, B * M * N};
+    const float *src[3] = {c->in[0].data, c->in[1].data, c->gout.data};
+    char *ws = c->ws;
+    for (int k = 0; k < 2 + with_g; k++) {
+        ops[k] = (uint16_t *)ws;
+        if (need & (1u << k)) dt_bf16_pack(ops[k], src[k], n[k]);
+        ws += dt_bf16_pack_bytes(n[k]);
+    }
+    return ws;
+}
+
+static dt_status native_forward(const dt_op_ctx *c) {
+    uint16_t *ops[3];
+    void *sp = native_pack(c, 1u << OP_A | 1u << OP_B, 0, ops);
+    return native_run(c, 0, ops, sp);
+}
+
+static dt_status native_backward(const dt_op_ctx *c) {
+    int dA = c->gin[0].data != NULL, dB = c->gin[1].data != NULL;
+    unsigned need = 1u << OP_G | (dA ? 1u << OP_B : 0) | (dB ? 1u << OP_A : 0);
+    uint16_t *ops[3];
+    void *sp = native_pack(c, need, 1, ops);
+    dt_status st = dA ? native_run(c, 1, ops, sp) : DT_OK;
+    if (!st && dB) st = native_run(c, 2, ops, sp);
     return st;
 }
 
+static dt_status matmul_prepare(dt_graph *g, dt_node *n) {
+    matmul_destroy(n); /* a compile retried after a failure starts afresh */
+    n->ip[P_BF16] = 0;
+    if (!dt_graph_bf16_gemm(g)) return DT_OK;
+    dt_status st = dt_bf16_gemm_prepare_check(g, "matmul");
+    if (st) return st;
+    if (dt_bf16_gemm_mode() == DT_BF16_NATIVE) {
+        n->ip[P_BF16] = BF16_NATIVE;
+        st = native_prepare(n);
+        if (st != DT_ERR_DTYPE) return st;
+        matmul_destroy(n); /* oneDNN has no bf16 kernel for this shape: emulate it */
+        dt_error_clear();
+    }
+    n->ip[P_BF16] = BF16_EMULATE;
+    n->ws_fwd = dt_bf16_rounded_bytes(g, n, 3u);
+    n->ws_bwd = dt_bf16_rounded_bytes(g, n, 3u | DT_BF16_GOUT);
+    return DT_OK;
+}
+
 static dt_status matmul_forward_any(const dt_op_ctx *c) {
-    return c->node->ip[P_BF16] ? dt_bf16_run_rounded(c, 3u, matmul_forward) : matmul_forward(c);
+    switch (c->node->ip[P_BF16]) {
+    case BF16_NATIVE:
+        return native_forward(c);
+    case BF16_EMULATE:
+        return dt_bf16_run_rounded(c, 3u, matmul_forward);
+    default:
+        return matmul_forward(c);
+    }
 }
 
 static dt_status matmul_backward_any(const dt_op_ctx *c) {
-    return c->node->ip[P_BF16] ? dt_bf16_run_rounded(c, 3u | DT_BF16_GOUT, matmul_backward)
-                               : matmul_backward(c);
+    switch (c->node->ip[P_BF16]) {
+    case BF16_NATIVE:
+        return native_backward(c);
+    case BF16_EMULATE:
+        return dt_bf16_run_rounded(c, 3u | DT_BF16_GOUT, matmul_backward);
+    default:
+        return matmul_backward(c);
+    }
 }
 
 static const dt_op_def matmul_op = {
@@ -145,6 +288,7 @@ static const dt_op_def matmul_op = {
     .prepare = matmul_prepare,
     .forward = matmul_forward_any,
     .backward = matmul_backward_any,
+    .destroy = matmul_destroy,
 };
 
 int dt_matmul(dt_graph *g, int a, int b, int trans_a, int trans_b) {

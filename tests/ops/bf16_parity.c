@@ -2,10 +2,16 @@
  * (references: tests/ref/ref_bf16.py): linear (with bias), batched matmul (b transposed),
  * conv2d (blocked-layout and plain stem shapes), forward and backward. Run with
  * DT_CPU_BF16=emulate (the exact f32 emulation, on any CPU), and as bf16_parity_native
- * (DT_TEST_BF16=native) with the CPU's own mode: linear through oneDNN's bf16 kernels, which
- * must meet the same bounds; skipped (77) on a CPU without bf16 kernels. The native run also
- * checks that the native plan was taken: a bf16 linear's scratch (bf16 copies) is smaller
- * than the emulation's (f32 copies of the rounded operands).
+ * (DT_TEST_BF16=native) with the CPU's own mode: linear, matmul and conv2d through oneDNN's bf16
+ * kernels, which must meet the same bounds; skipped (77) on a CPU without bf16 kernels. The
+ * native run also checks that the native plan was taken for each op: its ws (bf16 copies) makes
+ * the arena smaller than the emulation's (f32 copies of the rounded operands). And it checks
+ * every matmul variant (trans_a, trans_b, a shared 2-D b) with both inputs used twice (the
+ * second use accumulates gradients, gin_beta = 1) against the exact emulation: the same exact
+ * products, only the order of the f32 sums differs, |d| <= 1e-4 max|emulated| + 1e-4 |emulated|;
+ * each native matmul node holds its oneDNN bf16 plans (node state), the emulated ones none
+ * (with a shared b, oneDNN's scratchpads can outweigh the halved copies, so the arena cannot
+ * tell).
  *
  * Per output and gradient, with loss = sum(out * R):
  *   vs *_exact (bf16-rounded operands, float64 products): |d| <= 1e-4 + 1e-4 |ref| -- products
@@ -19,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "graph/graph_impl.h"
 #include "harness.h"
 
 static dt_ref *ref;
@@ -139,17 +146,116 @@ static void linear_nobias_out(void) {
     dt_graph_free(g);
 }
 
-/* The planned arena of a bf16 linear [256, 512] x [384, 512]^T with its backward. */
-static size_t linear_arena(void) {
+/* The planned arena of a bf16 op with its backward, as the CPU's mode compiles it:
+ * 0 linear [256, 512] x [384, 512]^T, 1 matmul [8, 64, 128] x [8, 96, 128]^T,
+ * 2 conv2d 3x3 pad 1 of x [4, 16, 16, 16] with w [32, 16, 3, 3]. */
+static size_t op_arena(int kind) {
     dt_graph *g = dt_graph_init();
-    int x = dt_graph_input(g, "x", DT_F32, 2, (int64_t[]){256, 512}, 1);
-    int w = dt_graph_param(g, "w", DT_F32, 2, (int64_t[]){384, 512}, 0);
-    int r, y = dt_linear(g, x, w, -1);
+    int y;
+    if (kind == 0) {
+        int x = dt_graph_input(g, "x", DT_F32, 2, (int64_t[]){256, 512}, 1);
+        int w = dt_graph_param(g, "w", DT_F32, 2, (int64_t[]){384, 512}, 0);
+        y = dt_linear(g, x, w, -1);
+    } else if (kind == 1) {
+        int a = dt_graph_input(g, "a", DT_F32, 3, (int64_t[]){8, 64, 128}, 1);
+        int b = dt_graph_param(g, "b", DT_F32, 3, (int64_t[]){8, 96, 128}, 0);
+        y = dt_matmul(g, a, b, 0, 1);
+    } else {
+        int x = dt_graph_input(g, "x", DT_F32, 4, (int64_t[]){4, 16, 16, 16}, 1);
+        int w = dt_graph_param(g, "w", DT_F32, 4, (int64_t[]){32, 16, 3, 3}, 0);
+        y = dt_conv2d(g, x, w, -1, 1, 1, 1, 1, 1, 1, 1);
+    }
+    int r;
     dt_graph_mem m = {0};
     if (dt_graph_compile(g, dt_test_dotloss(g, y, &r), &(dt_graph_opts){.bf16_gemm = 1}) == DT_OK)
         dt_graph_memory(g, &m);
     dt_graph_free(g);
     return m.arena_bytes;
+}
+
+static void native_taken(void) {
+    static const char *names[] = {"linear", "matmul", "conv2d"};
+    for (int k = 0; k < 3; k++) {
+        size_t native = op_arena(k);
+        setenv("DT_CPU_BF16", "emulate", 1);
+        size_t emulated = op_arena(k);
+        unsetenv("DT_CPU_BF16");
+        CHECK(native > 0 && native < emulated,
+              "native bf16 %s: arena %zu bytes, emulated %zu (the native plan packs bf16)",
+              names[k], native, emulated);
+        printf("  native bf16 %s: arena %zu bytes (emulated %zu)\n", names[k], native, emulated);
+    }
+}
+
+/* out = matmul(a, b) + matmul(a, b) (two nodes: a's and b's gradients accumulate) with
+ * a [2, 3, M, K] (trans_a: [2, 3, K, M]), b [2, 3, K, N] or shared [K, N] (trans_b: [.., N, K]),
+ * run in the CPU's mode; returns the graph (values of out, a, b kept) and their ids. */
+static dt_graph *mm_twice(int ta, int tb, int shared, int *ids, size_t *arena) {
+    enum { M = 50, K = 100, N = 70 };
+    int64_t as[4] = {2, 3, ta ? K : M, ta ? M : K}, bs[4] = {2, 3, tb ? N : K, tb ? K : N};
+    dt_graph *g = dt_graph_init();
+    ids[1] = dt_graph_input(g, "a", DT_F32, 4, as, 1);
+    ids[2] = shared ? dt_graph_param(g, "b", DT_F32, 2, bs + 2, 0)
+                    : dt_graph_input(g, "b", DT_F32, 4, bs, 1);
+    ids[0] = dt_add(g, dt_matmul(g, ids[1], ids[2], ta, tb), dt_matmul(g, ids[1], ids[2], ta, tb));
+    int r, loss = dt_test_dotloss(g, ids[0], &r);
+    CHECK_OK(dt_graph_keep(g, ids[0]));
+    dt_status st = dt_graph_compile(g, loss, &(dt_graph_opts){.bf16_gemm = 1});
+    CHECK(st == DT_OK, "matmul ta %d tb %d shared %d: compile: %s", ta, tb, shared,
+          dt_last_error());
+    if (st != DT_OK) {
+        dt_graph_free(g);
+        return NULL;
+    }
+    dt_graph_mem m;
+    dt_graph_memory(g, &m);
+    *arena = m.arena_bytes;
+    dt_test_randn(g, ids[1], 11, 1.0f);
+    dt_test_randn(g, ids[2], 12, 1.0f);
+    dt_test_randn(g, r, 13, 1.0f);
+    CHECK_OK(dt_graph_forward(g, 1));
+    CHECK_OK(dt_graph_backward(g));
+    return g;
+}
+
+/* The matmul nodes of g holding native bf16 plans (node state; the emulation keeps none). */
+static int matmul_plans(const dt_graph *g) {
+    int k = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        k += g->nodes[i].op && !strcmp(g->nodes[i].op->name, "matmul") && g->nodes[i].state;
+    return k;
+}
+
+static void matmul_native_vs_emulated(void) {
+    for (int v = 0; v < 8; v++) {
+        int ta = v & 1, tb = v >> 1 & 1, shared = v >> 2, in[3], ie[3];
+        size_t an = 0, ae = 0;
+        dt_graph *gn = mm_twice(ta, tb, shared, in, &an);
+        setenv("DT_CPU_BF16", "emulate", 1);
+        dt_graph *ge = mm_twice(ta, tb, shared, ie, &ae);
+        unsetenv("DT_CPU_BF16");
+        if (gn && ge) {
+            char what[96];
+            const dt_tensor *n[3] = {dt_graph_value(gn, in[0]), dt_graph_grad(gn, in[1]),
+                                     dt_graph_grad(gn, in[2])};
+            const dt_tensor *e[3] = {dt_graph_value(ge, ie[0]), dt_graph_grad(ge, ie[1]),
+                                     dt_graph_grad(ge, ie[2])};
+            static const char *names[] = {"out", "ga", "gb"};
+            for (int k = 0; k < 3; k++) {
+                snprintf(what, sizeof what, "matmul ta %d tb %d shared %d: native %s", ta, tb,
+                         shared, names[k]);
+                dt_check_tensor(what, n[k], e[k], e[k] ? 1e-4 * dt_max_abs(e[k]) : 0, 1e-4);
+            }
+            int pn = matmul_plans(gn), pe = matmul_plans(ge);
+            CHECK(pn == 2 && pe == 0,
+                  "matmul ta %d tb %d shared %d: %d of 2 native nodes with bf16 plans, %d emulated",
+                  ta, tb, shared, pn, pe);
+            printf("  matmul ta %d tb %d shared %d: native == emulated (arena %zu, emulated %zu)\n",
+                   ta, tb, shared, an, ae);
+        }
+        dt_graph_free(gn);
+        dt_graph_free(ge);
+    }
 }
 
 int main(void) {
@@ -159,14 +265,8 @@ int main(void) {
             printf("bf16_parity: skipped: this CPU has no bf16 kernels (native mode)\n");
             return 77;
         }
-        size_t native = linear_arena();
-        setenv("DT_CPU_BF16", "emulate", 1);
-        size_t emulated = linear_arena();
-        unsetenv("DT_CPU_BF16");
-        CHECK(native > 0 && native < emulated,
-              "native bf16 linear: arena %zu bytes, emulated %zu (the native plan packs bf16)",
-              native, emulated);
-        printf("  native bf16 linear: arena %zu bytes (emulated %zu)\n", native, emulated);
+        native_taken();
+        matmul_native_vs_emulated();
     }
     ref = dt_ref_load("bf16.safetensors");
     if (!ref) return dt_test_finish("bf16_parity");
@@ -179,7 +279,7 @@ int main(void) {
 
     /* The refusal, as on a CPU without bf16 instructions and without the test hook. */
     setenv("DT_CPU_BF16", "none", 1);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i += 2) {
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int ids[3], out = -1, r = -1;
         dt_status st = DT_OK;
         dt_graph_free(build(&cases[i], ids, &out, &r, &st));

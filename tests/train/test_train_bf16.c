@@ -9,8 +9,9 @@
  *     bf16 run (f32 master weights and optimizer state are checkpointed; the rounding is a
  *     pure function of them and the batch).
  * Runs with DT_CPU_BF16=emulate (the exact f32 emulation where the CPU has no bf16 kernels),
- * and as train_bf16_native (DT_TEST_BF16=native) with the CPU's bf16 kernels (skipped, 77, on
- * a CPU without them).
+ * and as train_bf16_native (DT_TEST_BF16=native) with the CPU's bf16 kernels: the Llama's
+ * linear layers and the ResNet's convolutions and classifier through oneDNN's bf16 primitives
+ * (the Llama's attention is its own f32 op, no matmul); skipped, 77, on a CPU without them.
  * argv: DATA_DIR (fmnist/ and fortunes/ of the import fixtures), REPO_DIR. */
 #include <math.h>
 #include <stdlib.h>

@@ -174,7 +174,8 @@ if(MPI_FOUND)
   endforeach()
 endif()
 # train.precision: bf16 (tiny Llama, narrow ResNet-18): close to fp32 but not equal, and a resume
-# bit for bit; through the exact emulation (DT_CPU_BF16=emulate) on any CPU.
+# bit for bit; through the exact emulation (DT_CPU_BF16=emulate) on any CPU, and natively (linear
+# and conv2d on oneDNN bf16 primitives) where the CPU has bf16 instructions.
 dt_test(NAME train_bf16 SOURCES train/test_train_bf16.c LABELS e2e TIMEOUT 300
         ARGS ${DT_TRAIN_DATA} ${PROJECT_SOURCE_DIR} ENV DT_CPU_BF16=emulate)
 set_tests_properties(train_bf16 PROPERTIES WORKING_DIRECTORY ${CMAKE_BINARY_DIR}
