@@ -71,9 +71,14 @@ dt_status dt_gpu_comm_open(dt_comm *c, dt_device d, dt_gpu_comm_kind want, size_
 /* buf [count] f32 on the device <- the sum over ranks (flags DT_COMM_AVG: times 1/size), issued
  * on stream s of the device; count <= the n given to open. Every rank calls it in the same order
  * with the same count. host: returns after the sum, the copy back queued on s; nccl: returns
- * once queued on s. */
+ * once the stream has done the all-reduce (the host waits for it under the hang watchdog). */
 dt_status dt_gpu_comm_allreduce(dt_gpu_comm *gc, float *buf, size_t count, unsigned flags,
                                 dt_stream *s);
+/* Seconds the host has waited for the exchange in dt_gpu_comm_allreduce so far, from the point
+ * the stream reached the call (backward done) to the sum being there: the copy out, the
+ * reduction (host) or NCCL's all-reduce (nccl). Nothing of it overlaps backward, so it is the
+ * exposed communication of the trainer's comm-wait. */
+double dt_gpu_comm_wait_s(const dt_gpu_comm *gc);
 dt_gpu_comm_kind dt_gpu_comm_kind_of(const dt_gpu_comm *gc);
 const char *dt_gpu_comm_note(const dt_gpu_comm *gc); /* "host (2 ranks share 1 GPU)" */
 void dt_gpu_comm_close(dt_gpu_comm *gc);

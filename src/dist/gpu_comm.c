@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "dtrain/gpu_comm.h"
 
 struct dt_gpu_comm {
@@ -12,9 +13,17 @@ struct dt_gpu_comm {
     dt_gpu_comm_kind kind;
     float *host; /* host way: the pinned staging buffer [n] */
     size_t n;
-    dt_nccl *nccl; /* nccl way */
+    dt_nccl *nccl;   /* nccl way */
+    dt_event *start; /* recorded where the stream reaches the all-reduce: the wait starts there */
+    double wait_s;
     char note[256];
 };
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static const char *plural(int k) {
     return k == 1 ? "" : "s";
@@ -161,6 +170,7 @@ dt_status dt_gpu_comm_open(dt_comm *c, dt_device d, dt_gpu_comm_kind want, size_
     if (st == DT_OK && gc->kind == DT_GPU_COMM_HOST)
         st = dt_host_alloc_pinned(d, n * sizeof(float), (void **)&gc->host);
     if (st == DT_OK && gc->kind == DT_GPU_COMM_NCCL) st = open_nccl(gc);
+    if (st == DT_OK) st = dt_event_create(d, &gc->start);
     if (st != DT_OK) {
         dt_gpu_comm_close(gc);
         return st;
@@ -178,26 +188,39 @@ dt_status dt_gpu_comm_allreduce(dt_gpu_comm *gc, float *buf, size_t count, unsig
                             "gpu comm allreduce: %zu elements, more than the %zu it was opened for",
                             count, gc->n);
     if (!count) return DT_OK;
+    /* the wait is counted from where the stream reaches this call (its backward done) */
+    dt_status st = dt_event_record(gc->start, s);
+    if (st != DT_OK) return st;
     if (gc->kind == DT_GPU_COMM_NCCL) {
         /* NCCL runs on the stream; the host waits for it here, under the hang watchdog, not at
          * the next download (a peer that stopped would hold that wait forever). It costs one
          * host sync per step before the optimizer's kernels are issued. */
-        dt_status st = dt_nccl_allreduce(gc->nccl, buf, count, (flags & DT_COMM_AVG) != 0, s);
+        st = dt_nccl_allreduce(gc->nccl, buf, count, (flags & DT_COMM_AVG) != 0, s);
+        if (st == DT_OK) st = dt_event_sync(gc->start);
         if (st != DT_OK) return st;
+        double t0 = now_s();
         dt_comm_watch_begin(gc->c, "NCCL all-reduce");
         st = dt_stream_sync(s);
         dt_comm_watch_end(gc->c);
+        gc->wait_s += now_s() - t0;
         return st;
     }
     size_t bytes = count * sizeof(float);
     /* after the stream's backward: the copy out waits for it, the sync for the copy */
-    dt_status st = dt_device_copy_async(gc->d, gc->host, buf, bytes, DT_COPY_D2H, s);
+    st = dt_event_sync(gc->start);
+    double t0 = now_s();
+    if (st == DT_OK) st = dt_device_copy_async(gc->d, gc->host, buf, bytes, DT_COPY_D2H, s);
     if (st == DT_OK) st = dt_stream_sync(s);
     if (st == DT_OK) st = dt_comm_allreduce(gc->c, gc->host, count, flags);
+    gc->wait_s += now_s() - t0;
     /* the copy back is queued: later work on s (clipping, the optimizer) runs after it, and the
      * next call's copy out -- the next write of the host buffer is after its sync */
     if (st == DT_OK) st = dt_device_copy_async(gc->d, buf, gc->host, bytes, DT_COPY_H2D, s);
     return st;
+}
+
+double dt_gpu_comm_wait_s(const dt_gpu_comm *gc) {
+    return gc ? gc->wait_s : 0;
 }
 
 dt_gpu_comm_kind dt_gpu_comm_kind_of(const dt_gpu_comm *gc) {
@@ -211,6 +234,7 @@ const char *dt_gpu_comm_note(const dt_gpu_comm *gc) {
 void dt_gpu_comm_close(dt_gpu_comm *gc) {
     if (!gc) return;
     if (gc->host) dt_host_free_pinned(gc->d, gc->host);
+    dt_event_destroy(gc->start);
     dt_nccl_close(gc->nccl);
     free(gc);
 }

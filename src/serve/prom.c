@@ -36,6 +36,11 @@ static const struct {
     {"compute_rate.", "dtrain_compute_rate",
      "Samples per second of forward and backward compute this worker measured "
      "(dist.batch_shares=auto)."},
+    {"gpu_mem.", "dtrain_gpu_memory_bytes",
+     "Memory in use on this worker's GPU at the newest log line (total less free: dtrain's "
+     "buffers, the CUDA context, cuBLASLt's and NCCL's; train.device=cuda)."},
+    {"gpu_mem_peak.", "dtrain_gpu_memory_peak_bytes",
+     "The highest memory in use on this worker's GPU over the run's log lines so far."},
 };
 enum { N_RANKED = sizeof RANKED / sizeof RANKED[0] };
 

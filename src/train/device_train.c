@@ -12,6 +12,8 @@
  * kernels, f32, AdamW or SGD, plain data parallelism with equal batch shares; the rest is
  * refused here in one line. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "dtrain/device_cuda.h"
 #include "dtrain/dtrain.h"
@@ -163,6 +165,39 @@ dt_status dt_train_device_update(dt_trainer *t, float lr, double *norm) {
     return st;
 }
 
+dt_status dt_train_device_memory(dt_trainer *t, char *buf, size_t n) {
+    if (n) buf[0] = 0;
+    if (!t->dg || t->device.kind != DT_DEVICE_CUDA) return DT_OK;
+    dt_device_info di;
+    dt_status st = dt_device_query(t->device, &di);
+    if (st != DT_OK) return st;
+    double used = (double)(di.total_bytes -
+                           (di.free_bytes < di.total_bytes ? di.free_bytes : di.total_bytes));
+    if (used > t->gpu_peak) t->gpu_peak = used;
+    if (!t->gpu_mem && !(t->gpu_mem = calloc(2 * (size_t)t->world, sizeof(double))))
+        return dt_error_set(DT_ERR_NOMEM, "gpu memory figures: out of memory");
+    memset(t->gpu_mem, 0, 2 * (size_t)t->world * sizeof(double));
+    t->gpu_mem[2 * t->rank] = used, t->gpu_mem[2 * t->rank + 1] = t->gpu_peak;
+    /* every rank's into every rank's array: a sum over slots only their owner filled */
+    if (t->world > 1 &&
+        (st = dt_comm_allreduce_f64(t->comm, t->gpu_mem, 2 * (size_t)t->world)) != DT_OK)
+        return st;
+    snprintf(buf, n, "  gpu-mem %.1f GiB (peak %.1f)", used / 1073741824.0,
+             t->gpu_peak / 1073741824.0);
+    return DT_OK;
+}
+
+void dt_train_device_track(dt_trainer *t, void (*metric)(dt_trainer *, const char *, double)) {
+    if (!t->gpu_mem) return;
+    char key[64];
+    for (int r = 0; r < t->world; r++) {
+        snprintf(key, sizeof key, "gpu_mem.%d", r);
+        metric(t, key, t->gpu_mem[2 * r]);
+        snprintf(key, sizeof key, "gpu_mem_peak.%d", r);
+        metric(t, key, t->gpu_mem[2 * r + 1]);
+    }
+}
+
 int dt_train_device_ckpt_may_save(const dt_trainer *t, int last, int stop) {
     const dt_config_values *v = &t->v;
     if (!t->dg) return 0;
@@ -198,6 +233,8 @@ void dt_train_device_close(dt_trainer *t) {
         if (t->dbuf[b]) dt_device_free(t->device, t->dbuf[b]);
     if (t->dwork) dt_device_free(t->device, t->dwork);
     dt_gpu_comm_close(t->gc);
+    free(t->gpu_mem);
+    t->gpu_mem = NULL;
     dt_graph_free(t->dg);
     t->dg = NULL, t->dwork = NULL, t->gc = NULL;
     memset(t->dbuf, 0, sizeof t->dbuf);

@@ -157,7 +157,17 @@ static dt_status log_line(dt_trainer *t) {
         t->prog.comm_cpu = t->step_time_sum > 0 ? (cpu - t->comm_cpu_mark) / t->step_time_sum : 0;
         t->prog.comm_cpu_total_s = cpu;
         t->comm_cpu_mark = cpu;
+    } else if (t->gc) { /* GPU ranks: the exchange after backward, all of it exposed */
+        double w = dt_gpu_comm_wait_s(t->gc);
+        t->prog.comm_wait = t->step_time_sum > 0 ? (w - t->comm_wait_mark) / t->step_time_sum : 0;
+        t->prog.comm_wait_total_s = w;
+        t->prog.comm_bytes = (double)t->n * sizeof(float);
+        snprintf(comm, sizeof comm, "  comm-wait %.1f%%", 100 * t->prog.comm_wait);
+        t->comm_wait_mark = w;
     }
+    char gpu[96] = "";
+    dt_status gs = dt_train_device_memory(t, gpu, sizeof gpu);
+    if (gs != DT_OK) return gs;
     t->prog.samples_per_s = dt > 0 ? (double)t->samples_since / dt : 0;
     t->prog.data_wait = t->step_time_sum > 0 ? t->wait_sum / t->step_time_sum : 0;
     t->prog.data_wait_total_s = t->wait_total_s;
@@ -166,11 +176,11 @@ static dt_status log_line(dt_trainer *t) {
     if (t->log)
         fprintf(t->log,
                 "step %6lld/%lld  epoch %lld  loss %.4f  lr %.3g  |g| %.3g  %.0f %s/s  "
-                "data-wait %.1f%%%s  %.0fs\n",
+                "data-wait %.1f%%%s%s  %.0fs\n",
                 (long long)t->prog.step, (long long)t->prog.total_steps,
                 (long long)t->prog.epoch + 1, t->prog.loss, t->prog.lr, t->prog.grad_norm,
                 t->prog.samples_per_s * t->world * (t->task == DT_TASK_LM ? (double)t->T : 1.0),
-                t->task == DT_TASK_LM ? "tok" : "img", 100 * t->prog.data_wait, comm,
+                t->task == DT_TASK_LM ? "tok" : "img", 100 * t->prog.data_wait, comm, gpu,
                 t->prog.elapsed_s);
     if (t->log) fflush(t->log);
     dt_train_track_log(t);

@@ -41,7 +41,11 @@ struct dt_trainer {
     float *dbuf[DT_OPTIM_MAX_BUFFERS];
     double *dwork;          /* DT_CUDA_SUMSQ_WORK doubles: the gradient norm's scratch */
     struct dt_gpu_comm *gc; /* several device ranks: the gradient all-reduce (else NULL) */
-    int host_stale;         /* the device's parameters are newer than g's */
+    /* CUDA device runs: each rank's device memory in use and its peak over the log lines,
+     * bytes, [2 * world] (rank r at 2r, 2r + 1), as of the last log line; NULL before */
+    double *gpu_mem;
+    double gpu_peak; /* this rank's */
+    int host_stale;  /* the device's parameters are newer than g's */
     /* train.cuda_graph (device_capture.c): the recorded step, eager steps so far, a failed
      * recording, the one line saying why steps stay eager printed */
     struct dt_capture *cap;
@@ -102,6 +106,13 @@ dt_status dt_train_device_open(dt_trainer *t);
 dt_status dt_train_device_upload(dt_trainer *t);
 dt_status dt_train_device_feed(dt_trainer *t);
 dt_status dt_train_device_loss(dt_trainer *t, float *loss);
+/* At a log line (collective: every rank): on a CUDA device run, every rank's device memory in
+ * use (total less free: dtrain's buffers, the CUDA context, cuBLASLt's and NCCL's) and its peak
+ * over the log lines into t->gpu_mem, and "  gpu-mem 3.1 GiB (peak 3.4)" (rank 0's) into
+ * buf[n]; nothing elsewhere. */
+dt_status dt_train_device_memory(dt_trainer *t, char *buf, size_t n);
+/* The per-rank device memory as metrics gpu_mem.R and gpu_mem_peak.R (bytes). */
+void dt_train_device_track(dt_trainer *t, void (*metric)(dt_trainer *, const char *, double));
 dt_status dt_train_device_update(dt_trainer *t, float lr, double *norm);
 /* Several device ranks, instead of a dt_ddp (after the weights exist): rank 0's weights to all
  * and the gradient all-reduce's setup (dist.gpu_comm); collective. */

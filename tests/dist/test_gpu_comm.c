@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "dtrain/dtrain.h"
 #include "dtrain/gpu_comm.h"
 #include "harness.h"
@@ -107,6 +108,15 @@ static void test_allreduce(dt_comm *c) {
         CHECK(buf[part] == tail, "an element past count was changed");
         if (N > 1) CHECK(buf[0] != tail || part == 0, "the reduction changed nothing");
     }
+    /* the comm-wait counter: a peer 0.3 s late is waited for, and counted, on the others */
+    if (N > 1 && buf) {
+        double w0 = dt_gpu_comm_wait_s(gc);
+        if (R == 0) nanosleep(&(struct timespec){0, 300000000}, NULL);
+        CHECK_OK(dt_gpu_comm_allreduce(gc, buf, 1000, 0, s));
+        double w = dt_gpu_comm_wait_s(gc) - w0;
+        CHECK(R == 0 ? w >= 0 : w >= 0.25, "rank %d: waited %.3f s for a peer 0.3 s late", R, w);
+    }
+    CHECK(dt_gpu_comm_wait_s(gc) >= 0 && dt_gpu_comm_wait_s(NULL) == 0, "wait counter");
     CHECK(dt_gpu_comm_allreduce(gc, buf, n + 1, 0, s) == DT_ERR_INVALID &&
               has(dt_last_error(), "more than"),
           "a count over n is refused: %s", dt_last_error());

@@ -1,6 +1,7 @@
 /* /metrics' per-worker gauges: a run's batch_part.R and compute_rate.R metrics (logged by the
  * trainer under dist.batch_shares) become dtrain_batch_part{...,rank="R"} and
- * dtrain_compute_rate{...,rank="R"} with the newest values; keys that only look alike do not. */
+ * dtrain_compute_rate{...,rank="R"} with the newest values, and gpu_mem.R / gpu_mem_peak.R
+ * (train.device=cuda) dtrain_gpu_memory_bytes / _peak_bytes; keys that only look alike do not. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -57,6 +58,10 @@ int main(void) {
     CHECK_OK(dt_track_metric(s, run, "compute_rate.0", 10, w + 1, 94.5));
     CHECK_OK(dt_track_metric(s, run, "compute_rate.1", 10, w + 1, 28.25));
     CHECK_OK(dt_track_metric(s, run, "batch_part.x", 10, w + 1, 99));
+    CHECK_OK(dt_track_metric(s, run, "gpu_mem.0", 10, w + 1, 3.25e9));
+    CHECK_OK(dt_track_metric(s, run, "gpu_mem.1", 10, w + 1, 2.5e9));
+    CHECK_OK(dt_track_metric(s, run, "gpu_mem_peak.0", 10, w + 1, 4e9));
+    CHECK_OK(dt_track_metric(s, run, "gpu_mem_peak.1", 10, w + 1, 3e9));
     CHECK_OK(dt_track_close(s));
     dt_serve *sv = NULL;
     dt_serve_opts o = {.db = db, .port = 0};
@@ -70,7 +75,14 @@ int main(void) {
             "dtrain_batch_part{experiment=\"exp\",run=\"auto-run\",rank=\"1\"} 2\n",
             "# TYPE dtrain_compute_rate gauge",
             "dtrain_compute_rate{experiment=\"exp\",run=\"auto-run\",rank=\"0\"} 94.5\n",
-            "dtrain_compute_rate{experiment=\"exp\",run=\"auto-run\",rank=\"1\"} 28.25\n"};
+            "dtrain_compute_rate{experiment=\"exp\",run=\"auto-run\",rank=\"1\"} 28.25\n",
+            "# TYPE dtrain_gpu_memory_bytes gauge",
+            "dtrain_gpu_memory_bytes{experiment=\"exp\",run=\"auto-run\",rank=\"0\"} 3250000000\n",
+            "dtrain_gpu_memory_bytes{experiment=\"exp\",run=\"auto-run\",rank=\"1\"} 2500000000\n",
+            "dtrain_gpu_memory_peak_bytes{experiment=\"exp\",run=\"auto-run\",rank=\"0\"} "
+            "4000000000\n",
+            "dtrain_gpu_memory_peak_bytes{experiment=\"exp\",run=\"auto-run\",rank=\"1\"} "
+            "3000000000\n"};
         for (size_t i = 0; i < sizeof want / sizeof *want; i++)
             all &= CHECK(strstr(text, want[i]) != NULL, "/metrics has %s", want[i]);
         all &= CHECK(!strstr(text, " 99\n"), "batch_part.x is no rank's part");
