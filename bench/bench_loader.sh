@@ -16,8 +16,7 @@ SECS=${BENCH_LOADER_SECONDS:-8}
 [ -x "$PY" ] || { echo "bench_loader.sh: no virtual environment at $PY (set DT_VENV)" >&2; exit 2; }
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-"$PY" "$ROOT/bench/gen_photos.py" "$TMP/photos"
-"$BUILD/dtrain" data import images "$TMP/photos" -o "$TMP/ds" -q
+bench_photos "$BUILD" "$PY" "$TMP"
 OMP_NUM_THREADS=1 "$BUILD/bench/bench_loader" "$TMP/ds/train" 1 "$SECS" | tee "$TMP/dt.txt"
 OMP_NUM_THREADS=1 "$PY" "$ROOT/bench/bench_loader.py" "$TMP/photos" 1 "$SECS" | tee "$TMP/tv.txt"
 tv=$(awk '{print $(NF-1)}' "$TMP/tv.txt")
