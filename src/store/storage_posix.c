@@ -150,18 +150,30 @@ static size_t write_direct(int dfd, const char *tmp, const char *p, size_t bulk)
     return done;
 }
 
+/* How often a put makes its folder again when a concurrent delete removed it (below). */
+enum { PUT_FOLDER_TRIES = 8 };
+
 static dt_status posix_put(dt_store *s, const char *key, const void *data, size_t n) {
     static atomic_long counter;
     const char *base;
-    int dfd = open_parent(s, key, 1, &base);
-    if (dfd < 0) return dt_error_set(DT_ERR_IO, "storage put: %s: %s: %s", s->url, key, why(errno));
     char tmp[512];
-    snprintf(tmp, sizeof tmp, "%.255s.tmp-%ld-%ld", base, (long)getpid(),
-             atomic_fetch_add(&counter, 1));
-    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, DT_FILE_MODE);
-    if (fd < 0) {
+    int dfd = -1, fd = -1;
+    /* A delete removes the folders it leaves empty (posix_del), so another process's delete
+     * (another rank's probe, retention) can remove the folder this put has just made or opened
+     * and not yet written into: the create then fails with ENOENT, and the folder is made
+     * again. Once the temporary file is in it, the folder is not empty and stays. */
+    for (int k = 0; k < PUT_FOLDER_TRIES; k++) {
+        if ((dfd = open_parent(s, key, 1, &base)) < 0) {
+            if (errno == ENOENT && k + 1 < PUT_FOLDER_TRIES) continue;
+            return dt_error_set(DT_ERR_IO, "storage put: %s: %s: %s", s->url, key, why(errno));
+        }
+        snprintf(tmp, sizeof tmp, "%.255s.tmp-%ld-%ld", base, (long)getpid(),
+                 atomic_fetch_add(&counter, 1));
+        fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, DT_FILE_MODE);
+        if (fd >= 0) break;
         int e = errno;
         close(dfd);
+        if (e == ENOENT && k + 1 < PUT_FOLDER_TRIES) continue;
         return dt_error_set(DT_ERR_IO, "storage put: %s: cannot create %s in the folder of %s: %s",
                             s->url, tmp, key, why(e));
     }

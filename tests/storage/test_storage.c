@@ -165,6 +165,41 @@ static void many(dt_store *s, int n, int del) {
     CHECK(fails == 0, "%d of %d concurrent %s failed", fails, n, del ? "deletes" : "puts");
 }
 
+/* Two threads put and delete a key each in the same folder, over and over, as the ranks'
+ * checkpoint probes do: a delete removes the folder it leaves empty, and a put must not then
+ * fail because the folder it had just made went away (it makes it again). */
+typedef struct probe_job {
+    dt_store *s;
+    int id, rounds;
+    atomic_int failures;
+} probe_job;
+
+static void *probe_worker(void *arg) {
+    probe_job *j = arg;
+    char key[64];
+    snprintf(key, sizeof key, "exp/run/checkpoints/.probe-rank-%05d", j->id);
+    for (int i = 0; i < j->rounds; i++) {
+        dt_status st = dt_store_put(j->s, key, "probe\n", 6);
+        if (st == DT_OK) st = dt_store_delete(j->s, key);
+        if (st != DT_OK && atomic_fetch_add(&j->failures, 1) < 3)
+            fprintf(stderr, "probe race: round %d: %s\n", i, dt_last_error());
+    }
+    return NULL;
+}
+
+static void check_probe_race(dt_store *s) {
+    probe_job j[2];
+    pthread_t th[2];
+    for (int t = 0; t < 2; t++) {
+        j[t] = (probe_job){.s = s, .id = t, .rounds = 3000};
+        pthread_create(&th[t], NULL, probe_worker, &j[t]);
+    }
+    int fails = 0;
+    for (int t = 0; t < 2; t++) pthread_join(th[t], NULL), fails += j[t].failures;
+    CHECK(fails == 0, "%d of %d put+delete rounds in one folder from 2 threads failed", fails,
+          2 * j[0].rounds);
+}
+
 typedef struct race {
     dt_store *s;
     const unsigned char *a, *b;
@@ -601,6 +636,7 @@ static void posix_tmp(void) {
     snprintf(path, sizeof path, "%s/d1", url);
     CHECK(stat(path, &sb) != 0, "%s still exists after its last key was deleted", path);
     CHECK(stat(url, &sb) == 0 && S_ISDIR(sb.st_mode), "the root %s was removed", url);
+    check_probe_race(s);
     dt_store_close(s);
     /* DT_STORE_READ_CHUNK sets the default chunk of streaming reads (tests use tiny ones) */
     size_t chunk0 = dt_store_opts_default().read_chunk;
