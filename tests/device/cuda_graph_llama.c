@@ -74,26 +74,9 @@ static void bad_input(const char *what, cuda_lm *cpu, cuda_lm *cu, int in_cu, in
 }
 
 static void run(const char *what, dt_device d, int tied, int recompute) {
-    dt_llama_config lc = {.vocab_size = V,
-                          .hidden_size = 64,
-                          .intermediate_size = 160,
-                          .num_hidden_layers = 2,
-                          .num_attention_heads = 4,
-                          .num_key_value_heads = 2,
-                          .head_dim = 16,
-                          .rms_norm_eps = 1e-5f,
-                          .rope_theta = 10000.0f,
-                          .max_position_embeddings = 64,
-                          .tie_word_embeddings = tied,
-                          .recompute = recompute};
+    dt_llama_config lc = cuda_lm_tiny(V, tied, recompute);
     cuda_lm cpu, cu;
-    if (!CHECK(cuda_lm_build(&cpu, &lc, B, T, (dt_device){DT_DEVICE_CPU, 0}) == 0, "%s cpu: %s",
-               what, dt_last_error()))
-        return;
-    if (!CHECK(cuda_lm_build(&cu, &lc, B, T, d) == 0, "%s cuda: %s", what, dt_last_error())) {
-        dt_graph_free(cpu.g);
-        return;
-    }
+    if (cuda_lm_pair(what, &cpu, &cu, &lc, B, T, d) != 0) return;
     /* std 0.06 weights (3x the init's): activations and gradients well away from zero */
     CHECK_OK(dt_llama_init(cpu.g, 7));
     size_t np = 0;

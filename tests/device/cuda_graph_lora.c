@@ -49,27 +49,10 @@ static void fill(float *p, size_t n, float a, uint32_t *r) {
 }
 
 static void run(const char *what, dt_device d, int tied, const dt_lora_config *lora) {
-    dt_llama_config lc = {.vocab_size = V,
-                          .hidden_size = 64,
-                          .intermediate_size = 160,
-                          .num_hidden_layers = 2,
-                          .num_attention_heads = 4,
-                          .num_key_value_heads = 2,
-                          .head_dim = 16,
-                          .rms_norm_eps = 1e-5f,
-                          .rope_theta = 10000.0f,
-                          .max_position_embeddings = 64,
-                          .tie_word_embeddings = tied,
-                          .recompute = tied,
-                          .lora = *lora};
+    dt_llama_config lc = cuda_lm_tiny(V, tied, tied);
+    lc.lora = *lora;
     cuda_lm cpu, cu;
-    if (!CHECK(cuda_lm_build(&cpu, &lc, B, T, (dt_device){DT_DEVICE_CPU, 0}) == 0, "%s cpu: %s",
-               what, dt_last_error()))
-        return;
-    if (!CHECK(cuda_lm_build(&cu, &lc, B, T, d) == 0, "%s cuda: %s", what, dt_last_error())) {
-        dt_graph_free(cpu.g);
-        return;
-    }
+    if (cuda_lm_pair(what, &cpu, &cu, &lc, B, T, d) != 0) return;
     /* the base (bf16 matrices, f32 norms) and the adapters at random; B nonzero */
     CHECK_OK(dt_llama_init(cpu.g, 7));
     CHECK_OK(dt_lora_init(cpu.g, 8));

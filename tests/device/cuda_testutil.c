@@ -123,6 +123,21 @@ void cuda_test_close_most(const char *what, const float *got, const float *want,
            n, worst);
 }
 
+dt_llama_config cuda_lm_tiny(int vocab, int tied, int recompute) {
+    return (dt_llama_config){.vocab_size = vocab,
+                             .hidden_size = 64,
+                             .intermediate_size = 160,
+                             .num_hidden_layers = 2,
+                             .num_attention_heads = 4,
+                             .num_key_value_heads = 2,
+                             .head_dim = 16,
+                             .rms_norm_eps = 1e-5f,
+                             .rope_theta = 10000.0f,
+                             .max_position_embeddings = 64,
+                             .tie_word_embeddings = tied,
+                             .recompute = recompute};
+}
+
 int cuda_lm_build(cuda_lm *m, const dt_llama_config *lc, int64_t B, int64_t T, dt_device d) {
     m->g = dt_graph_init();
     m->ids = dt_graph_input(m->g, "ids", DT_I32, 2, (int64_t[]){B, T}, 0);
@@ -132,6 +147,21 @@ int cuda_lm_build(cuda_lm *m, const dt_llama_config *lc, int64_t B, int64_t T, d
     m->loss = dt_cross_entropy(m->g, lg, m->tg, 0.0f, -100);
     dt_graph_opts o = {.device = d};
     return m->loss >= 0 && dt_graph_compile(m->g, m->loss, &o) == DT_OK ? 0 : -1;
+}
+
+int cuda_lm_pair(const char *what, cuda_lm *cpu, cuda_lm *cu, const dt_llama_config *lc, int64_t B,
+                 int64_t T, dt_device d) {
+    if (!CHECK(cuda_lm_build(cpu, lc, B, T, (dt_device){DT_DEVICE_CPU, 0}) == 0, "%s cpu: %s", what,
+               dt_last_error())) {
+        dt_graph_free(cpu->g);
+        return -1;
+    }
+    if (!CHECK(cuda_lm_build(cu, lc, B, T, d) == 0, "%s cuda: %s", what, dt_last_error())) {
+        dt_graph_free(cpu->g);
+        dt_graph_free(cu->g);
+        return -1;
+    }
+    return 0;
 }
 
 int cuda_lm_step(cuda_lm *m, int accumulate) {

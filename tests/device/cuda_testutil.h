@@ -54,7 +54,14 @@ typedef struct cuda_lm {
     dt_graph *g;
     int ids, tg, loss;
 } cuda_lm;
+/* The tests' tiny Llama: 2 layers, 64 wide (MLP 160), GQA with 4 query and 2 kv heads of 16,
+ * RMSNorm eps 1e-5, RoPE theta 1e4, 64 positions, vocab words. */
+dt_llama_config cuda_lm_tiny(int vocab, int tied, int recompute);
 int cuda_lm_build(cuda_lm *m, const dt_llama_config *lc, int64_t B, int64_t T, dt_device d);
+/* The same model built for the CPU (cpu) and for d (cu); 0, or -1 after a failed check (nothing
+ * left to free). */
+int cuda_lm_pair(const char *what, cuda_lm *cpu, cuda_lm *cu, const dt_llama_config *lc, int64_t B,
+                 int64_t T, dt_device d);
 /* Forward (training) and backward, adding into the gradients when accumulate: 0 or -1. */
 int cuda_lm_step(cuda_lm *m, int accumulate);
 /* The device graph cu against the CPU graph cpu after a step: loss |cu - cpu| <= loss_rtol
