@@ -6,21 +6,22 @@
 # scripts/gpu-check.sh.
 #
 #   scripts/cuda-emu.sh BUILD_DIR [TEST...]     (default tests: cuda_rope cuda_embedding
-#                                                cuda_dropout cuda_attention cuda_graph_llama)
+#                                                cuda_dropout cuda_attention cuda_graph_llama
+#                                                cuda_graph_lora)
 #
 # BUILD_DIR: a Ninja build configured with -DDT_CUDA=OFF (e.g. the sanitizer build; then the
 # emulated kernels are built with ASan/UBSan too) in which the named test targets are built.
 # The tests run on an emulated CUDA device (scripts/cuda-emu/emu_device.c: the CPU backend
-# reporting one CUDA device, host memory, and a plain-loop f32 stand-in for the cuBLASLt
-# wrapper), so that a graph compiled for cuda:0 takes its CUDA paths (their calls that check
-# that a CPU stream is refused fail here, since the emulation accepts it). Needs g++ with
-# C++20 and python3. Exit 0 when every test passed.
+# reporting one CUDA device, host memory, and a plain-loop stand-in for the cuBLASLt
+# wrapper: f32, and bf16 inputs with f32 accumulation), so that a graph compiled for cuda:0
+# takes its CUDA paths (their calls that check that a CPU stream is refused fail here, since
+# the emulation accepts it). Needs g++ with C++20 and python3. Exit 0 when every test passed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:?usage: scripts/cuda-emu.sh BUILD_DIR [TEST...]}" && pwd)
 shift
 tests=("$@")
-[[ ${#tests[@]} -gt 0 ]] || tests=(cuda_rope cuda_embedding cuda_dropout cuda_attention cuda_graph_llama)
+[[ ${#tests[@]} -gt 0 ]] || tests=(cuda_rope cuda_embedding cuda_dropout cuda_attention cuda_graph_llama cuda_graph_lora)
 grep -q '^DT_CUDA:BOOL=OFF' "$build/CMakeCache.txt" ||
   { echo "cuda-emu: $build is not a -DDT_CUDA=OFF build" >&2; exit 2; }
 san=()

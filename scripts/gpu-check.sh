@@ -131,7 +131,7 @@ say "cudnn: $(grep -m1 -E '^-- cuDNN|cuDNN not found' "$out/configure.log" | sed
 # The CUDA kernel tests (tests/device/device.cmake), run once by ctest with their arguments; -V
 # keeps every test's output in ctest.log (lines prefixed "N: "), where the timings are read.
 cuda_tests=(cuda_device cuda_optim cuda_nn cuda_gemm cuda_rope cuda_embedding cuda_dropout cuda_attention
-  cuda_conv cuda_batchnorm cuda_pool cuda_graph_llama cuda_train_llama
+  cuda_conv cuda_batchnorm cuda_pool cuda_graph_llama cuda_graph_lora cuda_train_llama
   cuda_graph_resnet cuda_train_resnet cuda_optim_dev cuda_train_capture)
 targets=(device_cpu "${cuda_tests[@]}")
 build_targets=("${targets[@]}")

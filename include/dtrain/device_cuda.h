@@ -331,6 +331,9 @@ dt_status dt_cuda_gap_bwd(dt_stream *s, float *gx, const float *gy, int64_t plan
 dt_status dt_cuda_memset(dt_stream *s, void *p, int value, size_t bytes);
 /* y [n] = alpha x + beta y. */
 dt_status dt_cuda_axpby(dt_stream *s, float *y, const float *x, int64_t n, float alpha, float beta);
+/* y [n] = bf16(x) as uint16_t bits, round-to-nearest-even (dt_bf16_from_f32 bit for bit: the
+ * operand rounding of the frozen bf16-weight linear). */
+dt_status dt_cuda_to_bf16(dt_stream *s, uint16_t *y, const float *x, int64_t n);
 /* y [n] = op(a, b) + beta y, op 0: a + b, 1: a - b, 2: a * b (no broadcasting). */
 dt_status dt_cuda_ew(dt_stream *s, float *y, const float *a, const float *b, int64_t n, int op,
                      float beta);

@@ -94,6 +94,11 @@ static inline float __uint_as_float(uint32_t u) {
     memcpy(&f, &u, 4);
     return f;
 }
+static inline uint32_t __float_as_uint(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
 static inline float __fmul_rn(float a, float b) {
     return a * b;
 }

@@ -2,11 +2,13 @@
  * code which asks for a CUDA device (a graph compiled with dt_graph_opts.device = cuda:0) runs
  * its CUDA paths with the emulated kernels. The CUDA backend is the CPU backend (host memory;
  * every copy and memset done when it returns) reporting one device; dt_cuda_gemm_run is a
- * plain f32 loop (f32 mode only). Linked before libdtrain.a, so these win over cuda_off.c. */
+ * plain loop (f32, and bf16 inputs with f32 accumulation). Linked before libdtrain.a, so these win
+ * over cuda_off.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include "device/device_impl.h"
 #include "dtrain/device_cuda.h"
+#include "dtrain/tensor.h"
 
 static dt_status emu_count(int *n) {
     *n = 1;
@@ -44,21 +46,27 @@ void dt_cuda_gemm_destroy(dt_cuda_gemm *h) {
     free(h);
 }
 
-/* Row-major C [M, N] = alpha op(A) op(B) + beta C, f32 sums in k order; beta 0 never reads C. */
+/* Element i of an f32 matrix, or of a bf16 one (uint16_t bits, widened exactly). */
+static float elem(const void *m, int bf16, int64_t i) {
+    return bf16 ? dt_bf16_to_f32(((const uint16_t *)m)[i]) : ((const float *)m)[i];
+}
+
+/* Row-major C [M, N] = alpha op(A) op(B) + beta C, f32 sums in k order (bf16 inputs widened
+ * exactly, f32 accumulation: DT_GEMM_BF16); beta 0 never reads C. */
 dt_status dt_cuda_gemm_run(dt_cuda_gemm *h, dt_stream *s, dt_gemm_mode mode, int trans_a,
                            int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
                            int64_t lda, const void *B, int64_t ldb, float beta, float *C,
                            int64_t ldc) {
     (void)h, (void)s;
-    if (mode != DT_GEMM_F32)
-        return dt_error_set(DT_ERR_STATE, "emulated gemm: mode %d (f32 only)", (int)mode);
-    const float *a = A, *b = B;
+    if (mode != DT_GEMM_F32 && mode != DT_GEMM_BF16)
+        return dt_error_set(DT_ERR_STATE, "emulated gemm: mode %d (f32 and bf16 only)", (int)mode);
+    const int bf = mode == DT_GEMM_BF16;
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
             float acc = 0.0f;
             for (int64_t k = 0; k < K; k++)
-                acc += (trans_a ? a[k * lda + i] : a[i * lda + k]) *
-                       (trans_b ? b[j * ldb + k] : b[k * ldb + j]);
+                acc += elem(A, bf, trans_a ? k * lda + i : i * lda + k) *
+                       elem(B, bf, trans_b ? j * ldb + k : k * ldb + j);
             float *c = &C[i * ldc + j];
             *c = beta == 0.0f ? alpha * acc : beta * *c + alpha * acc;
         }

@@ -1,7 +1,7 @@
 // Small kernels the graph executor needs on CUDA (include/dtrain/device_cuda.h, "graph
-// helpers"): stream memset, y = alpha x + beta y, elementwise add/sub/mul, SiLU, ReLU and a
-// strided copy for transpose/permute. Arithmetic follows src/ops/elementwise.c, activation.c and
-// shape.c element by element; beta 0 never reads the output (it may hold NaN poison).
+// helpers"): stream memset, y = alpha x + beta y, f32 -> bf16, elementwise add/sub/mul, SiLU, ReLU
+// and a strided copy for transpose/permute. Arithmetic follows src/ops/elementwise.c, activation.c
+// and shape.c element by element; beta 0 never reads the output (it may hold NaN poison).
 #include <math.h>
 #include <stdint.h>
 #include "dtrain/device_cuda.h"
@@ -35,6 +35,25 @@ dt_status dt_cuda_axpby(dt_stream *s, float *y, const float *x, int64_t n, float
     if (st != DT_OK || n <= 0) return st;
     axpby_kernel<<<grid_of(n, 256), 256, 0, cs>>>(y, x, n, alpha, beta);
     return dt_cuda_launched(s, "cuda axpby");
+}
+
+// f32 -> bf16 bits, round-to-nearest-even with NaN kept quiet: dt_bf16_from_f32 bit for bit.
+__global__ void to_bf16_kernel(uint16_t *y, const float *x, int64_t n) {
+    GRID_LOOP(k, n) {
+        uint32_t u = __float_as_uint(x[k]);
+        if ((u & 0x7fffffffu) > 0x7f800000u)
+            y[k] = (uint16_t)((u >> 16) | 0x40);
+        else
+            y[k] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+
+dt_status dt_cuda_to_bf16(dt_stream *s, uint16_t *y, const float *x, int64_t n) {
+    cudaStream_t cs = 0;
+    dt_status st = dt_cuda_stream_of(s, "cuda f32 to bf16", &cs);
+    if (st != DT_OK || n <= 0) return st;
+    to_bf16_kernel<<<grid_of(n, 256), 256, 0, cs>>>(y, x, n);
+    return dt_cuda_launched(s, "cuda f32 to bf16");
 }
 
 // op 0: a + b, 1: a - b, 2: a * b; y = op(a, b) + beta y.

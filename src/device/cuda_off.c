@@ -175,6 +175,9 @@ dt_status dt_cuda_axpby(dt_stream *s, float *y, const float *x, int64_t n, float
                         float beta) {
     return off("cuda axpby");
 }
+dt_status dt_cuda_to_bf16(dt_stream *s, uint16_t *y, const float *x, int64_t n) {
+    return off("cuda f32 to bf16");
+}
 dt_status dt_cuda_ew(dt_stream *s, float *y, const float *a, const float *b, int64_t n, int op,
                      float beta) {
     return off("cuda elementwise");

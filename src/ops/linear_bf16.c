@@ -23,6 +23,7 @@
 #include "graph/op.h"
 #include "ops/bf16.h"
 #include "ops/dnnl_util.h"
+#include "ops/ops_cuda.h"
 
 /* linear.c */
 void dt_linear_bias_grad(float *db, const float *g, int64_t R, int64_t O, float beta);
@@ -276,4 +277,5 @@ const dt_op_def dt_linear_bf16_op = {
     .forward = lin_bf16_forward,
     .backward = lin_bf16_backward,
     .destroy = lin_bf16_destroy,
+    DT_CUDA_OP_ENTRIES(linear_bf16), /* nn_cuda.c */
 };

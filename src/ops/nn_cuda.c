@@ -1,6 +1,6 @@
-/* CUDA glue (src/ops/ops_cuda.h) of linear, add/sub/mul, scale, silu, transpose/permute and
- * dropout: node parameters as the CPU files define them, kernels of include/dtrain/device_cuda.h.
- * gin_beta 0 overwrites a gradient, 1 adds into it. */
+/* CUDA glue (src/ops/ops_cuda.h) of linear (f32 and frozen bf16 weights), add/sub/mul, scale, silu,
+ * transpose/permute and dropout: node parameters as the CPU files define them, kernels of
+ * include/dtrain/device_cuda.h. gin_beta 0 overwrites a gradient, 1 adds into it. */
 #include "dtrain/device_cuda.h"
 #include "ops/ops_cuda.h"
 
@@ -35,6 +35,52 @@ dt_status dt_linear_cuda_backward(const dt_op_ctx *c, dt_stream *s) {
     if (st == DT_OK && c->gin[1].data)
         st = dt_cuda_gemm_run(c->run->gemm, s, DT_GEMM_F32, 1, 0, out, in, R, 1.0f, c->gout.data,
                               out, c->in[0].data, in, c->gin_beta[1], c->gin[1].data, in);
+    if (st == DT_OK && ip[3] && c->gin[2].data)
+        st = dt_cuda_bias_grad(s, c->gin[2].data, c->gout.data, R, out, 1, c->gin_beta[2] != 0.0f);
+    return st;
+}
+
+/* ---- linear_bf16 (src/ops/linear_bf16.c): the frozen bf16 weight of a LoRA base; ip as linear's,
+ * w [out, in] bf16 bits, no dW. The CPU op's native path: the f32 operand is rounded to bf16
+ * (round-to-nearest-even) into ws, then a bf16 x bf16 GEMM with f32 accumulation and output.
+ * ws_fwd: xb [R, in] bf16; ws_bwd: gb [R, out] bf16. ---- */
+
+dt_status dt_linear_bf16_cuda_prepare(dt_graph *g, dt_node *n) {
+    (void)g;
+    n->ws_fwd = (size_t)(n->ip[0] * n->ip[1]) * sizeof(uint16_t);
+    n->ws_bwd = (size_t)(n->ip[0] * n->ip[2]) * sizeof(uint16_t);
+    return DT_OK;
+}
+
+dt_status dt_linear_bf16_cuda_forward(const dt_op_ctx *c, dt_stream *s) {
+    const int64_t *ip = c->node->ip;
+    int64_t R = ip[0], in = ip[1], out = ip[2];
+    uint16_t *xb = c->ws;
+    /* y [R, out] = xb [R, in] w^T (+ b) */
+    dt_status st = dt_cuda_to_bf16(s, xb, c->in[0].data, R * in);
+    if (st == DT_OK)
+        st = dt_cuda_gemm_run(c->run->gemm, s, DT_GEMM_BF16, 0, 1, R, out, in, 1.0f, xb, in,
+                              c->in[1].data, in, 0.0f, c->out.data, out);
+    if (st == DT_OK && ip[3]) st = dt_cuda_bias_add(s, c->out.data, c->in[2].data, R, out, 1);
+    return st;
+}
+
+/* dx [R, in] = gb [R, out] w (+ dx); db [out] = sum of g over R (+ db). */
+dt_status dt_linear_bf16_cuda_backward(const dt_op_ctx *c, dt_stream *s) {
+    const int64_t *ip = c->node->ip;
+    int64_t R = ip[0], in = ip[1], out = ip[2];
+    if (c->gin[1].data)
+        return dt_error_set(DT_ERR_STATE,
+                            "linear: a bf16 weight [%lld, %lld] cannot have a gradient",
+                            (long long)out, (long long)in);
+    dt_status st = DT_OK;
+    if (c->gin[0].data) {
+        uint16_t *gb = c->ws;
+        st = dt_cuda_to_bf16(s, gb, c->gout.data, R * out);
+        if (st == DT_OK)
+            st = dt_cuda_gemm_run(c->run->gemm, s, DT_GEMM_BF16, 0, 0, R, in, out, 1.0f, gb, out,
+                                  c->in[1].data, in, c->gin_beta[0], c->gin[0].data, in);
+    }
     if (st == DT_OK && ip[3] && c->gin[2].data)
         st = dt_cuda_bias_grad(s, c->gin[2].data, c->gout.data, R, out, 1, c->gin_beta[2] != 0.0f);
     return st;

@@ -1,6 +1,6 @@
 /* CUDA glue of the ops (dt_op_def.cuda_*): how each op's node maps onto the kernels of
  * include/dtrain/device_cuda.h on a graph compiled for a CUDA device. Defined in
- * src/ops/nn_cuda.c (linear, elementwise, scale, silu, transpose/permute, dropout) and
+ * src/ops/nn_cuda.c (linear, linear_bf16, elementwise, scale, silu, transpose/permute, dropout) and
  * src/ops/llm_cuda.c (rmsnorm, rope, attention, embedding, cross-entropy) and src/ops/cnn_cuda.c
  * (conv2d, batchnorm, pooling, relu). Each op file puts
  * its entries into its dt_op_def. */
@@ -20,6 +20,7 @@
     .cuda_backward = dt_##name##_cuda_backward
 
 DT_CUDA_OP_DECL(linear)
+DT_CUDA_OP_DECL(linear_bf16)
 DT_CUDA_OP_DECL(ew)
 DT_CUDA_OP_DECL(scale)
 DT_CUDA_OP_DECL(silu)

@@ -162,8 +162,8 @@ dt_status dt_train_capture_step(dt_trainer *t, float lr, float *loss, double *no
                           .device = t->device,
                           .eager_steps = t->cap_eager,
                           .grad_accum = t->v.train.grad_accum,
-                          /* the device trains Llamas without LoRA and ResNets: no dropout node */
-                          .uses_rng = 0,
+                          /* the device trains Llamas and ResNets: dropout only in LoRA's */
+                          .uses_rng = t->lc.lora.rank > 0 && t->lc.lora.dropout > 0.0f,
                           .allreduce = t->gc != NULL,
                           .recorded = dt_capture_recorded(t->cap),
                           .failed = t->cap_failed};

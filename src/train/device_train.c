@@ -9,8 +9,8 @@
  * GPU) the flat gradient buffer [n] is all-reduced after the last micro-batch's backward, before
  * clipping and the optimizer (dt_gpu_comm: NCCL or staged through host memory; no overlap with
  * backward). What the engine covers: the Llama and ResNet models whose ops all have CUDA
- * kernels, f32, AdamW or SGD, plain data parallelism with equal batch shares; the rest is
- * refused here in one line. */
+ * kernels, f32 (a LoRA base: frozen bf16 matrices, uploaded once), AdamW or SGD, plain data
+ * parallelism with equal batch shares; the rest is refused here in one line. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,11 +56,14 @@ dt_status dt_train_device_check(dt_trainer *t) {
                             "dist.sync_batchnorm: synchronised batchnorm on a CUDA device (%s) is "
                             "not implemented yet (docs/gpu.md)",
                             nm);
-    if (v->lora.enabled)
+    /* LoRA runs (its frozen bf16 base uploaded whole to every GPU); a base sharded across the
+     * GPU ranks does not */
+    if (t->world > 1 && v->lora.enabled && v->lora.shard_base == DT_CFG_SHARD_TRUE)
         return dt_error_set(DT_ERR_INVALID,
-                            "train.device: %s: LoRA (a bf16 frozen base) on a CUDA device is not "
-                            "implemented yet (docs/gpu.md)",
-                            nm);
+                            "lora.shard_base: true with train.device=%s on %d ranks: a sharded "
+                            "base on GPU ranks is not implemented yet (each GPU holds the whole "
+                            "base, docs/gpu.md)",
+                            nm, t->world);
     if (v->train.precision == DT_CFG_PREC_BF16)
         return dt_error_set(DT_ERR_INVALID,
                             "train.precision: bf16 on a CUDA device (%s) is not implemented yet "
@@ -87,13 +90,29 @@ dt_status dt_train_device_open(dt_trainer *t) {
     return dt_train_build_graph_on(t, t->device, &t->dg);
 }
 
+/* The frozen parameters (a LoRA base: bf16 matrices, f32 norms), once: they never change. One
+ * copy per parameter from where the host graph's value lies -- its slot of the host's frozen
+ * buffer, or the shared mapping that lora.share_base pointed it to (dt_graph_param_external),
+ * whose slot holds no bytes. The device graph keeps its own copy in its frozen buffer. */
+static dt_status upload_frozen(dt_trainer *t) {
+    dt_status st = DT_OK;
+    for (int i = 0; st == DT_OK && i < dt_graph_param_count(t->g); i++) {
+        const dt_param_info *pi = dt_graph_param_info(t->g, i);
+        if (!(pi->flags & DT_PARAM_FROZEN)) continue;
+        const dt_tensor *h = dt_graph_value(t->g, pi->id);
+        st = upload(t, dt_graph_value(t->dg, pi->id)->data, h->data, dt_tensor_nbytes(h));
+    }
+    return st;
+}
+
 dt_status dt_train_device_upload(dt_trainer *t) {
     if (!t->dg) return DT_OK;
     dt_status st;
     size_t ns = 0;
     const float *hs = dt_graph_flat_state(t->g, &ns);
     if ((st = upload(t, dt_graph_flat_param(t->dg, NULL), t->p, t->n * sizeof(float))) != DT_OK ||
-        (st = upload(t, dt_graph_flat_state(t->dg, NULL), hs, ns * sizeof(float))) != DT_OK)
+        (st = upload(t, dt_graph_flat_state(t->dg, NULL), hs, ns * sizeof(float))) != DT_OK ||
+        (st = upload_frozen(t)) != DT_OK)
         return st;
     /* the optimizer's moments: zero, or what a resume put into the host buffers */
     dt_optim_state os;

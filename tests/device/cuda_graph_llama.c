@@ -23,77 +23,33 @@
 
 enum { B = 2, T = 16, V = 96 };
 
-typedef struct net {
-    dt_graph *g;
-    int ids, tg, loss;
-} net;
-
-static int build(net *m, const dt_llama_config *lc, dt_device d) {
-    m->g = dt_graph_init();
-    m->ids = dt_graph_input(m->g, "ids", DT_I32, 2, (int64_t[]){B, T}, 0);
-    m->tg = dt_graph_input(m->g, "targets", DT_I32, 1, (int64_t[]){B * T}, 0);
-    int lg = dt_reshape(m->g, dt_llama_build(m->g, lc, m->ids), 2, (int64_t[]){B * T, V});
-    m->loss = dt_cross_entropy(m->g, lg, m->tg, 0.0f, -100);
-    dt_graph_opts o = {.device = d};
-    return m->loss >= 0 && dt_graph_compile(m->g, m->loss, &o) == DT_OK ? 0 : -1;
-}
-
-static int step(net *m, int accumulate) {
-    dt_graph_set_accumulate(m->g, accumulate);
-    return dt_graph_forward(m->g, 1) == DT_OK && dt_graph_backward(m->g) == DT_OK ? 0 : -1;
-}
-
-/* Compares loss and flat gradients; returns the worst error ratio (error / tolerance). */
-static void compare(const char *what, net *cpu, net *cu, int sparse_check) {
-    float lc = *(const float *)dt_graph_value(cpu->g, cpu->loss)->data, lg = NAN;
-    CHECK_OK(dt_graph_download(cu->g, &lg, dt_graph_value(cu->g, cu->loss)->data, sizeof lg));
-    CHECK(fabsf(lg - lc) <= 1e-5f * (1.0f + fabsf(lc)), "%s: loss cuda %.8g cpu %.8g", what, lg,
-          lc);
-    size_t n = 0;
-    const float *gc = dt_graph_flat_grad(cpu->g, &n);
-    float *gg = malloc(n * sizeof(float));
-    CHECK_OK(dt_graph_download(cu->g, gg, dt_graph_flat_grad(cu->g, NULL), n * sizeof(float)));
-    double worst = 0.0;
-    const char *worst_name = "";
-    for (int k = 0; k < dt_graph_param_count(cpu->g); k++) {
+/* Loss and gradients (tolerances above); the untied table's unused rows exactly +0.0. */
+static void compare(const char *what, cuda_lm *cpu, cuda_lm *cu, int sparse_check) {
+    float *gg = cuda_lm_compare(what, cpu, cu, 1e-5, 1e-4, 1e-3);
+    for (int k = 0; sparse_check && k < dt_graph_param_count(cpu->g); k++) {
         const dt_param_info *pi = dt_graph_param_info(cpu->g, k);
-        const float *a = gc + pi->offset, *b = gg + pi->offset;
-        double mx = 0.0;
-        for (size_t i = 0; i < pi->numel; i++) mx = fmax(mx, fabs(a[i]));
-        CHECK(mx > 0.0, "%s: %s has an all-zero CPU gradient (the test checks nothing)", what,
-              pi->name);
-        size_t bad = 0, first = 0;
-        for (size_t i = 0; i < pi->numel; i++) {
-            double tol = 1e-4 * mx + 1e-3 * fabs(a[i]), e = fabs((double)b[i] - a[i]);
-            if (!(e <= tol) && !bad++) first = i;
-            if (e / tol > worst) worst = e / tol, worst_name = pi->name;
-        }
-        CHECK(!bad, "%s: %s: %zu of %zu gradient elements off, first [%zu] cuda %.8g cpu %.8g",
-              what, pi->name, bad, pi->numel, first, b[first], a[first]);
-        if (sparse_check && pi->sparse_row) { /* rows no id names: exactly +0.0 on both */
-            const int32_t *ids = dt_graph_value(cpu->g, cpu->ids)->data;
-            size_t nonzero = 0;
-            for (size_t r = 0; r < pi->numel / pi->sparse_row; r++) {
-                int used = 0;
-                for (int i = 0; i < B * T; i++) used |= (size_t)ids[i] == r;
-                for (size_t j = 0; !used && j < pi->sparse_row; j++) {
-                    float z = b[r * pi->sparse_row + j];
-                    nonzero += z != 0.0f || signbit(z);
-                }
+        if ((pi->flags & (DT_PARAM_FROZEN | DT_PARAM_STATE)) || !pi->sparse_row) continue;
+        const float *b = gg + pi->offset;
+        const int32_t *ids = dt_graph_value(cpu->g, cpu->ids)->data;
+        size_t nonzero = 0;
+        for (size_t r = 0; r < pi->numel / pi->sparse_row; r++) {
+            int used = 0;
+            for (int i = 0; i < B * T; i++) used |= (size_t)ids[i] == r;
+            for (size_t j = 0; !used && j < pi->sparse_row; j++) {
+                float z = b[r * pi->sparse_row + j];
+                nonzero += z != 0.0f || signbit(z);
             }
-            CHECK(nonzero == 0, "%s: %s: %zu elements of unused rows are not +0.0 on CUDA", what,
-                  pi->name, nonzero);
         }
+        CHECK(nonzero == 0, "%s: %s: %zu elements of unused rows are not +0.0 on CUDA", what,
+              pi->name, nonzero);
     }
-    printf("%s: loss cuda %.7f cpu %.7f; worst gradient error %.3f of its tolerance (%s)\n", what,
-           lg, lc, worst, worst_name);
     free(gg);
 }
 
 /* One bad value at position `at` of input `in` (ids or targets; host copy `h`, restored after):
  * the CPU graph's forward refuses it, the device graph's forward runs and its read-back of the
  * kernels' checks (dt_graph_device_read_checks) must give the same error, word for word. */
-static void bad_input(const char *what, net *cpu, net *cu, int in_cu, int32_t *h, int at,
+static void bad_input(const char *what, cuda_lm *cpu, cuda_lm *cu, int in_cu, int32_t *h, int at,
                       int32_t bad) {
     const int32_t keep = h[at];
     char want[512] = "";
@@ -118,26 +74,9 @@ static void bad_input(const char *what, net *cpu, net *cu, int in_cu, int32_t *h
 }
 
 static void run(const char *what, dt_device d, int tied, int recompute) {
-    dt_llama_config lc = {.vocab_size = V,
-                          .hidden_size = 64,
-                          .intermediate_size = 160,
-                          .num_hidden_layers = 2,
-                          .num_attention_heads = 4,
-                          .num_key_value_heads = 2,
-                          .head_dim = 16,
-                          .rms_norm_eps = 1e-5f,
-                          .rope_theta = 10000.0f,
-                          .max_position_embeddings = 64,
-                          .tie_word_embeddings = tied,
-                          .recompute = recompute};
-    net cpu, cu;
-    if (!CHECK(build(&cpu, &lc, (dt_device){DT_DEVICE_CPU, 0}) == 0, "%s cpu: %s", what,
-               dt_last_error()))
-        return;
-    if (!CHECK(build(&cu, &lc, d) == 0, "%s cuda: %s", what, dt_last_error())) {
-        dt_graph_free(cpu.g);
-        return;
-    }
+    dt_llama_config lc = cuda_lm_tiny(V, tied, recompute);
+    cuda_lm cpu, cu;
+    if (cuda_lm_pair(what, &cpu, &cu, &lc, B, T, d) != 0) return;
     /* std 0.06 weights (3x the init's): activations and gradients well away from zero */
     CHECK_OK(dt_llama_init(cpu.g, 7));
     size_t np = 0;
@@ -155,7 +94,8 @@ static void run(const char *what, dt_device d, int tied, int recompute) {
     CHECK_OK(
         dt_graph_upload(cu.g, dt_graph_value(cu.g, cu.ids)->data, ids, sizeof(int32_t) * B * T));
     CHECK_OK(dt_graph_upload(cu.g, dt_graph_value(cu.g, cu.tg)->data, tg, sizeof(int32_t) * B * T));
-    if (CHECK(step(&cpu, 0) == 0 && step(&cu, 0) == 0, "%s: step: %s", what, dt_last_error()))
+    if (CHECK(cuda_lm_step(&cpu, 0) == 0 && cuda_lm_step(&cu, 0) == 0, "%s: step: %s", what,
+              dt_last_error()))
         compare(what, &cpu, &cu, !tied);
     CHECK(dt_graph_device_read_checks(cu.g) == DT_OK, "%s: a good batch's read-back: %s", what,
           dt_last_error());
@@ -163,8 +103,8 @@ static void run(const char *what, dt_device d, int tied, int recompute) {
         bad_input("bad id", &cpu, &cu, cu.ids, ids, 5, V + 3);
         bad_input("bad target", &cpu, &cu, cu.tg, tg, 9, V);
     }
-    if (tied && CHECK(step(&cpu, 1) == 0 && step(&cu, 1) == 0, "%s: accumulate step: %s", what,
-                      dt_last_error())) {
+    if (tied && CHECK(cuda_lm_step(&cpu, 1) == 0 && cuda_lm_step(&cu, 1) == 0,
+                      "%s: accumulate step: %s", what, dt_last_error())) {
         char w[96];
         snprintf(w, sizeof w, "%s, accumulated", what);
         compare(w, &cpu, &cu, 0);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cuda_testutil.h"
+#include "dtrain/ops.h"
 #include "harness.h"
 
 static void die(const char *what) {
@@ -120,4 +121,85 @@ void cuda_test_close_most(const char *what, const float *got, const float *want,
     CHECK(worst <= cap, "%s: an element is %g off (> %g)", what, worst, cap);
     printf("%s: %zu of %zu elements beyond the element tolerance, largest error %.3g\n", what, bad,
            n, worst);
+}
+
+dt_llama_config cuda_lm_tiny(int vocab, int tied, int recompute) {
+    return (dt_llama_config){.vocab_size = vocab,
+                             .hidden_size = 64,
+                             .intermediate_size = 160,
+                             .num_hidden_layers = 2,
+                             .num_attention_heads = 4,
+                             .num_key_value_heads = 2,
+                             .head_dim = 16,
+                             .rms_norm_eps = 1e-5f,
+                             .rope_theta = 10000.0f,
+                             .max_position_embeddings = 64,
+                             .tie_word_embeddings = tied,
+                             .recompute = recompute};
+}
+
+int cuda_lm_build(cuda_lm *m, const dt_llama_config *lc, int64_t B, int64_t T, dt_device d) {
+    m->g = dt_graph_init();
+    m->ids = dt_graph_input(m->g, "ids", DT_I32, 2, (int64_t[]){B, T}, 0);
+    m->tg = dt_graph_input(m->g, "targets", DT_I32, 1, (int64_t[]){B * T}, 0);
+    int lg =
+        dt_reshape(m->g, dt_llama_build(m->g, lc, m->ids), 2, (int64_t[]){B * T, lc->vocab_size});
+    m->loss = dt_cross_entropy(m->g, lg, m->tg, 0.0f, -100);
+    dt_graph_opts o = {.device = d};
+    return m->loss >= 0 && dt_graph_compile(m->g, m->loss, &o) == DT_OK ? 0 : -1;
+}
+
+int cuda_lm_pair(const char *what, cuda_lm *cpu, cuda_lm *cu, const dt_llama_config *lc, int64_t B,
+                 int64_t T, dt_device d) {
+    if (!CHECK(cuda_lm_build(cpu, lc, B, T, (dt_device){DT_DEVICE_CPU, 0}) == 0, "%s cpu: %s", what,
+               dt_last_error())) {
+        dt_graph_free(cpu->g);
+        return -1;
+    }
+    if (!CHECK(cuda_lm_build(cu, lc, B, T, d) == 0, "%s cuda: %s", what, dt_last_error())) {
+        dt_graph_free(cpu->g);
+        dt_graph_free(cu->g);
+        return -1;
+    }
+    return 0;
+}
+
+int cuda_lm_step(cuda_lm *m, int accumulate) {
+    dt_graph_set_accumulate(m->g, accumulate);
+    return dt_graph_forward(m->g, 1) == DT_OK && dt_graph_backward(m->g) == DT_OK ? 0 : -1;
+}
+
+float *cuda_lm_compare(const char *what, cuda_lm *cpu, cuda_lm *cu, double loss_rtol, double gabs,
+                       double grel) {
+    float lc = *(const float *)dt_graph_value(cpu->g, cpu->loss)->data, lg = NAN;
+    CHECK_OK(dt_graph_download(cu->g, &lg, dt_graph_value(cu->g, cu->loss)->data, sizeof lg));
+    CHECK(fabs((double)lg - lc) <= loss_rtol * (1.0 + fabs(lc)), "%s: loss cuda %.8g cpu %.8g",
+          what, lg, lc);
+    size_t n = 0;
+    const float *gc = dt_graph_flat_grad(cpu->g, &n);
+    float *gg = malloc(n * sizeof(float));
+    if (!gg) die("out of memory");
+    CHECK_OK(dt_graph_download(cu->g, gg, dt_graph_flat_grad(cu->g, NULL), n * sizeof(float)));
+    double worst = 0.0;
+    const char *worst_name = "";
+    for (int k = 0; k < dt_graph_param_count(cpu->g); k++) {
+        const dt_param_info *pi = dt_graph_param_info(cpu->g, k);
+        if (pi->flags & (DT_PARAM_FROZEN | DT_PARAM_STATE)) continue;
+        const float *a = gc + pi->offset, *b = gg + pi->offset;
+        double mx = 0.0;
+        for (size_t i = 0; i < pi->numel; i++) mx = fmax(mx, fabs(a[i]));
+        CHECK(mx > 0.0, "%s: %s has an all-zero CPU gradient (the test checks nothing)", what,
+              pi->name);
+        size_t bad = 0, first = 0;
+        for (size_t i = 0; i < pi->numel; i++) {
+            double tol = gabs * mx + grel * fabs(a[i]), e = fabs((double)b[i] - a[i]);
+            if (!(e <= tol) && !bad++) first = i;
+            if (e / tol > worst) worst = e / tol, worst_name = pi->name;
+        }
+        CHECK(!bad, "%s: %s: %zu of %zu gradient elements off, first [%zu] cuda %.8g cpu %.8g",
+              what, pi->name, bad, pi->numel, first, b[first], a[first]);
+    }
+    printf("%s: loss cuda %.7f cpu %.7f; worst gradient error %.3f of its tolerance (%s)\n", what,
+           lg, lc, worst, worst_name);
+    return gg;
 }

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include "dtrain/device.h"
 #include "dtrain/graph.h"
+#include "dtrain/models.h"
 
 /* cuda:0 and a stream on it; exits 77 when this build has no CUDA backend or no GPU is
  * visible, so ctest reports the test as skipped, never as passed. */
@@ -45,5 +46,29 @@ void cuda_test_steps(const char *what, int steps, const double *loss_gpu, const 
  * 1e-4 max|want| + 1e-3 |want[i]|, none beyond cap (0: 1e-2 max|want|). */
 void cuda_test_close_most(const char *what, const float *got, const float *want, size_t n,
                           double cap);
+
+/* The graph tests' language model (cuda_graph_llama, cuda_graph_lora): ids [B, T] i32 ->
+ * dt_llama_build -> logits [B T, V] -> cross-entropy with targets [B T] i32 (-100 ignored),
+ * compiled for device d. 0, or -1 on failure (dt_last_error says why). */
+typedef struct cuda_lm {
+    dt_graph *g;
+    int ids, tg, loss;
+} cuda_lm;
+/* The tests' tiny Llama: 2 layers, 64 wide (MLP 160), GQA with 4 query and 2 kv heads of 16,
+ * RMSNorm eps 1e-5, RoPE theta 1e4, 64 positions, vocab words. */
+dt_llama_config cuda_lm_tiny(int vocab, int tied, int recompute);
+int cuda_lm_build(cuda_lm *m, const dt_llama_config *lc, int64_t B, int64_t T, dt_device d);
+/* The same model built for the CPU (cpu) and for d (cu); 0, or -1 after a failed check (nothing
+ * left to free). */
+int cuda_lm_pair(const char *what, cuda_lm *cpu, cuda_lm *cu, const dt_llama_config *lc, int64_t B,
+                 int64_t T, dt_device d);
+/* Forward (training) and backward, adding into the gradients when accumulate: 0 or -1. */
+int cuda_lm_step(cuda_lm *m, int accumulate);
+/* The device graph cu against the CPU graph cpu after a step: loss |cu - cpu| <= loss_rtol
+ * (1 + |cpu|), and every trainable parameter's gradient (not all zero on the CPU) elementwise
+ * within gabs max|cpu over the parameter| + grel |cpu|; prints the worst error as a fraction
+ * of its tolerance. Returns the device's flat gradient, downloaded (the caller frees it). */
+float *cuda_lm_compare(const char *what, cuda_lm *cpu, cuda_lm *cu, double loss_rtol, double gabs,
+                       double grel);
 
 #endif

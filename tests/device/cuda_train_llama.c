@@ -3,7 +3,10 @@
  * STEPS steps of 4 x 32 tokens with the same seed and data (a token dataset written here: 64
  * documents of 300 tokens, each an arithmetic progression modulo the vocabulary), from
  * examples/llama-tiny-fortunes.yaml's settings, AdamW with clipping and then SGD with
- * momentum (nesterov) and grad accumulation. Per step the loss and the gradient norm of the two
+ * momentum (nesterov) and grad accumulation; with CUDA_TRAIN_LLAMA_ONLY=lora (not in the
+ * default run yet: it has not passed in full anywhere) LoRA instead (rank 4 on q/v/o/down_proj,
+ * adapter dropout 0.1, AdamW at lr 5e-2) on the random base in bf16, whose frozen base reaches
+ * the device through the trainer's upload. Per step the loss and the gradient norm of the two
  * runs must agree, and after the last step every trained parameter (downloaded into the host graph
  * by the trainer).
  *
@@ -16,7 +19,7 @@
  * stays within a few 1e-5.
  *
  * argv: REPO_DIR (default .., the repository from a build directory in it). The environment's
- * CUDA_TRAIN_LLAMA_ONLY=adamw|sgd runs that comparison alone (the emulation takes minutes
+ * CUDA_TRAIN_LLAMA_ONLY=adamw|sgd|lora runs that comparison alone (the emulation takes minutes
  * each, scripts/cuda-emu.sh). Runs in the
  * working directory's runs-test/. Exit 77 without a GPU. */
 #include <math.h>
@@ -72,6 +75,7 @@ static int write_data(void) {
     return CHECK(st == DT_OK, "writing %s: %s", DATA_DIR, dt_last_error()) ? 0 : -1;
 }
 
+/* optim: adamw, sgd, or lora (AdamW training LoRA adapters on a random frozen bf16 base) */
 static int train(const char *device, const char *optim, run_out *r) {
     char yaml[1024], data[1200], dev[64], op[64], rn[128], hf[1200], cwd[1024];
     if (!CHECK(getcwd(cwd, sizeof cwd) != NULL, "getcwd")) return -1;
@@ -79,9 +83,9 @@ static int train(const char *device, const char *optim, run_out *r) {
     snprintf(yaml, sizeof yaml, "%s/examples/llama-tiny-fortunes.yaml", repo);
     snprintf(data, sizeof data, "data.train=%s", DATA_DIR);
     snprintf(dev, sizeof dev, "train.device=%s", device);
-    snprintf(op, sizeof op, "optim.name=%s", optim);
+    int sgd = !strcmp(optim, "sgd"), lora = !strcmp(optim, "lora");
+    snprintf(op, sizeof op, "optim.name=%s", lora ? "adamw" : optim);
     snprintf(rn, sizeof rn, "output.run_name=cuda-train-%s-%s", optim, device);
-    int sgd = !strcmp(optim, "sgd");
     char *over[] = {data,
                     hf,
                     "data.val=",
@@ -96,11 +100,17 @@ static int train(const char *device, const char *optim, run_out *r) {
                     sgd ? "train.grad_accum=2" : "train.grad_accum=1",
                     sgd ? "optim.momentum=0.9" : "optim.clip_norm=0.5",
                     sgd ? "optim.nesterov=true" : "optim.weight_decay=0.1",
-                    sgd ? "optim.lr=0.2" : "optim.lr=1e-2",
+                    sgd    ? "optim.lr=0.2"
+                    : lora ? "optim.lr=5e-2" /* adapters from B = 0: a faster start */
+                           : "optim.lr=1e-2",
                     "ckpt.every_steps=0",
                     "ckpt.resume=never",
                     "output.dir=runs-test",
                     "output.export=false",
+                    lora ? "lora.enabled=true" : "lora.enabled=false",
+                    "lora.rank=4",
+                    "lora.targets=q_proj,v_proj,o_proj,down_proj",
+                    lora ? "lora.dropout=0.1" : "lora.dropout=0",
                     dev,
                     op,
                     rn};
@@ -148,7 +158,9 @@ int main(int argc, char **argv) {
     dt_stream_destroy(s);
     if (write_data() != 0) return dt_test_finish("cuda_train_llama");
     const char *only = getenv("CUDA_TRAIN_LLAMA_ONLY") ? getenv("CUDA_TRAIN_LLAMA_ONLY") : "";
-    if (strcmp(only, "sgd")) compare("adamw", 1e-2); /* the configured optim.lr */
-    if (strcmp(only, "adamw")) compare("sgd", 0.2);
+    if (!only[0] || !strcmp(only, "adamw")) compare("adamw", 1e-2); /* the configured optim.lr */
+    if (!only[0] || !strcmp(only, "sgd")) compare("sgd", 0.2);
+    /* opt-in until it has passed in full (docs/gpu.md) */
+    if (!strcmp(only, "lora")) compare("lora", 5e-2);
     return dt_test_finish("cuda_train_llama");
 }

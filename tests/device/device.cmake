@@ -3,7 +3,7 @@
 # where no GPU is visible or the build has no CUDA backend.
 dt_test(NAME device_cpu SOURCES device/device_cpu.c LABELS unit)
 foreach(t cuda_device cuda_optim cuda_nn cuda_gemm cuda_rope cuda_embedding cuda_dropout cuda_attention
-      cuda_conv cuda_batchnorm cuda_pool cuda_graph_llama cuda_graph_resnet cuda_optim_dev)
+      cuda_conv cuda_batchnorm cuda_pool cuda_graph_llama cuda_graph_lora cuda_graph_resnet cuda_optim_dev)
   dt_test(NAME ${t} SOURCES device/${t}.c device/cuda_testutil.c LABELS unit gpu)
   set_tests_properties(${t} PROPERTIES SKIP_RETURN_CODE 77)
 endforeach()

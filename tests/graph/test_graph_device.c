@@ -43,8 +43,28 @@ static void test_refused(void) {
     dt_graph_free(g);
 }
 
-/* The Llama op set (and cross-entropy) has CUDA kernels: a measure_only compile for CUDA
- * passes the kernel check and plans, allocating nothing. */
+/* A measure_only compile of lc's Llama + cross-entropy for CUDA: passes the kernel check and
+ * plans, allocating nothing. */
+static void llama_measure(const char *what, const dt_llama_config *lc) {
+    dt_graph *g = dt_graph_init();
+    int ids = dt_graph_input(g, "ids", DT_I32, 2, (int64_t[]){2, 16}, 0);
+    int tg = dt_graph_input(g, "targets", DT_I32, 1, (int64_t[]){32}, 0);
+    int lg = dt_reshape(g, dt_llama_build(g, lc, ids), 2, (int64_t[]){32, 96});
+    int loss = dt_cross_entropy(g, lg, tg, 0.0f, -100);
+    dt_graph_opts o = {.device = CUDA0, .measure_only = 1};
+    CHECK(loss >= 0 && dt_graph_compile(g, loss, &o) == DT_OK, "%s measure on CUDA: %s", what,
+          dt_last_error());
+    dt_graph_mem m;
+    dt_graph_memory(g, &m);
+    CHECK(m.arena_bytes > 0 && m.param_bytes > 0, "%s on CUDA plans %zu arena bytes", what,
+          m.arena_bytes);
+    CHECK(!lc->lora.rank || m.frozen_bytes > 0, "%s on CUDA: no frozen base", what);
+    CHECK(dt_graph_forward(g, 1) != DT_OK, "a measured CUDA graph ran (%s)", what);
+    dt_graph_free(g);
+}
+
+/* The Llama op set (and cross-entropy) has CUDA kernels, and so has its LoRA form (the frozen
+ * bf16 linears, the adapters' scale/add, dropout). */
 static void test_llama_plans(void) {
     dt_llama_config lc = {.vocab_size = 96,
                           .hidden_size = 64,
@@ -58,20 +78,15 @@ static void test_llama_plans(void) {
                           .max_position_embeddings = 64,
                           .tie_word_embeddings = 1,
                           .recompute = 1};
-    dt_graph *g = dt_graph_init();
-    int ids = dt_graph_input(g, "ids", DT_I32, 2, (int64_t[]){2, 16}, 0);
-    int tg = dt_graph_input(g, "targets", DT_I32, 1, (int64_t[]){32}, 0);
-    int lg = dt_reshape(g, dt_llama_build(g, &lc, ids), 2, (int64_t[]){32, 96});
-    int loss = dt_cross_entropy(g, lg, tg, 0.0f, -100);
-    dt_graph_opts o = {.device = CUDA0, .measure_only = 1};
-    CHECK(loss >= 0 && dt_graph_compile(g, loss, &o) == DT_OK, "llama measure on CUDA: %s",
-          dt_last_error());
-    dt_graph_mem m;
-    dt_graph_memory(g, &m);
-    CHECK(m.arena_bytes > 0 && m.param_bytes > 0, "llama on CUDA plans %zu arena bytes",
-          m.arena_bytes);
-    CHECK(dt_graph_forward(g, 1) != DT_OK, "a measured CUDA graph ran");
-    dt_graph_free(g);
+    llama_measure("llama", &lc);
+    lc.lora = (dt_lora_config){.rank = 4,
+                               .alpha = 8.0f,
+                               .dropout = 0.1f,
+                               .targets = DT_LORA_Q | DT_LORA_V | DT_LORA_O | DT_LORA_DOWN,
+                               .modules_to_save = DT_LORA_SAVE_FINAL_NORM};
+    llama_measure("lora llama", &lc);
+    dt_graph *g;
+    int ids, tg, lg, loss;
 
     /* Without a GPU (or without CUDA in this build) a real compile for CUDA fails cleanly. */
     int n = 0;
