@@ -127,9 +127,12 @@ attempts)
         sleep 0.02
     done
     grep -q "^checkpoint step [0-9]* committed" "$tmp/a1.log" || { cat "$tmp/a1.log"; fail "no commit"; }
-    # metrics reach the file every 2 s (a SIGKILL loses what is still buffered): wait for some
+    # the commit's line is printed before the store records the checkpoint, and metrics reach
+    # the file at each checkpoint's snapshot or every 2 s (a SIGKILL loses what is still
+    # buffered): wait for both in the store
     for _ in $(seq 500); do
-        [ -f "$db" ] && [ "$(sql "SELECT COUNT(*) FROM metrics")" -gt 0 ] && break
+        [ -f "$db" ] && [ "$(sql "SELECT COUNT(*) FROM metrics")" -gt 0 ] &&
+            [ "$(sql "SELECT COUNT(*) FROM artifacts WHERE kind = 'checkpoint'")" -gt 0 ] && break
         sleep 0.02
     done
     kill -0 "$pid" 2> /dev/null || { cat "$tmp/a1.log"; fail "attempt 1 ended before it was killed"; }
