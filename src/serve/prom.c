@@ -15,6 +15,8 @@
  *   dtrain_worker_resident_bytes      the launcher's workers on this host (/proc)
  *   dtrain_batch_part, dtrain_compute_rate   each worker's part of the global batch and its
  *       measured compute rate (logged as batch_part.R, compute_rate.R), with a rank label
+ *   dtrain_worker_device_info   1 per worker, its device in a label (device="cpu" or "cuda:K":
+ *       logged as device.R, -1 or K)
  * A family is only written when some run has a value for it. */
 #include <dirent.h>
 #include <inttypes.h>
@@ -30,17 +32,23 @@ enum { MAX_RUNS = 20, MAX_WORKERS = 256, MAX_RANKS = 256 };
 /* Per-worker keys "KEY.R" (src/train/shares.c) and the gauges with a rank label they become. */
 static const struct {
     const char *prefix, *name, *help;
+    int device; /* the value names a device: a device label and the value 1 (an info metric) */
 } RANKED[] = {
     {"batch_part.", "dtrain_batch_part",
-     "Samples of each global batch this worker takes (uneven dist.batch_shares, auto included)."},
+     "Samples of each global batch this worker takes (uneven dist.batch_shares, auto included).",
+     0},
     {"compute_rate.", "dtrain_compute_rate",
      "Samples per second of forward and backward compute this worker measured "
-     "(dist.batch_shares=auto)."},
+     "(dist.batch_shares=auto).",
+     0},
     {"gpu_mem.", "dtrain_gpu_memory_bytes",
      "Memory in use on this worker's GPU at the newest log line (total less free: dtrain's "
-     "buffers, the CUDA context, cuBLASLt's and NCCL's; train.device=cuda)."},
+     "buffers, the CUDA context, cuBLASLt's and NCCL's; train.device=cuda).",
+     0},
     {"gpu_mem_peak.", "dtrain_gpu_memory_peak_bytes",
-     "The highest memory in use on this worker's GPU over the run's log lines so far."},
+     "The highest memory in use on this worker's GPU over the run's log lines so far.", 0},
+    {"device.", "dtrain_worker_device_info",
+     "1 per worker; its device (train.device as resolved: cpu or cuda:K) in the device label.", 1},
 };
 enum { N_RANKED = sizeof RANKED / sizeof RANKED[0] };
 
@@ -383,8 +391,17 @@ void dt_sv_prometheus(dt_serve *s, sv_buf *b) {
                 if (isnan(l.d[i].ranked[g][r])) continue;
                 dt_sv_printf(b, "%s{", RANKED[g].name);
                 labels(b, &l.d[i].r);
-                dt_sv_printf(b, ",rank=\"%d\"}", r);
-                value(b, l.d[i].ranked[g][r]);
+                double v = l.d[i].ranked[g][r];
+                if (RANKED[g].device && v < 0) {
+                    dt_sv_printf(b, ",rank=\"%d\",device=\"cpu\"}", r);
+                    v = 1;
+                } else if (RANKED[g].device) {
+                    dt_sv_printf(b, ",rank=\"%d\",device=\"cuda:%d\"}", r, (int)v);
+                    v = 1;
+                } else {
+                    dt_sv_printf(b, ",rank=\"%d\"}", r);
+                }
+                value(b, v);
             }
     }
     any = 0;

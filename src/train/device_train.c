@@ -206,9 +206,29 @@ dt_status dt_train_device_memory(dt_trainer *t, char *buf, size_t n) {
     return DT_OK;
 }
 
+dt_status dt_train_device_ranks(dt_trainer *t) {
+    if (t->dev_of) return DT_OK;
+    double *d = calloc((size_t)t->world, sizeof *d);
+    if (!d) return dt_error_set(DT_ERR_NOMEM, "device of each rank: out of memory");
+    /* every rank's slot is its own: a sum over slots the others left 0 (hence the index + 1) */
+    d[t->rank] = t->device.kind == DT_DEVICE_CUDA ? t->device.index + 1 : 0;
+    dt_status st = t->world > 1 ? dt_comm_allreduce_f64(t->comm, d, (size_t)t->world) : DT_OK;
+    if (st != DT_OK) {
+        free(d);
+        return st;
+    }
+    for (int r = 0; r < t->world; r++) d[r] -= 1;
+    t->dev_of = d;
+    return DT_OK;
+}
+
 void dt_train_device_track(dt_trainer *t, void (*metric)(dt_trainer *, const char *, double)) {
-    if (!t->gpu_mem) return;
     char key[64];
+    for (int r = 0; t->dev_of && r < t->world; r++) {
+        snprintf(key, sizeof key, "device.%d", r);
+        metric(t, key, t->dev_of[r]);
+    }
+    if (!t->gpu_mem) return;
     for (int r = 0; r < t->world; r++) {
         snprintf(key, sizeof key, "gpu_mem.%d", r);
         metric(t, key, t->gpu_mem[2 * r]);
@@ -254,6 +274,8 @@ void dt_train_device_close(dt_trainer *t) {
     dt_gpu_comm_close(t->gc);
     free(t->gpu_mem);
     t->gpu_mem = NULL;
+    free(t->dev_of);
+    t->dev_of = NULL;
     dt_graph_free(t->dg);
     t->dg = NULL, t->dwork = NULL, t->gc = NULL;
     memset(t->dbuf, 0, sizeof t->dbuf);

@@ -166,7 +166,8 @@ static dt_status log_line(dt_trainer *t) {
         t->comm_wait_mark = w;
     }
     char gpu[96] = "";
-    dt_status gs = dt_train_device_memory(t, gpu, sizeof gpu);
+    dt_status gs = dt_train_device_ranks(t);
+    if (gs == DT_OK) gs = dt_train_device_memory(t, gpu, sizeof gpu);
     if (gs != DT_OK) return gs;
     t->prog.samples_per_s = dt > 0 ? (double)t->samples_since / dt : 0;
     t->prog.data_wait = t->step_time_sum > 0 ? t->wait_sum / t->step_time_sum : 0;

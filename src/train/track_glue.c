@@ -287,7 +287,7 @@ void dt_train_track_log(dt_trainer *t) {
         metric(t, "comm_cpu_s", t->prog.comm_cpu_total_s);
     }
     dt_train_shares_track(t, metric); /* batch_part.R, compute_rate.R */
-    dt_train_device_track(t, metric); /* gpu_mem.R, gpu_mem_peak.R */
+    dt_train_device_track(t, metric); /* device.R, gpu_mem.R, gpu_mem_peak.R */
 }
 
 void dt_train_track_eval(dt_trainer *t, const dt_eval_result *r) {

@@ -44,6 +44,9 @@ struct dt_trainer {
     /* CUDA device runs: each rank's device memory in use and its peak over the log lines,
      * bytes, [2 * world] (rank r at 2r, 2r + 1), as of the last log line; NULL before */
     double *gpu_mem;
+    /* every rank's device, [world]: -1 the CPU, else its CUDA index; gathered at the first log
+     * line (NULL before), logged as device.R */
+    double *dev_of;
     double gpu_peak; /* this rank's */
     int host_stale;  /* the device's parameters are newer than g's */
     /* train.cuda_graph (device_capture.c): the recorded step, eager steps so far, a failed
@@ -111,7 +114,10 @@ dt_status dt_train_device_loss(dt_trainer *t, float *loss);
  * over the log lines into t->gpu_mem, and "  gpu-mem 3.1 GiB (peak 3.4)" (rank 0's) into
  * buf[n]; nothing elsewhere. */
 dt_status dt_train_device_memory(dt_trainer *t, char *buf, size_t n);
-/* The per-rank device memory as metrics gpu_mem.R and gpu_mem_peak.R (bytes). */
+/* At the first log line (collective: every rank): every rank's device into t->dev_of. */
+dt_status dt_train_device_ranks(dt_trainer *t);
+/* Each rank's device as metric device.R (-1 the CPU, else its CUDA index), and on a CUDA
+ * device run the per-rank device memory as metrics gpu_mem.R and gpu_mem_peak.R (bytes). */
 void dt_train_device_track(dt_trainer *t, void (*metric)(dt_trainer *, const char *, double));
 dt_status dt_train_device_update(dt_trainer *t, float lr, double *norm);
 /* Several device ranks, instead of a dt_ddp (after the weights exist): rank 0's weights to all

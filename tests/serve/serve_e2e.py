@@ -197,6 +197,10 @@ def case_prometheus():
     rss = q("dtrain_worker_resident_bytes" + sel)
     check(sorted(r["metric"]["rank"] for r in rss) == ["0", "1"] and
           all(float(r["value"][1]) > 1e6 for r in rss), "resident memory of workers 0 and 1")
+    dev = q("dtrain_worker_device_info" + sel)
+    check(sorted((r["metric"]["rank"], r["metric"]["device"], r["value"][1]) for r in dev) ==
+          [("0", "cpu", "1"), ("1", "cpu", "1")], "the device of workers 0 and 1: %s" %
+          [(r["metric"].get("rank"), r["metric"].get("device")) for r in dev])
     rs = q("dtrain_restarts_total" + sel)
     check(rs and rs[0]["value"][1] == "0", "no restarts")
     tok = q("dtrain_tokens_per_second" + sel)

@@ -1,7 +1,8 @@
 /* /metrics' per-worker gauges: a run's batch_part.R and compute_rate.R metrics (logged by the
  * trainer under dist.batch_shares) become dtrain_batch_part{...,rank="R"} and
  * dtrain_compute_rate{...,rank="R"} with the newest values, and gpu_mem.R / gpu_mem_peak.R
- * (train.device=cuda) dtrain_gpu_memory_bytes / _peak_bytes; keys that only look alike do not. */
+ * (train.device=cuda) dtrain_gpu_memory_bytes / _peak_bytes, and device.R (-1 the CPU, else the
+ * CUDA index) dtrain_worker_device_info with a device label; keys that only look alike do not. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -62,6 +63,9 @@ int main(void) {
     CHECK_OK(dt_track_metric(s, run, "gpu_mem.1", 10, w + 1, 2.5e9));
     CHECK_OK(dt_track_metric(s, run, "gpu_mem_peak.0", 10, w + 1, 4e9));
     CHECK_OK(dt_track_metric(s, run, "gpu_mem_peak.1", 10, w + 1, 3e9));
+    CHECK_OK(dt_track_metric(s, run, "device.0", 5, w, -1));
+    CHECK_OK(dt_track_metric(s, run, "device.0", 10, w + 1, 1));
+    CHECK_OK(dt_track_metric(s, run, "device.1", 10, w + 1, -1));
     CHECK_OK(dt_track_close(s));
     dt_serve *sv = NULL;
     dt_serve_opts o = {.db = db, .port = 0};
@@ -82,11 +86,17 @@ int main(void) {
             "dtrain_gpu_memory_peak_bytes{experiment=\"exp\",run=\"auto-run\",rank=\"0\"} "
             "4000000000\n",
             "dtrain_gpu_memory_peak_bytes{experiment=\"exp\",run=\"auto-run\",rank=\"1\"} "
-            "3000000000\n"};
+            "3000000000\n",
+            "# TYPE dtrain_worker_device_info gauge",
+            "dtrain_worker_device_info{experiment=\"exp\",run=\"auto-run\",rank=\"0\","
+            "device=\"cuda:1\"} 1\n",
+            "dtrain_worker_device_info{experiment=\"exp\",run=\"auto-run\",rank=\"1\","
+            "device=\"cpu\"} 1\n"};
         for (size_t i = 0; i < sizeof want / sizeof *want; i++)
             all &= CHECK(strstr(text, want[i]) != NULL, "/metrics has %s", want[i]);
         all &= CHECK(!strstr(text, " 99\n"), "batch_part.x is no rank's part");
         all &= CHECK(!strstr(text, "rank=\"2\""), "no rank 2");
+        all &= CHECK(!strstr(text, "rank=\"0\",device=\"cpu\""), "rank 0's newest device");
         if (!all) fputs(text, stdout);
     }
     free(text);
