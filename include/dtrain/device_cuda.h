@@ -153,9 +153,11 @@ dt_status dt_cuda_embedding_bwd(dt_stream *s, float *dtable, const float *g, con
  * the counter-based mask of the CPU op bit for bit, with key = the graph's run key
  * (dt_graph_set_rng) and node = the dropout node's id. The same call is the backward
  * (x = dy, y = dx): the mask is regenerated, never stored. p == 0: y = x (or y += x); p == 1:
- * everything dropped. y may be x when not accumulating. */
+ * everything dropped. y may be x when not accumulating. step_dev (device memory, or NULL): the
+ * kernel reads the step there instead of taking step (dt_graph_rng_on_device: a recorded
+ * launch then draws the mask of the step stored before each replay). */
 dt_status dt_cuda_dropout(dt_stream *s, float *y, const float *x, int64_t n, float p, uint64_t key,
-                          uint64_t step, uint32_t node, int accumulate);
+                          uint64_t step, const uint64_t *step_dev, uint32_t node, int accumulate);
 
 /* ---- attention (src/ops/attention.c): q, out [B, Hq, T, D], k, v [B, Hkv, T, D] ------------ */
 

@@ -156,6 +156,13 @@ typedef dt_status (*dt_graph_entry_fn)(void *ud, int entry, int after);
 void dt_graph_on_entry(dt_graph *g, dt_graph_entry_fn fn, void *ud);
 /* RNG key material for dropout etc.: key = seed mixed with rank; counter uses step. */
 void dt_graph_set_rng(dt_graph *g, uint64_t seed, uint64_t step, int rank);
+/* A graph compiled for CUDA (on = 1): each forward first copies the step of dt_graph_set_rng
+ * from pinned host memory into device memory on the graph's stream, and the dropout kernels
+ * read it there, so that a step recorded as a CUDA graph draws a new mask at each replay from
+ * the step set before it. The host must not set the next step before the forward that reads
+ * the last has run (true of a trainer that waits for each step; not of micro-batches issued
+ * back to back). on = 0: the step is a launch argument again. Other graphs: DT_ERR_STATE. */
+dt_status dt_graph_rng_on_device(dt_graph *g, int on);
 /* Synchronised batch normalisation (torch.nn.SyncBatchNorm). In data-parallel training each
  * worker normalises its own rows with statistics of its own batch by default (PyTorch DDP's
  * default), which become noisy when the per-worker batch is small. With a reducer set, every

@@ -247,10 +247,15 @@ __device__ inline void philox4x32(uint32_t k0, uint32_t k1, uint32_t c[4]) {
 // One thread per block of 4 elements j: the words of Philox(key, {step lo, step hi, node, j})
 // decide elements 4j..4j+3; kept iff (word >> 8) >= th. y = x * (scale or 0) -- one rounded
 // product as on the CPU, so a dropped inf or NaN gives NaN there too -- or y += that.
+// step_dev (device memory, or NULL): the step is read there instead of {s0, s1}.
 __global__ void dropout_kernel(float *y, const float *x, int64_t n, uint32_t th, float scale,
-                               uint32_t k0, uint32_t k1, uint32_t s0, uint32_t s1, uint32_t node,
-                               int accumulate) {
+                               uint32_t k0, uint32_t k1, uint32_t s0, uint32_t s1,
+                               const uint64_t *step_dev, uint32_t node, int accumulate) {
     const int64_t nb = (n + 3) / 4;
+    if (step_dev) {
+        const uint64_t st = *step_dev;
+        s0 = (uint32_t)st, s1 = (uint32_t)(st >> 32);
+    }
     for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < nb;
          j += (int64_t)gridDim.x * blockDim.x) {
         uint32_t c[4] = {s0, s1, node, (uint32_t)j};
@@ -273,7 +278,8 @@ __global__ void dropout_identity_kernel(float *y, const float *x, int64_t n, int
 }
 
 extern "C" dt_status dt_cuda_dropout(dt_stream *s, float *y, const float *x, int64_t n, float p,
-                                     uint64_t key, uint64_t step, uint32_t node, int accumulate) {
+                                     uint64_t key, uint64_t step, const uint64_t *step_dev,
+                                     uint32_t node, int accumulate) {
     cudaStream_t cs;
     const char *op = "cuda dropout";
     dt_status st = dt_cuda_stream_of(s, op, &cs);
@@ -291,6 +297,6 @@ extern "C" dt_status dt_cuda_dropout(dt_stream *s, float *y, const float *x, int
     const uint32_t th = (uint32_t)ceilf(p * 16777216.0f);
     dropout_kernel<<<grid_for((n + 3) / 4, 256), 256, 0, cs>>>(
         y, x, n, th, scale, (uint32_t)key, (uint32_t)(key >> 32), (uint32_t)step,
-        (uint32_t)(step >> 32), node, accumulate);
+        (uint32_t)(step >> 32), step_dev, node, accumulate);
     return dt_cuda_launched(s, op);
 }

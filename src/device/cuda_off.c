@@ -94,7 +94,7 @@ dt_status dt_cuda_embedding_bwd(dt_stream *s, float *dtable, const float *g, con
     return off("cuda embedding bwd");
 }
 dt_status dt_cuda_dropout(dt_stream *s, float *y, const float *x, int64_t n, float p, uint64_t key,
-                          uint64_t step, uint32_t node, int accumulate) {
+                          uint64_t step, const uint64_t *step_dev, uint32_t node, int accumulate) {
     return off("cuda dropout");
 }
 dt_status dt_cuda_attention_fwd(dt_stream *s, float *out, float *lse, const void *q, const void *k,

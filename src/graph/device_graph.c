@@ -110,20 +110,25 @@ dt_status dt_graph_device_alloc(dt_graph *g, size_t flat_cap) {
     if (st == DT_OK)
         st = dt_host_alloc_pinned(g->device, sizeof(float), (void **)&g->loss_scale_pin);
     if (st == DT_OK) *g->loss_scale_pin = g->loss_scale;
+    if (st == DT_OK) st = dt_host_alloc_pinned(g->device, sizeof(uint64_t), (void **)&g->step_pin);
+    if (st == DT_OK) *g->step_pin = g->run.step;
+    if (st == DT_OK) st = dalloc(g, sizeof(uint64_t), (void **)&g->step_dev);
     if (st == DT_OK) st = dt_stream_sync(g->stream);
     g->run.device = g->device;
     return st;
 }
 
 void dt_graph_device_free(dt_graph *g) {
-    void *bufs[] = {g->arena,       g->flat_param, g->flat_grad, g->flat_state,
-                    g->flat_frozen, g->input_mem,  g->loss_grad, g->checks};
+    void *bufs[] = {g->arena,     g->flat_param, g->flat_grad, g->flat_state, g->flat_frozen,
+                    g->input_mem, g->loss_grad,  g->checks,    g->step_dev};
     if (g->stream) dt_stream_sync(g->stream);
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) dt_device_free(g->device, bufs[i]);
     for (int i = 0; i < g->n_dconst; i++) dt_device_free(g->device, g->dconst[i]);
     dt_host_free_pinned(g->device, g->loss_scale_pin);
     g->loss_scale_pin = NULL;
+    dt_host_free_pinned(g->device, g->step_pin);
+    g->step_pin = NULL, g->step_dev = NULL, g->run.step_dev = NULL;
     free(g->dconst);
     if (g->run.gemm) dt_cuda_gemm_destroy(g->run.gemm);
     dt_cuda_dnn_destroy(g->dnn); /* after dt_graph_free destroyed the ops' plans made on it */

@@ -93,6 +93,11 @@ dt_status dt_graph_forward(dt_graph *g, int training) {
         return dt_error_set(DT_ERR_STATE, "forward: graph is not compiled%s",
                             g && g->measured ? " (only measured: measure_only)" : "");
     g->run.training = training != 0;
+    dt_status st; /* the counter the kernels read: recorded as a copy from the pinned slot */
+    if (g->run.step_dev &&
+        (st = dt_device_copy_async(g->device, g->step_dev, g->step_pin, sizeof(uint64_t),
+                                   DT_COPY_H2D, g->stream)) != DT_OK)
+        return st;
     return run_range(g, 0, g->n_fwd);
 }
 

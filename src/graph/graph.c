@@ -398,6 +398,13 @@ void dt_graph_set_loss_scale(dt_graph *g, float s) {
 void dt_graph_set_rng(dt_graph *g, uint64_t seed, uint64_t step, int rank) {
     g->run.key = seed ^ ((uint64_t)(uint32_t)rank * 0x9E3779B97F4A7C15ull);
     g->run.step = step;
+    if (g->step_pin) *g->step_pin = step;
+}
+dt_status dt_graph_rng_on_device(dt_graph *g, int on) {
+    if (!g->on_cuda || !g->step_dev)
+        return dt_error_set(DT_ERR_STATE, "rng on device: the graph is not compiled for CUDA");
+    g->run.step_dev = on ? g->step_dev : NULL;
+    return DT_OK;
 }
 void dt_graph_set_sync_batchnorm(dt_graph *g, dt_graph_allreduce_fn fn, void *ud) {
     g->run.sync_fn = fn;

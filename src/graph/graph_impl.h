@@ -66,6 +66,10 @@ struct dt_graph {
      * a captured step (a CUDA graph, which cannot copy from pageable memory) reads the value
      * set before each replay */
     float *loss_scale_pin;
+    /* CUDA: the RNG counter (run.step) in pinned host memory, written by dt_graph_set_rng, and
+     * its device copy, refreshed at the start of each forward when run.step_dev points at it
+     * (dt_graph_rng_on_device) */
+    uint64_t *step_pin, *step_dev;
     /* device graphs (src/graph/device_graph.c) */
     int on_cuda;     /* compiled (or being compiled) for a CUDA device */
     int64_t *checks; /* device [n_checks]: the checked forwards' first bad positions */

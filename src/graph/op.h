@@ -29,6 +29,10 @@ typedef struct dt_run {
     int training;  /* 1: train mode (batch stats, dropout) */
     uint64_t key;  /* RNG key: seed mixed with rank */
     uint64_t step; /* RNG counter part */
+    /* Device graphs under dt_graph_rng_on_device: the counter in device memory, which the
+     * kernels read instead of step (a recorded step then replays with the value set before
+     * each replay); NULL: kernels take step as their argument. */
+    const uint64_t *step_dev;
     /* Synchronised batchnorm (dt_graph_set_sync_batchnorm): sums statistics over workers;
      * NULL: per-worker statistics. */
     dt_graph_allreduce_fn sync_fn;

@@ -198,8 +198,8 @@ static dt_status dropout_run(const dt_op_ctx *c, dt_stream *s, float *y, const f
     int64_t n = dt_tensor_numel(&c->out);
     float p = c->node->fp[0];
     if (!c->run->training || p == 0.0f) return dt_cuda_axpby(s, y, x, n, 1.0f, beta);
-    return dt_cuda_dropout(s, y, x, n, p, c->run->key, c->run->step, (uint32_t)c->node->id,
-                           beta != 0.0f);
+    return dt_cuda_dropout(s, y, x, n, p, c->run->key, c->run->step, c->run->step_dev,
+                           (uint32_t)c->node->id, beta != 0.0f);
 }
 
 dt_status dt_dropout_cuda_forward(const dt_op_ctx *c, dt_stream *s) {

@@ -19,8 +19,6 @@ dt_capture_mode dt_capture_decide(const dt_capture_facts *f, char *why, size_t n
         r = "the recording failed";
     else if (f->grad_accum > 1)
         r = "gradient accumulation (each micro-batch is a separate launch)";
-    else if (f->uses_rng)
-        r = "the graph has dropout (its step counter is a launch argument)";
     else if (f->allreduce)
         r = "several ranks (the gradient all-reduce is not in the recording)";
     if (why && n) snprintf(why, n, "%s", r ? r : "");
@@ -162,8 +160,6 @@ dt_status dt_train_capture_step(dt_trainer *t, float lr, float *loss, double *no
                           .device = t->device,
                           .eager_steps = t->cap_eager,
                           .grad_accum = t->v.train.grad_accum,
-                          /* the device trains Llamas and ResNets: dropout only in LoRA's */
-                          .uses_rng = t->lc.lora.rank > 0 && t->lc.lora.dropout > 0.0f,
                           .allreduce = t->gc != NULL,
                           .recorded = dt_capture_recorded(t->cap),
                           .failed = t->cap_failed};
@@ -197,7 +193,11 @@ dt_status dt_train_capture_step(dt_trainer *t, float lr, float *loss, double *no
     dt_stream *s = dt_graph_stream(t->dg);
     dt_graph_set_accumulate(t->dg, 0);
     if (m == DT_CAPTURE_RECORD) {
+        /* dropout's step from device memory, refreshed by a recorded copy from the pinned
+         * slot dt_graph_set_rng writes: each replay draws its own step's mask */
+        if ((st = dt_graph_rng_on_device(t->dg, 1)) != DT_OK) return st;
         if ((st = record(t, c, s)) != DT_OK) {
+            dt_graph_rng_on_device(t->dg, 0); /* eager as before */
             t->cap_failed = 1;
             note(t, "cuda graph: recording the step failed, eager from now on: %s\n",
                  dt_last_error());

@@ -26,8 +26,6 @@ typedef struct dt_capture_facts {
     dt_device device;    /* where the step runs */
     int64_t eager_steps; /* steps this process has run eagerly so far */
     int64_t grad_accum;  /* micro-batches per step */
-    int uses_rng;        /* the graph draws random numbers (dropout: its counter is a launch
-                          * argument, so a replay would repeat the mask) */
     int allreduce;       /* several ranks: the gradients are all-reduced between backward and the
                           * optimizer (dt_gpu_comm), which the recording does not hold */
     int recorded;        /* a graph was recorded */

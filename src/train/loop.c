@@ -64,6 +64,8 @@ dt_status dt_trainer_step(dt_trainer *t) {
                                 (long long)b.n, (long long)t->B);
         dt_train_feed(t, &b);
         t->prog.epoch = b.epoch;
+        /* before a recorded step too: its replay reads the counter set here */
+        dt_graph_set_rng(G, (uint64_t)t->v.train.seed, (uint64_t)(step * accum + m), t->rank);
         if (t->dg) {
             double c0 = dt_train_now();
             float l;
@@ -76,7 +78,6 @@ dt_status dt_trainer_step(dt_trainer *t) {
         }
         if ((st = dt_train_device_feed(t)) != DT_OK) return st;
         dt_graph_set_accumulate(G, m > 0 && accumulates);
-        dt_graph_set_rng(G, (uint64_t)t->v.train.seed, (uint64_t)(step * accum + m), t->rank);
         /* Like PyTorch DDP's default: batchnorm statistics are per rank during the step and
          * rank 0's are given to all before each step (broadcast_buffers). Gradients are only
          * all-reduced on the last micro-batch; the others accumulate locally. */

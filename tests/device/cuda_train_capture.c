@@ -1,7 +1,10 @@
 /* The step as a CUDA graph (train.cuda_graph, src/train/device_capture.c) on a GPU: a small
  * Llama (2 layers, 32 wide, vocabulary 48) trained STEPS steps on cuda with the step captured
  * (auto) and eager (off), same seed and data, AdamW with clipping and weight decay, then SGD
- * with momentum. The captured graph issues the same kernels on the same values, so every step's
+ * with momentum, then AdamW on LoRA adapters with dropout 0.1 over the random base in bf16 (a
+ * replay must draw its own step's mask: the step is read from device memory, refreshed from
+ * pinned memory by the recorded copy). The captured graph issues the same kernels on the same
+ * values, so every step's
  * loss and gradient norm and every trained parameter must be the same bits (memcmp), and the
  * log must say that the step was recorded (not silently eager). Then a captured run stopped
  * after HALF steps (its final checkpoint) and resumed to STEPS must end with the same bits as
@@ -66,7 +69,8 @@ static int train(const char *optim, const char *graph, int steps, const char *na
     snprintf(hf, sizeof hf, "model.hf_path=%s/" DIR "/model", cwd);
     snprintf(data, sizeof data, "data.train=%s/" DIR "/data", cwd);
     snprintf(g, sizeof g, "train.cuda_graph=%s", graph);
-    snprintf(o, sizeof o, "optim.name=%s", optim);
+    int lora = !strcmp(optim, "lora");
+    snprintf(o, sizeof o, "optim.name=%s", lora ? "adamw" : optim);
     snprintf(st_, sizeof st_, "train.steps=%d", steps);
     snprintf(rn, sizeof rn, "output.run_name=%s", name);
     int sgd = !strcmp(optim, "sgd");
@@ -88,12 +92,18 @@ static int train(const char *optim, const char *graph, int steps, const char *na
                     "train.grad_accum=1",
                     sgd ? "optim.momentum=0.9" : "optim.clip_norm=0.5",
                     sgd ? "optim.lr=0.1" : "optim.weight_decay=0.1",
-                    sgd ? "optim.nesterov=true" : "optim.lr=1e-2",
+                    sgd    ? "optim.nesterov=true"
+                    : lora ? "optim.lr=5e-2" /* adapters from B = 0: a faster start */
+                           : "optim.lr=1e-2",
                     "ckpt.every_steps=3",
                     "ckpt.resume=auto",
                     "ckpt.async=false",
                     "output.dir=" DIR "/runs",
-                    "output.export=false"};
+                    "output.export=false",
+                    lora ? "lora.enabled=true" : "lora.enabled=false",
+                    "lora.rank=4",
+                    "lora.targets=q_proj,v_proj",
+                    lora ? "lora.dropout=0.1" : "lora.dropout=0"};
     dt_config *cfg = NULL;
     dt_trainer *t = NULL;
     dt_status s = dt_config_from_args(yaml, sizeof over / sizeof over[0], over, &cfg);
@@ -173,6 +183,7 @@ int main(int argc, char **argv) {
     if (prepare() == 0) {
         compare("adamw");
         compare("sgd");
+        compare("lora");
     }
     return dt_test_finish("cuda_train_capture");
 }

@@ -34,7 +34,6 @@ static void test_decide(void) {
         {{.device = CPU, .eager_steps = 3, .grad_accum = 1}, "not a CUDA device"},
         {{.device = GPU, .eager_steps = 3, .grad_accum = 1, .failed = 1}, "recording failed"},
         {{.device = GPU, .eager_steps = 3, .grad_accum = 2}, "gradient accumulation"},
-        {{.device = GPU, .eager_steps = 3, .grad_accum = 1, .uses_rng = 1}, "dropout"},
         {{.device = GPU, .eager_steps = 3, .grad_accum = 1, .allreduce = 1}, "several ranks"},
         /* a graph recorded before the failure is not replayed after it */
         {{.device = GPU, .eager_steps = 3, .grad_accum = 1, .recorded = 1, .failed = 1},
