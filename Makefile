@@ -83,15 +83,15 @@ test-asan: deps
 
 # The seed system's evaluation, measured here (< 45 min): writes docs/evaluation.md and its
 # charts from scratch (scripts/evaluate.py; Ray Train from PyPI via scripts/setup-ray.sh).
-# EVAL_IMAGE=224: the ResNet-152 tables at 224x224 on generated photos (short runs, ~10 min),
-# written to docs/evaluation-224.md; no Ray needed.
+# EVAL_IMAGE=224: the ResNet-152 tables at 224x224 on generated photos (short runs), with the
+# PyTorch DDP and Ray Train peers on the same photos, written to docs/evaluation-224.md.
 EVAL_IMAGE ?= 28
 .PHONY: evaluate
 evaluate: build venv
+	scripts/setup-ray.sh
 ifeq ($(EVAL_IMAGE),224)
 	python3 scripts/evaluate.py --build $(BUILD) --work eval-out-224 --image 224
 else
-	scripts/setup-ray.sh
 	python3 scripts/evaluate.py --build $(BUILD) --work eval-out --image $(EVAL_IMAGE)
 endif
 

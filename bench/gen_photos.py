@@ -1,6 +1,6 @@
 """Writes the loader benchmarks' photos: 256 JPEGs (500x375 .. 1024x768, quality 90, gradients
 plus noise: ~150 kB each) in 4 class folders of DIR (an ImageFolder).
-Usage: python bench/gen_photos.py DIR"""
+Usage: python bench/gen_photos.py DIR [N]   (N: the first N of the 256, for small tests)"""
 import os
 import sys
 
@@ -9,7 +9,7 @@ from PIL import Image
 
 rng = np.random.default_rng(1)
 sizes = [(500, 375), (640, 480), (800, 600), (1024, 768), (375, 500)]
-for i in range(256):
+for i in range(int(sys.argv[2]) if len(sys.argv) > 2 else 256):
     d = os.path.join(sys.argv[1], f"c{i % 4}")
     os.makedirs(d, exist_ok=True)
     w, h = sizes[i % len(sizes)]

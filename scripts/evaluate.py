@@ -17,12 +17,13 @@ Every number on the page comes from this run (the page lists the experiment-stor
  5. LoRA: the `make lora-demo` finetune (losses, memory) and `dtrain plan` for Llama-3.1-8B;
  6. the same ResNet workload with PyTorch DDP and with Ray Train (bench/peers/ray_resnet.py):
     seconds per epoch-slice, checkpoint save time, time to recover from a killed worker.
---image 224 runs parts 1-3 and the dtrain side of 6 (recovery) on the photo pipeline instead:
+--image 224 runs parts 1-3 and 6 (recovery, and the peers on the same photos) on the photo
+pipeline instead:
 generated JPEGs (bench/gen_photos.py, 256 photos of 500x375 .. 1024x768, 4 classes) imported as
 encoded images, examples/resnet152-imagenet.yaml (stock 7x7 stem, RandomResizedCrop(224) + flip
 decoded in the loader), batch 8 and 64-image slices by default (a 2-core machine does ~2 images/s
 per core); the loading column is bench_loader's decode + crop figure. It writes
-docs/evaluation-224.md; the peers, reliability and LoRA parts stay on the 28x28 page.
+docs/evaluation-224.md; the reliability and LoRA parts stay on the 28x28 page.
 Plain Python 3 (no packages, Pillow from the venv for the photos); the peers run in the reference venv (scripts/setup-venv.sh,
 scripts/setup-ray.sh)."""
 import argparse
@@ -107,6 +108,7 @@ class Eval:
         self.logs = os.path.join(self.work, "logs")
         self.fm = os.path.join(self.work, "fmnist")
         self.photos = os.path.join(self.work, "photos-ds")  # --image 224's encoded-image dataset
+        self.jpegs = os.path.join(self.work, "photos")  # ... and its JPEGs (the peers read them)
         self.bench_loader = os.path.abspath(os.path.join(a.build, "bench", "bench_loader"))
         self.r = {"formations": {}, "peers": {}, "reliability": [], "run_ids": {}}
         os.makedirs(self.logs, exist_ok=True)
@@ -123,10 +125,11 @@ class Eval:
         if not os.path.exists(os.path.join(self.fm, "train", "manifest.json")):
             run([self.dtrain, "data", "import", "fashion-mnist",
                  "/usr/share/datasets/fashion-mnist", "-o", self.fm, "-q"], self.log("import"))
+        if self.a.image == 224 and not os.path.isdir(self.jpegs):
+            run([VENV_PY, os.path.join(REPO, "bench", "gen_photos.py"), self.jpegs],
+                self.log("photos"))
         if self.a.image == 224 and not os.path.exists(os.path.join(self.photos, "train", "manifest.json")):
-            jpegs = os.path.join(self.work, "photos")
-            run([VENV_PY, os.path.join(REPO, "bench", "gen_photos.py"), jpegs], self.log("photos"))
-            run([self.dtrain, "data", "import", "images", jpegs, "-o", self.photos, "-q"],
+            run([self.dtrain, "data", "import", "images", self.jpegs, "-o", self.photos, "-q"],
                 self.log("import-photos"))
         cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
                     if l.startswith("model name")), "?")
@@ -389,16 +392,18 @@ netns_mpirun 600 {" ".join(self.loader_cmd()[0])}
     def peers(self):
         """bench/peers/ray_resnet.py: the same model, optimizer, batch and data in PyTorch (DDP
         over gloo, 1 and 2 workers) and in Ray Train (2 workers, a worker killed in the second
-        slice). Throughput: its steady steps (after the first), as for dtrain."""
+        slice). Throughput: its steady steps (after the first), as for dtrain. --image 224: the
+        photos' JPEGs through torchvision's ImageFolder and transforms (--photos)."""
         a = self.a
         script = os.path.join(REPO, "bench", "peers", "ray_resnet.py")
         store = os.path.join(self.work, "peer-storage")
-        common = ["--data", self.fm, "--images", str(a.images), "--batch", str(a.batch),
+        data = ["--photos", self.jpegs] if a.image == 224 else ["--data", self.fm]
+        common = [*data, "--images", str(a.images), "--batch", str(a.batch),
                   "--threads", "1", "--depth", str(a.depth), "--storage", store]
         runs = [("torch-1", ["--no-ray", "--workers", "1", "--slices", "1"]),
                 ("torch-2", ["--no-ray", "--workers", "2", "--slices", "1"]),
                 ("ray-2", ["--workers", "2", "--kill-after-slice"])]
-        for key, extra in runs:
+        for key, extra in (r for r in runs if r[0] in a.peers.split(",")):
             out = os.path.join(self.work, f"{key}.json")
             say(f"peer {key}: {' '.join(extra)}")
             shutil.rmtree(store, ignore_errors=True)  # ~0.5 GB per ResNet-152 checkpoint
@@ -462,10 +467,11 @@ def render(r, out, a):
          "DeepSpeed ZeRO. This page re-runs those experiments with dtrain, scaled to one machine, "
          "and runs the same workload in PyTorch DDP and Ray Train beside it.",
          "",
-         *([f"This page is `make evaluate EVAL_IMAGE=224`: the ResNet-152 tables (1-3, and the "
-            f"dtrain side of 6) at the seed's 224x224 on the photo pipeline, with short runs "
-            f"({a.images}-image slices, batch {a.batch}) that fit a 2-core machine; the peers, "
-            f"reliability and LoRA parts are on [evaluation.md](evaluation.md) (28x28).", ""]
+         *([f"This page is `make evaluate EVAL_IMAGE=224`: the ResNet-152 tables (1-3 and 6, "
+            f"with the PyTorch DDP and Ray Train peers) at the seed's 224x224 on the photo "
+            f"pipeline, with short runs ({a.images}-image slices, batch {a.batch}) that fit a "
+            f"2-core machine; the reliability and LoRA parts are on "
+            f"[evaluation.md](evaluation.md) (28x28).", ""]
            if big else
            ["The ResNet-152 tables at the seed's 224x224 on the photo pipeline (short runs): "
             "[evaluation-224.md](evaluation-224.md), `make evaluate EVAL_IMAGE=224`.", ""]),
@@ -520,11 +526,18 @@ def render(r, out, a):
     if P:
         L += ["The same workload in PyTorch (torchvision ResNet with the same stem, the same "
               "optimizer and batch, `torch.set_num_threads(1)` per worker; DDP over gloo) and "
-              "in Ray Train (`TorchTrainer`, 2 CPU workers; bench/peers/ray_resnet.py):", "",
-              "| | s / slice | images/s |", "|---|---|---|"]
+              "in Ray Train (`TorchTrainer`, 2 CPU workers; bench/peers/ray_resnet.py)"
+              + (": the same JPEGs through torchvision's `ImageFolder` and RandomResizedCrop(224) "
+                 "+ flip in one DataLoader worker process per worker (Pillow decodes the whole "
+                 "JPEG: no DCT scaling), label smoothing 0.1; a step includes the wait for its "
+                 "batch (data-wait):" if big else ":"), "",
+              "| | s / slice | images/s |" + (" data-wait |" if big else ""),
+              "|---|---|---|" + ("---|" if big else "")]
         for k in ("torch-1", "torch-2", "ray-2"):
             if k in P:
-                L.append(f"| {k} | {P[k].get('s_per_slice', 0):.1f} | {P[k].get('img_per_s', 0):.2f} |")
+                dw = P[k].get("data_wait_pct")
+                row = f"| {k} | {P[k].get('s_per_slice', 0):.1f} | {P[k].get('img_per_s', 0):.2f} |"
+                L.append(row + ((f" {dw:.1f}% |" if dw is not None else " - |") if big else ""))
         L.append("")
     # 2
     L += ["## 2. Data loading and checkpoint saving in each formation", "",
@@ -589,8 +602,10 @@ def render(r, out, a):
     rec, ray = r.get("recovery"), P.get("ray-2")
     L += ["## 6. Against the seed's stack (Ray Train) on the same workload", ""]
     if big:
-        L += ["The peers (bench/peers/ray_resnet.py) read Fashion-MNIST only, so at 224 this "
-              "part has dtrain's side alone.", ""]
+        L += ["Both sides on the photos at 224x224 (section 1's workload): dtrain under `dtrain "
+              "launch -n 2`, Ray Train as `TorchTrainer` with 2 workers and "
+              "`FailureConfig(max_failures=1)`; in each a worker is SIGKILLed after the first "
+              "slice's checkpoint (bench/peers/ray_resnet.py --photos --kill-after-slice).", ""]
     if rec:
         rv = lambda k, fmt: fmt.format(ray.get(k, 0)) if ray else "not run"
         L += ["| | dtrain | Ray Train |", "|---|---|---|",
@@ -639,6 +654,8 @@ def main():
     ap.add_argument("--depth", type=int, default=152)
     ap.add_argument("--quick", action="store_true", help="a smoke run: tiny slices")
     ap.add_argument("--only", default="", help="comma list of parts (for debugging)")
+    ap.add_argument("--peers", default="torch-1,torch-2,ray-2",
+                    help="part 6's peer runs, a comma list (tests without Ray: torch-1,torch-2)")
     ap.add_argument("--render-only", action="store_true",
                     help="rewrite the page from WORK/evaluation.json (no measuring)")
     a = ap.parse_args()
@@ -652,7 +669,7 @@ def main():
     t0 = time.time()
     e = Eval(a)
     e.prepare()
-    parts = a.only.split(",") if a.only else ["formations", "recovery"] if big else \
+    parts = a.only.split(",") if a.only else ["formations", "recovery", "peers"] if big else \
         ["formations", "recovery", "reliability", "peers", "lora"]
     for p in parts:
         getattr(e, p)()

@@ -1,8 +1,10 @@
 """The seed's own stack beside dtrain (make evaluate, issue 11): the ResNet epoch-slice workload
 of dtrain run with Ray Train (TorchTrainer, DDP over gloo on CPU workers), or with plain PyTorch
-DDP (torch.multiprocessing + gloo, --no-ray) so Ray's own overhead shows.
+DDP (torch.multiprocessing + gloo, --no-ray) so Ray's own overhead shows. Two workloads: the
+Fashion-MNIST one of `make evaluate` (--data, below) and the 224x224 photo one of `make evaluate
+EVAL_IMAGE=224` (--photos DIR: data, slices, model and optimizer in bench/peers/photo_data.py).
 
-Workload, the same as dtrain's:
+Workload with --data, the same as dtrain's:
   model   torchvision resnet{18,152} with dtrain's small-image stem (src/nn/resnet.c): conv1 3x3
           stride 1 padding 1, no bias, 1 input channel; no max-pool; 10 classes. The new conv1 is
           initialised as torchvision (and dt_resnet_init) initialise every conv: kaiming_normal_
@@ -23,6 +25,11 @@ Measured (time.perf_counter within a process, time.time across processes; all on
   epoch_slice_s   wall time of one slice's training steps on rank 0, between a barrier before the
                   first step and one after the last (data loading included, checkpoint excluded);
                   img_per_s = N / epoch_slice_s. Per slice in `slices`; `epoch_slice_s` is slice 0.
+  steady          steady_img_per_s = workers x B / the median step after each slice's first;
+                  a step is forward + backward + update (--data: the batch is in memory), and
+                  with --photos also the wait for the batch from the DataLoader worker
+                  (data_wait_pct: that wait's share), as dtrain's throughput includes its
+                  loader's.
   startup_s       from before ray.init (or mp.spawn) to the start of slice 0 on rank 0: Ray
                   startup, worker group, process group, model build, data read.
   checkpoint      rank 0: torch.save({model, optimizer, slice}) into a fresh temporary directory,
@@ -49,6 +56,7 @@ Measured (time.perf_counter within a process, time.time across processes; all on
 Usage:
   python bench/peers/ray_resnet.py --data DIR --images N --batch B --workers 2 --threads 1 \
       --storage PATH --out result.json [--kill-after-slice] [--depth 152] [--no-ray]
+  python bench/peers/ray_resnet.py --photos DIR ...   (DIR/<class>/<file>, bench/gen_photos.py)
 """
 import argparse
 import gzip
@@ -67,8 +75,11 @@ import numpy as np
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", required=True,
-                   help="dtrain import dir (DIR/train/manifest.json) or a split dir, or raw IDX dir")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--data", help="dtrain import dir (DIR/train/manifest.json) or a split "
+                     "dir, or raw IDX dir")
+    src.add_argument("--photos", help="an ImageFolder of photos (DIR/<class>/<file>): the 224x224 "
+                     "workload of bench/peers/photo_data.py")
     p.add_argument("--images", type=int, required=True, help="N, images per epoch-slice (all workers)")
     p.add_argument("--batch", type=int, required=True, help="per-worker batch B")
     p.add_argument("--workers", type=int, default=2)
@@ -100,7 +111,8 @@ def parse_args(argv=None):
         p.error(f"--images {a.images} is not a multiple of --workers {a.workers}")
     if a.kill_after_slice and (a.slices < 2 or not 0 <= a.kill_rank < a.workers or a.workers < 2):
         p.error("--kill-after-slice needs --slices >= 2, --workers >= 2 and 0 <= --kill-rank < workers")
-    a.data = os.path.abspath(a.data)
+    a.data = os.path.abspath(a.data) if a.data else None
+    a.photos = os.path.abspath(a.photos) if a.photos else None
     a.storage = os.path.abspath(a.storage)
     return a
 
@@ -191,14 +203,14 @@ def build_model(depth, in_ch=1, classes=10):
     return m
 
 
-def make_optimizer(model):
+def make_optimizer(model, weight_decay=5e-4, nesterov=True):
     """Decay only conv and fc weights (4-d and 2-d tensors), as dtrain's DT_PARAM_NO_DECAY."""
     import torch
     decay = [p for p in model.parameters() if p.ndim > 1]
     no_decay = [p for p in model.parameters() if p.ndim <= 1]
-    return torch.optim.SGD([{"params": decay, "weight_decay": 5e-4},
+    return torch.optim.SGD([{"params": decay, "weight_decay": weight_decay},
                             {"params": no_decay, "weight_decay": 0.0}],
-                           lr=0.1, momentum=0.9, nesterov=True)
+                           lr=0.1, momentum=0.9, nesterov=nesterov)
 
 
 # ---- the training function (both modes) -------------------------------------------------------
@@ -242,8 +254,23 @@ def train_loop(cfg, backend=None):
 
     torch.manual_seed(cfg["seed"])  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
     t0 = time.perf_counter()
-    model = build_model(cfg["depth"])
-    opt = make_optimizer(model)
+    photos = cfg["photos"] is not None
+    if photos:  # the 224x224 workload: stock torchvision model, the photo folder's classes
+        sys.path.insert(0, cfg["here"])  # under Ray this runs in a worker actor
+        import photo_data as ph
+        import torchvision
+        ds_all, source = ph.open_photos(cfg["photos"])
+        model = getattr(torchvision.models, f"resnet{cfg['depth']}")(
+            num_classes=len(ds_all.classes))
+        opt = make_optimizer(model, **ph.OPTIM)
+        # fork: a Ray worker's default (prepare_data_loader drops the argument); mp.spawn's
+        # children would spawn instead, re-importing this script for every slice's loader.
+        smoothing = ph.LABEL_SMOOTHING
+        loader_kw = {"num_workers": ph.LOADER_WORKERS, "multiprocessing_context": "fork"}
+    else:
+        model = build_model(cfg["depth"])
+        opt = make_optimizer(model)
+        smoothing, loader_kw = 0.0, {}
     start = 0
     load_s = None
     if restored:
@@ -261,10 +288,12 @@ def train_loop(cfg, backend=None):
         dmodel = rtt.prepare_model(model)  # DistributedDataParallel over the gloo group on CPU
     else:
         dmodel = torch.nn.parallel.DistributedDataParallel(model)
-    px, lab, source = load_train(cfg["data"])
+    if not photos:
+        px, lab, source = load_train(cfg["data"])
     setup_s = time.perf_counter() - t0
     ev("setup", setup_s=setup_s, load_s=load_s, start_slice=start, source=source,
-       params=sum(p.numel() for p in model.parameters()))
+       params=sum(p.numel() for p in model.parameters()),
+       classes=len(ds_all.classes) if photos else 10)
 
     per_worker = cfg["images"] // world
     first_after_restart = restarted
@@ -278,28 +307,35 @@ def train_loop(cfg, backend=None):
 
     victim = cfg["kill"] and not restarted and rank == cfg["kill_rank"]
     for s in range(start, cfg["slices"]):
-        ds = slice_dataset(px, lab, s, cfg["images"])
+        ds = ph.slice_dataset(ds_all, s, cfg["images"]) if photos else \
+            slice_dataset(px, lab, s, cfg["images"])
         if backend is None:
-            loader = torch.utils.data.DataLoader(ds, batch_size=cfg["batch"], shuffle=True)
+            loader = torch.utils.data.DataLoader(ds, batch_size=cfg["batch"], shuffle=True,
+                                                 **loader_kw)
             loader = rtt.prepare_data_loader(loader)  # adds DistributedSampler(shuffle=True)
             sampler = loader.sampler
         else:
             sampler = torch.utils.data.distributed.DistributedSampler(ds, world, rank, shuffle=True,
                                                                       seed=0)
-            loader = torch.utils.data.DataLoader(ds, batch_size=cfg["batch"], sampler=sampler)
+            loader = torch.utils.data.DataLoader(ds, batch_size=cfg["batch"], sampler=sampler,
+                                                 **loader_kw)
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(s)
         dmodel.train()
         dist.barrier()
         t_slice = time.perf_counter()
-        steps, seen, loss_sum = [], 0, 0.0
+        steps, waits, seen, loss_sum, shape = [], [], 0, 0.0, None
+        t_prev = t_slice
         for x, y in loader:
             ts = time.perf_counter()
+            waits.append(ts - t_prev)  # waiting for this batch (the loader's decode, if behind)
+            shape = shape or list(x.shape)
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(dmodel(x), y)
+            loss = F.cross_entropy(dmodel(x), y, label_smoothing=smoothing)
             loss.backward()
             opt.step()
-            steps.append(time.perf_counter() - ts)
+            t_prev = time.perf_counter()
+            steps.append(t_prev - ts)
             seen += len(y)
             loss_sum += loss.item() * len(y)
             if first_after_restart:
@@ -333,7 +369,8 @@ def train_loop(cfg, backend=None):
                 backend.save(os.path.join(tmp, "state.pt") if rank == 0 else None, s)
         t_report0 = time.perf_counter()
         save_s = t_report0 - t_save
-        ev("slice", slice=s, slice_s=slice_s, step_s=steps, images=seen, loss=metrics["loss"],
+        ev("slice", slice=s, slice_s=slice_s, step_s=steps, wait_s=waits, input_shape=shape,
+           images=seen, loss=metrics["loss"],
            save_s=save_s, ckpt_bytes=nbytes, restored=restored, restarted=restarted)
         if victim and cfg["kill_at"] == "report" and s == 0:
             kill_self("right after slice 0's report returned")
@@ -456,8 +493,14 @@ def summarise(a, cfg, info, events, t_start, t_end, err):
     # Start of the first slice on rank 0 = its "slice" event time less the slice and save times.
     s0 = runs[0] if runs else None
     startup_s = (s0["t"] - s0["save_s"] - s0["slice_s"] - t_start) if s0 else None
-    # Steady state: every step but the first of each slice run (warm-up, DDP bucket rebuild).
-    later_steps = [x for e in runs for x in e["step_s"][1:]]
+    # Steady state: every step but the first of each slice run (warm-up, DDP bucket rebuild,
+    # the DataLoader worker's start); with --photos a step includes the wait for its batch.
+    photos = a.photos is not None
+    if photos:
+        later_steps = [x + w for e in runs for x, w in zip(e["step_s"][1:], e["wait_s"][1:])]
+        later_waits = [w for e in runs for w in e["wait_s"][1:]]
+    else:
+        later_steps = [x for e in runs for x in e["step_s"][1:]]
     rec = None
     if a.kill_after_slice:
         kill = next((e for e in events if e["ev"] == "kill"), None)
@@ -483,9 +526,13 @@ def summarise(a, cfg, info, events, t_start, t_end, err):
     out = {
         "tool": "torch-ddp" if a.no_ray else "ray-train",
         "torch": torch.__version__, "torchvision": torchvision.__version__,
-        "model": f"resnet{a.depth} small-stem (3x3 s1 conv1, no maxpool) 1x28x28 10 classes",
+        "model": f"resnet{a.depth} stock stem (7x7 s2 conv1 + maxpool) 3x224x224 "
+        f"{setup0.get('classes')} classes" if photos else
+        f"resnet{a.depth} small-stem (3x3 s1 conv1, no maxpool) 1x28x28 10 classes",
         "params": setup0.get("params"),
-        "optimizer": "SGD lr 0.1 momentum 0.9 nesterov wd 5e-4 (weights only), fp32",
+        "optimizer": "SGD lr 0.1 momentum 0.9 wd 1e-4 (weights only), label smoothing 0.1, fp32"
+        if photos else "SGD lr 0.1 momentum 0.9 nesterov wd 5e-4 (weights only), fp32",
+        "input_shape": runs[0].get("input_shape") if runs else None,
         "data": setup0.get("source"),
         "images_per_slice": a.images, "batch_per_worker": a.batch, "workers": a.workers,
         "threads_per_worker": a.threads, "slices_run": a.slices,
@@ -494,6 +541,8 @@ def summarise(a, cfg, info, events, t_start, t_end, err):
         "steady_step_s": round(statistics.median(later_steps), 4) if later_steps else None,
         "steady_img_per_s": round(a.workers * a.batch / statistics.median(later_steps), 3)
         if later_steps else None,
+        "data_wait_pct": round(100 * sum(later_waits) / sum(later_steps), 2)
+        if photos and later_steps else None,
         "startup_s": round(startup_s, 3) if startup_s is not None else None,
         "startup": {"ray_init_s": round(info["ray_init_s"], 3) if "ray_init_s" in info else None,
                     "to_train_fn_s": round(fn0[0]["t_entry"] - t_start, 3) if fn0 else None,
@@ -525,7 +574,8 @@ def main(argv=None):
     for f in (ev_path, ev_path + ".killed"):
         if os.path.exists(f):
             os.unlink(f)
-    cfg = {"data": a.data, "images": a.images, "batch": a.batch, "threads": a.threads,
+    cfg = {"data": a.data, "photos": a.photos, "here": os.path.dirname(os.path.abspath(__file__)),
+           "images": a.images, "batch": a.batch, "threads": a.threads,
            "depth": a.depth, "slices": a.slices, "kill": a.kill_after_slice,
            "kill_rank": a.kill_rank, "kill_at": a.kill_at, "kill_min_gap": a.kill_min_gap,
            "seed": a.seed, "events": ev_path, "name": name,
