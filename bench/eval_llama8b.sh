@@ -10,12 +10,15 @@
 #   3. the same run SIGTERMed once its first checkpoint is committed (it saves and exits 75), then
 #      resumed (ckpt.resume=auto) to STEPS; its adapter and last checkpoint must equal the
 #      uninterrupted run's bit for bit (the script fails otherwise);
-#   4. the seed's table (bench/eval_llama8b_table.py): tok/s, seconds per step, peak memory per
+#   4. the peer: the same step (NP x SEQ tokens, the same folder, adapters and recompute) with
+#      transformers + PEFT on PyTorch, 1 process x NP threads, bf16 base;
+#   5. the seed's table (bench/eval_llama8b_table.py): tok/s, seconds per step, peak memory per
 #      worker against the plan, checkpoint size and save time, resume time.
 #   bash bench/eval_llama8b.sh [BUILD_DIR=build]
 # Environment: WORK (eval-8b-out: the model folder, 15 GiB, is kept there and reused), SEQ
 # (1024), STEPS (10), CKPT_EVERY (5), NP (2), LAYERS (32; fewer for a quick check of the script:
-# the widths stay the 8B's). Needs ~17 GiB of disk and, at SEQ 1024, the memory `dtrain plan`
+# the widths stay the 8B's), PEER_STEPS (2 measured steps of the PEFT peer after 1 warm-up; 0:
+# no peer). Needs ~17 GiB of disk and, at SEQ 1024, the memory `dtrain plan`
 # prints for NP workers on one host.
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
@@ -24,7 +27,7 @@ repo=$(cd "$here/.." && pwd)
 . "$here/header.inc"
 bench_header
 work=${WORK:-eval-8b-out} seq=${SEQ:-1024} steps=${STEPS:-10} every=${CKPT_EVERY:-5}
-np=${NP:-2} layers=${LAYERS:-32}
+np=${NP:-2} layers=${LAYERS:-32} peer_steps=${PEER_STEPS:-2}
 py=${DT_VENV:-$HOME/.cache/dtrain/venv}/bin/python
 dtrain=$build/dtrain
 [ -x "$dtrain" ] || { echo "eval_llama8b.sh: no $dtrain (build first)" >&2; exit 2; }
@@ -99,6 +102,19 @@ for f in adapter/adapter_model.safetensors $(cd "$exp/full" && ls "$last" | grep
   else echo "FAIL: $f differs between the uninterrupted and the resumed run"; fail=1; fi
 done
 [ $fail = 0 ] || exit 1
+peer=()
+if [ "$peer_steps" -gt 0 ]; then
+  echo "== 3. the peer: transformers + PEFT, the same step ($np x $seq tokens) in 1 process x $np threads"
+  # the same global batch, model folder, adapters and recompute; AdamW on f32 adapters over
+  # the bf16 base; random token ids (its speed does not depend on them)
+  "$py" "$here/peers/bench_lora_peft.py" --model "$model" --threads "$np" --batch "$np" \
+    --seq "$seq" --rank 16 --alpha 32 --grad_ckpt 1 --steps "$peer_steps" --warmup 1 \
+    --targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj 2>&1 |
+    grep -v -i warn | tee "$work/peer.log" | tail -1
+  tok=$(grep -oE 'tok_per_s=[0-9.]+' "$work/peer.log" | cut -d= -f2)
+  [ -n "$tok" ] || { tail -20 "$work/peer.log"; echo "FAIL: the PEFT peer gave no tok/s"; exit 1; }
+  peer=(--peer-tok "$tok")
+fi
 echo "== the table"
 "$py" "$here/eval_llama8b_table.py" --work "$work" --np "$np" --seq "$seq" --steps "$steps" \
-  --layers "$layers" --total-min "$(( (SECONDS - t_start + 30) / 60 ))" | tee "$work/table.md"
+  --layers "$layers" --total-min "$(( (SECONDS - t_start + 30) / 60 ))" "${peer[@]}" | tee "$work/table.md"

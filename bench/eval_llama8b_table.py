@@ -13,7 +13,10 @@ resume.start (the time each run was started) and plan.json (`dtrain plan --json`
   resumed, the checkpoint, plus that first step), and for the resumed run the same less one of
   its own step times (the mean spacing of its step lines).
 
-    eval_llama8b_table.py --work DIR --np N --seq T --steps S --layers L --total-min M"""
+- the peer (--peer-tok): transformers + PEFT's tok/s for the same step, and dtrain's over it.
+
+    eval_llama8b_table.py --work DIR --np N --seq T --steps S --layers L --total-min M
+        [--peer-tok X]"""
 import argparse
 import json
 import os
@@ -24,6 +27,7 @@ for k in ("work",):
     ap.add_argument("--" + k, required=True)
 for k in ("np", "seq", "steps", "layers", "total-min"):
     ap.add_argument("--" + k, type=int, required=True)
+ap.add_argument("--peer-tok", type=float, default=0.0)
 a = ap.parse_args()
 
 
@@ -73,11 +77,13 @@ com = next((x for _, x in full if re.match(r"checkpoint step \d+ committed", x))
 m = re.search(r"committed: ([0-9.]+) (k?M?G?B) in ([0-9.]+) s", com)
 ck_size, ck_write = (f"{m.group(1)} {m.group(2)}", float(m.group(3))) if m else ("?", float("nan"))
 rt = step_times(resumed)
-r_step = spacing(rt) if len(rt) >= 2 else s_step
 first_raw = ft[0] - start("full.start")
-if rt:
+if len(rt) >= 2:
     resume_raw = rt[0] - start("resume.start")
-    resume_txt = f"{resume_raw:.1f} s ({resume_raw - r_step:.1f} s less one of its steps)"
+    resume_txt = f"{resume_raw:.1f} s ({resume_raw - spacing(rt):.1f} s less one of its steps)"
+elif rt:  # one step left to train: its time cannot be told apart from the load's
+    resume_raw = rt[0] - start("resume.start")
+    resume_txt = f"{resume_raw:.1f} s (load, restore and its only step)"
 else:
     resume_txt = "n/a: the run was stopped at its last step, the resumed run trained none"
 
@@ -89,6 +95,9 @@ print("| figure | value |")
 print("|---|---:|")
 print(f"| tok/s (all workers) | {tokens / s_step:.1f} |")
 print(f"| seconds per step | {s_step:.1f} |")
+if a.peer_tok > 0:
+    print(f"| transformers + PEFT, the same step, 1 process x {a.np} threads (tok/s) | {a.peer_tok:.1f} |")
+    print(f"| dtrain / PEFT | {tokens / s_step / a.peer_tok:.2f} |")
 print(f"| peak memory per worker (resident) | {peak_mib / 1024:.2f} GiB |")
 print(f"| `dtrain plan` per worker | {plan_b / gib:.2f} GiB |")
 print(f"| measured / planned | {peak_mib * 2**20 / plan_b:.3f} |")
