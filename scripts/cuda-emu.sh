@@ -16,6 +16,9 @@
 # wrapper: f32, and bf16 inputs with f32 accumulation), so that a graph compiled for cuda:0
 # takes its CUDA paths (their calls that check that a CPU stream is refused fail here, since
 # the emulation accepts it). Needs g++ with C++20 and python3. Exit 0 when every test passed.
+# A test's other sources in tests/device (its target's objects in BUILD_DIR/build.ninja) are
+# compiled with it. CUDA_EMU_RUN: a command to start each test with (e.g. "mpirun -np 2" for
+# cuda_train_dist); CUDA_EMU_ARGS: its arguments (e.g. "mixed .."; run from BUILD_DIR).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:?usage: scripts/cuda-emu.sh BUILD_DIR [TEST...]}" && pwd)
@@ -64,11 +67,17 @@ for t in "${tests[@]}"; do
   [[ -n $libs ]] || { echo "cuda-emu: no link line for tests/$t in $build/build.ninja" >&2; exit 2; }
   libs=${libs//tests\/libdt_testutil.a/$build/tests/libdt_testutil.a}
   libs=${libs// libdtrain.a/ $build/libdtrain.a}
-  gcc -std=gnu11 -g -fopenmp "${san[@]}" -D_GNU_SOURCE "${inc[@]}" -c "$root/tests/device/$t.c" -o "$work/$t.o"
+  tobjs=()
+  for src in $(grep "^build tests/$t:" "$build/build.ninja" | grep -oE "tests/CMakeFiles/$t\.dir/device/[a-z0-9_]+\.c\.o" |
+               sed -E 's|.*/device/([a-z0-9_]+)\.c\.o|\1|' | grep -vx cuda_testutil); do
+    gcc -std=gnu11 -g -fopenmp "${san[@]}" -D_GNU_SOURCE "${inc[@]}" -c "$root/tests/device/$src.c" -o "$work/${t}_$src.o"
+    tobjs+=("$work/${t}_$src.o")
+  done
   # the emulated kernels come first and win over cuda_off.c's refusals in libdtrain.a
   # shellcheck disable=SC2086
-  g++ "${san[@]}" -fopenmp -o "$work/$t" "$work/$t.o" "$work/testutil_cpu.o" "${objs[@]}" \
+  g++ "${san[@]}" -fopenmp -o "$work/$t" "${tobjs[@]}" "$work/testutil_cpu.o" "${objs[@]}" \
     -Wl,--allow-multiple-definition $libs
-  if (cd "$build" && ASAN_OPTIONS=detect_leaks=0 DT_GRAPH_POISON=1 "$work/$t"); then :; else fail=1; fi
+  # shellcheck disable=SC2086
+  if (cd "$build" && ASAN_OPTIONS=detect_leaks=0 DT_GRAPH_POISON=1 ${CUDA_EMU_RUN:-} "$work/$t" ${CUDA_EMU_ARGS:-}); then :; else fail=1; fi
 done
 exit $fail

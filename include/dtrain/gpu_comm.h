@@ -23,7 +23,8 @@
  * dt_gpu_comm_note says which and why, e.g. "host (2 ranks share 1 GPU)".
  *
  * A CPU device (dt_device cpu) takes the host way: its "pinned" buffer is plain memory and its
- * streams complete at once (what the tests without a GPU use). */
+ * streams complete at once (what the tests without a GPU use, and what the CPU ranks of a job
+ * with GPU ranks run: every rank then takes the host way, the same collective). */
 #ifndef DTRAIN_GPU_COMM_H
 #define DTRAIN_GPU_COMM_H
 
@@ -53,11 +54,14 @@ typedef struct dt_gpu_comm_facts {
     int devices;          /* the fewest CUDA devices a host's ranks see */
     int by_index;         /* 1: some rank of a host with several was given its GPU by index
                            * (train.device=cuda:N), not by its local rank: ranks may share one */
+    int cpu_ranks;        /* 1: some rank trains on the CPU device (a job of both kinds: every
+                           * rank takes the host way, which the CPU ranks share) */
 } dt_gpu_comm_facts;
 
 /* The way for `want` given the facts (no communication; the tests call it directly): *out is
  * NCCL or HOST, note[n] says why ("nccl (2 ranks, one GPU each)", "host (2 ranks share 1 GPU)",
- * "host (NCCL not loaded: ...)", "host (dist.gpu_comm=host)", "host (the CPU device)").
+ * "host (NCCL not loaded: ...)", "host (dist.gpu_comm=host)", "host (the CPU device)", "host
+ * (GPU and CPU ranks)").
  * An explicit nccl that cannot work is an error naming dist.gpu_comm and why. */
 dt_status dt_gpu_comm_choose(dt_gpu_comm_kind want, const dt_gpu_comm_facts *f,
                              dt_gpu_comm_kind *out, char *note, size_t n);

@@ -48,12 +48,13 @@ dt_status dt_gpu_comm_choose(dt_gpu_comm_kind want, const dt_gpu_comm_facts *f,
     const char *why = f->nccl_why && f->nccl_why[0] ? f->nccl_why : "unknown reason";
     int shared = f->local_ranks > f->devices || f->by_index;
     *out = DT_GPU_COMM_HOST;
-    if (!f->cuda) {
+    if (!f->cuda || f->cpu_ranks) {
         if (want == DT_GPU_COMM_NCCL)
             return dt_error_set(DT_ERR_INVALID,
-                                "dist.gpu_comm: nccl needs CUDA devices (the ranks train on the "
-                                "CPU device)");
-        snprintf(note, n, "host (the CPU device)");
+                                "dist.gpu_comm: nccl needs CUDA devices on every rank (%s train "
+                                "on the CPU device; use dist.gpu_comm=host or auto)",
+                                f->cuda ? "some ranks" : "the ranks");
+        snprintf(note, n, "host (%s)", f->cuda ? "GPU and CPU ranks" : "the CPU device");
         return DT_OK;
     }
     if (want == DT_GPU_COMM_HOST) {
@@ -102,9 +103,10 @@ static uint64_t bit_of(int k) {
     return 1ull << (k < 0 ? 0 : k > 63 ? 63 : k);
 }
 
-/* Every rank's facts, agreed with one OR: [0] bit 0 = NCCL failed here, bit 1 = a GPU given by
- * index here; [1] 1 << local ranks
- * (the top bit is the most on a host); [2] 1 << devices (the low bit is the fewest). */
+/* Every rank's facts, agreed with one OR: [0] bit 0 = NCCL failed here (or not tried: a CPU
+ * rank), bit 1 = a GPU given by index here, bit 2 = this rank trains on the CPU device;
+ * [1] 1 << local ranks (the top bit is the most on a host); [2] 1 << devices, from the CUDA ranks
+ * only (the low bit is the fewest). */
 static dt_status gather_facts(dt_comm *c, dt_device d, dt_gpu_comm_facts *f, char *why, size_t wn) {
     int cuda = d.kind == DT_DEVICE_CUDA, devices = 0, ok = 0;
     why[0] = 0;
@@ -116,17 +118,22 @@ static dt_status gather_facts(dt_comm *c, dt_device d, dt_gpu_comm_facts *f, cha
     /* cuda resolves to the local rank's GPU; an index that is not the local rank came from
      * cuda:N, which may give two ranks of a host the same GPU */
     int by_index = cuda && local > 1 && d.index != dt_comm_local_rank(c);
-    uint64_t m[3] = {(ok ? 0u : 1u) | (by_index ? 2u : 0u), bit_of(local), bit_of(devices)};
+    uint64_t m[3] = {(ok ? 0u : 1u) | (by_index ? 2u : 0u) | (cuda ? 0u : 4u), bit_of(local),
+                     cuda ? bit_of(devices) : 0};
     dt_status st = dt_comm_allreduce_or(c, m, 3);
     if (st != DT_OK) return st;
-    if (ok && (m[0] & 1)) snprintf(why, wn, "NCCL did not load on another rank");
+    if (ok && (m[0] & 1))
+        snprintf(why, wn, "%s",
+                 (m[0] & 4) ? "another rank trains on the CPU device"
+                            : "NCCL did not load on another rank");
     *f = (dt_gpu_comm_facts){.cuda = cuda,
                              .nccl_ok = !(m[0] & 1),
                              .nccl_why = why,
                              .ranks = dt_comm_size(c),
                              .local_ranks = top_bit(m[1]),
                              .devices = low_bit(m[2]),
-                             .by_index = (m[0] & 2) != 0};
+                             .by_index = (m[0] & 2) != 0,
+                             .cpu_ranks = (m[0] & 4) != 0};
     return DT_OK;
 }
 

@@ -10,7 +10,13 @@
  * clipping and the optimizer (dt_gpu_comm: NCCL or staged through host memory; no overlap with
  * backward). What the engine covers: the Llama and ResNet models whose ops all have CUDA
  * kernels, f32 (a LoRA base: frozen bf16 matrices, uploaded once), AdamW or SGD, plain data
- * parallelism with equal batch shares; the rest is refused here in one line. */
+ * parallelism with equal batch shares; the rest is refused here in one line.
+ *
+ * A job whose ranks train on different device kinds (a CUDA rank beside a CPU rank), or any job
+ * with dist.gpu_comm=host, is "staged": every rank exchanges gradients the GPU ranks' way, one
+ * all-reduce of the whole flat gradient after backward through pinned host memory, since one
+ * collective must match on all ranks; its CPU ranks then run without a dt_ddp (no buckets, no
+ * overlap, no ZeRO) and what the GPU ranks do not cover is refused on every rank. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,27 +31,66 @@ static const char *dev_name(const dt_trainer *t, char *buf, size_t n) {
     return dt_device_name(t->device, buf, n);
 }
 
-dt_status dt_train_device_check(dt_trainer *t) {
-    if (t->device.kind != DT_DEVICE_CUDA) return DT_OK;
+dt_status dt_train_device_agree(dt_trainer *t) {
+    t->staged = t->mixed = 0;
+    if (t->world < 2) return DT_OK;
+    uint64_t m = (t->device.kind == DT_DEVICE_CUDA ? 1u : 2u) |
+                 (t->v.dist.gpu_comm == DT_CFG_GPU_COMM_HOST ? 4u : 0u);
+    dt_status st = dt_comm_allreduce_or(t->comm, &m, 1);
+    if (st != DT_OK) return st;
+    t->mixed = (m & 3) == 3;
+    t->staged = (m & 1) || (m & 4);
+    return DT_OK;
+}
+
+/* The multi-rank features the staged exchange does not have, refused on every rank of a staged
+ * job alike (a GPU rank, or a CPU rank of a job with GPU ranks or dist.gpu_comm=host). */
+static dt_status check_staged(const dt_trainer *t, const char *nm) {
     const dt_config_values *v = &t->v;
+    char who[160];
+    if (t->device.kind == DT_DEVICE_CUDA)
+        snprintf(who, sizeof who, "with train.device=%s on %d ranks", nm, t->world);
+    else if (t->mixed)
+        snprintf(who, sizeof who, "on a CPU rank of a job with GPU ranks (%d ranks)", t->world);
+    else
+        snprintf(who, sizeof who, "with dist.gpu_comm=host on %d ranks", t->world);
+    if (v->dist.zero_stage >= 1)
+        return dt_error_set(DT_ERR_INVALID,
+                            "dist.zero_stage: %lld %s: ZeRO on GPU ranks is not implemented yet "
+                            "(use dist.zero_stage=0, docs/gpu.md)",
+                            (long long)v->dist.zero_stage, who);
+    if (dt_config_shares_auto(v->dist.batch_shares))
+        return dt_error_set(DT_ERR_INVALID,
+                            "dist.batch_shares: auto %s is not implemented yet (equal shares only "
+                            "on GPU ranks, docs/gpu.md)",
+                            who);
+    if (v->dist.sync_batchnorm)
+        return dt_error_set(
+            DT_ERR_INVALID,
+            "dist.sync_batchnorm: SyncBatchNorm %s is not implemented (docs/gpu.md)", who);
+    if (v->lora.enabled && v->lora.shard_base == DT_CFG_SHARD_TRUE)
+        return dt_error_set(DT_ERR_INVALID,
+                            "lora.shard_base: true %s: a sharded base on GPU ranks is not "
+                            "implemented yet (each GPU holds the whole base, docs/gpu.md)",
+                            who);
+    /* the GPU ranks train in f32: a CPU rank in bf16 would not compute the same model */
+    if (t->mixed && v->train.precision == DT_CFG_PREC_BF16)
+        return dt_error_set(DT_ERR_INVALID,
+                            "train.precision: bf16 %s: GPU ranks train in f32 only, so a job of "
+                            "both kinds trains in f32 (docs/gpu.md)",
+                            who);
+    return DT_OK;
+}
+
+dt_status dt_train_device_check(dt_trainer *t) {
     char nm[DT_DEVICE_NAME_MAX];
     dev_name(t, nm, sizeof nm);
-    /* several GPU ranks: plain data parallelism (gradients all-reduced after backward) */
-    if (t->world > 1 && v->dist.zero_stage >= 1)
-        return dt_error_set(DT_ERR_INVALID,
-                            "dist.zero_stage: %lld with train.device=%s on %d ranks: ZeRO on GPU "
-                            "ranks is not implemented yet (use dist.zero_stage=0, docs/gpu.md)",
-                            (long long)v->dist.zero_stage, nm, t->world);
-    if (t->world > 1 && dt_config_shares_auto(v->dist.batch_shares))
-        return dt_error_set(DT_ERR_INVALID,
-                            "dist.batch_shares: auto with train.device=%s on %d ranks is not "
-                            "implemented yet (equal shares only on GPU ranks, docs/gpu.md)",
-                            nm, t->world);
-    if (t->world > 1 && v->dist.sync_batchnorm)
-        return dt_error_set(DT_ERR_INVALID,
-                            "dist.sync_batchnorm: SyncBatchNorm with train.device=%s on %d ranks "
-                            "is not implemented (docs/gpu.md)",
-                            nm, t->world);
+    if (t->staged) {
+        dt_status st = check_staged(t, nm);
+        if (st != DT_OK) return st;
+    }
+    if (t->device.kind != DT_DEVICE_CUDA) return DT_OK;
+    const dt_config_values *v = &t->v;
     if (t->model == DT_MODEL_CUSTOM)
         return dt_error_set(DT_ERR_INVALID,
                             "train.device: %s: only Llama and ResNet models train on a CUDA "
@@ -57,13 +102,7 @@ dt_status dt_train_device_check(dt_trainer *t) {
                             "not implemented yet (docs/gpu.md)",
                             nm);
     /* LoRA runs (its frozen bf16 base uploaded whole to every GPU); a base sharded across the
-     * GPU ranks does not */
-    if (t->world > 1 && v->lora.enabled && v->lora.shard_base == DT_CFG_SHARD_TRUE)
-        return dt_error_set(DT_ERR_INVALID,
-                            "lora.shard_base: true with train.device=%s on %d ranks: a sharded "
-                            "base on GPU ranks is not implemented yet (each GPU holds the whole "
-                            "base, docs/gpu.md)",
-                            nm, t->world);
+     * GPU ranks does not (check_staged) */
     if (v->train.precision == DT_CFG_PREC_BF16)
         return dt_error_set(DT_ERR_INVALID,
                             "train.precision: bf16 on a CUDA device (%s) is not implemented yet "
@@ -151,7 +190,7 @@ dt_status dt_train_device_loss(dt_trainer *t, float *loss) {
 }
 
 dt_status dt_train_device_dist(dt_trainer *t) {
-    if (!t->dg || t->world < 2) return DT_OK;
+    if (!t->staged) return DT_OK;
     /* rank 0's weights and state buffers to every rank, as dt_ddp_broadcast_params does on the
      * CPU; the device gets them in dt_train_device_upload */
     /* (before the optimizer exists: t->p and t->n are not set yet, the graph's are) */
@@ -159,9 +198,17 @@ dt_status dt_train_device_dist(dt_trainer *t) {
     float *p = dt_graph_flat_param(t->g, &n), *hs = dt_graph_flat_state(t->g, &ns);
     dt_status st = n ? dt_comm_broadcast(t->comm, p, n * sizeof(float), 0) : DT_OK;
     if (st == DT_OK && ns) st = dt_comm_broadcast(t->comm, hs, ns * sizeof(float), 0);
+    /* a CPU rank: the exchange's copies and events on a stream of the CPU device (they are
+     * done when issued) */
+    if (st == DT_OK && !t->dg) st = dt_stream_create(t->device, &t->hstream);
     if (st == DT_OK)
         st = dt_gpu_comm_open(t->comm, t->device, (dt_gpu_comm_kind)t->v.dist.gpu_comm, n, &t->gc);
     return st;
+}
+
+dt_status dt_train_device_host_allreduce(dt_trainer *t) {
+    dt_status st = dt_gpu_comm_allreduce(t->gc, t->gr, t->n, 0, t->hstream);
+    return st == DT_OK ? dt_stream_sync(t->hstream) : st;
 }
 
 dt_status dt_train_device_update(dt_trainer *t, float lr, double *norm) {
@@ -186,9 +233,11 @@ dt_status dt_train_device_update(dt_trainer *t, float lr, double *norm) {
 
 dt_status dt_train_device_memory(dt_trainer *t, char *buf, size_t n) {
     if (n) buf[0] = 0;
-    if (!t->dg || t->device.kind != DT_DEVICE_CUDA) return DT_OK;
-    dt_device_info di;
-    dt_status st = dt_device_query(t->device, &di);
+    int gpu = t->dg && t->device.kind == DT_DEVICE_CUDA;
+    /* a CPU rank of a job with GPU ranks takes part in the gather (with 0 bytes) */
+    if (!gpu && !t->mixed) return DT_OK;
+    dt_device_info di = {0};
+    dt_status st = gpu ? dt_device_query(t->device, &di) : DT_OK;
     if (st != DT_OK) return st;
     double used = (double)(di.total_bytes -
                            (di.free_bytes < di.total_bytes ? di.free_bytes : di.total_bytes));
@@ -201,8 +250,10 @@ dt_status dt_train_device_memory(dt_trainer *t, char *buf, size_t n) {
     if (t->world > 1 &&
         (st = dt_comm_allreduce_f64(t->comm, t->gpu_mem, 2 * (size_t)t->world)) != DT_OK)
         return st;
-    snprintf(buf, n, "  gpu-mem %.1f GiB (peak %.1f)", used / 1073741824.0,
-             t->gpu_peak / 1073741824.0);
+    /* rank 0's figure: a GPU rank's */
+    if (gpu)
+        snprintf(buf, n, "  gpu-mem %.1f GiB (peak %.1f)", used / 1073741824.0,
+                 t->gpu_peak / 1073741824.0);
     return DT_OK;
 }
 
@@ -230,6 +281,7 @@ void dt_train_device_track(dt_trainer *t, void (*metric)(dt_trainer *, const cha
     }
     if (!t->gpu_mem) return;
     for (int r = 0; r < t->world; r++) {
+        if (t->dev_of && t->dev_of[r] < 0) continue; /* a CPU rank of a job with GPU ranks */
         snprintf(key, sizeof key, "gpu_mem.%d", r);
         metric(t, key, t->gpu_mem[2 * r]);
         snprintf(key, sizeof key, "gpu_mem_peak.%d", r);
@@ -272,6 +324,8 @@ void dt_train_device_close(dt_trainer *t) {
         if (t->dbuf[b]) dt_device_free(t->device, t->dbuf[b]);
     if (t->dwork) dt_device_free(t->device, t->dwork);
     dt_gpu_comm_close(t->gc);
+    if (t->hstream) dt_stream_destroy(t->hstream);
+    t->hstream = NULL;
     free(t->gpu_mem);
     t->gpu_mem = NULL;
     free(t->dev_of);

@@ -108,6 +108,8 @@ dt_status dt_trainer_step(dt_trainer *t) {
             return st;
         if ((st = dt_ddp_step_end(t->ddp)) != DT_OK) return st;
     } else {
+        /* a CPU rank of a staged job: the sum over ranks first (the loss was scaled by 1/world) */
+        if (t->gc && (st = dt_train_device_host_allreduce(t)) != DT_OK) return st;
         if (t->v.optim.clip_norm > 0)
             norm = dt_grad_clip_norm(t->gr, t->n, (float)t->v.optim.clip_norm);
         else

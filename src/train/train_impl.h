@@ -41,6 +41,12 @@ struct dt_trainer {
     float *dbuf[DT_OPTIM_MAX_BUFFERS];
     double *dwork;          /* DT_CUDA_SUMSQ_WORK doubles: the gradient norm's scratch */
     struct dt_gpu_comm *gc; /* several device ranks: the gradient all-reduce (else NULL) */
+    /* Several ranks that exchange gradients the device ranks' way (dt_train_device_agree): one
+     * all-reduce of the whole gradient after backward through t->gc, on every rank of a job with
+     * a CUDA rank or with dist.gpu_comm=host; its CPU ranks then have t->gc and no dt_ddp, and
+     * hstream (a CPU-device stream) for the exchange's calls. mixed: CPU and CUDA ranks both. */
+    int staged, mixed;
+    dt_stream *hstream;
     /* CUDA device runs: each rank's device memory in use and its peak over the log lines,
      * bytes, [2 * world] (rank r at 2r, 2r + 1), as of the last log line; NULL before */
     double *gpu_mem;
@@ -105,6 +111,11 @@ dt_status dt_train_build_graph_on(dt_trainer *t, dt_device d, dt_graph **out);
  * optimizer moments into g's and the optimizer's host buffers (evaluation, checkpoints, export);
  * no-ops on the CPU. */
 dt_status dt_train_device_check(dt_trainer *t);
+/* After the communicator (collective: every rank): t->staged and t->mixed from every rank's
+ * device and dist.gpu_comm. */
+dt_status dt_train_device_agree(dt_trainer *t);
+/* A CPU rank of a staged job, after backward: its gradients summed over ranks (t->gc). */
+dt_status dt_train_device_host_allreduce(dt_trainer *t);
 dt_status dt_train_device_open(dt_trainer *t);
 dt_status dt_train_device_upload(dt_trainer *t);
 dt_status dt_train_device_feed(dt_trainer *t);

@@ -456,7 +456,8 @@ static dt_status sync_sum(void *ud, double *buf, size_t n) {
  * a core with backward when the cores are all busy). */
 dt_status dt_train_make_ddp(dt_trainer *t) {
     if (t->world < 2) return DT_OK;
-    if (t->dg) return dt_train_device_dist(t); /* device ranks: no host DDP */
+    /* device ranks, and every rank of a staged job: no host DDP */
+    if (t->staged) return dt_train_device_dist(t);
     dt_ddp_opts o = {.bucket_mb = t->v.dist.bucket_mb,
                      .overlap = t->v.dist.overlap,
                      .average = 0,
@@ -573,8 +574,9 @@ dt_status dt_trainer_open(const dt_config *cfg, const dt_model_def *custom, dt_t
     dt_status st;
     double peak_unused;
     if ((st = pick_device(t)) != DT_OK || (st = make_dist(t)) != DT_OK ||
-        (st = dt_train_device_check(t)) != DT_OK || (st = split_batch(t, cfg)) != DT_OK ||
-        (st = open_data(t, cfg)) != DT_OK || (st = dt_train_admit_memory(t, cfg, NULL)) != DT_OK ||
+        (st = dt_train_device_agree(t)) != DT_OK || (st = dt_train_device_check(t)) != DT_OK ||
+        (st = split_batch(t, cfg)) != DT_OK || (st = open_data(t, cfg)) != DT_OK ||
+        (st = dt_train_admit_memory(t, cfg, NULL)) != DT_OK ||
         (dt_train_rss(&t->rss_base_mib, &peak_unused), (st = build_model(t, cfg)) != DT_OK) ||
         (st = dt_train_device_open(t)) != DT_OK || (st = dt_train_open_loaders(t)) != DT_OK ||
         (st = init_weights(t, cfg)) != DT_OK || (st = dt_train_make_ddp(t)) != DT_OK ||

@@ -20,12 +20,12 @@ dt_test(NAME cuda_train_capture SOURCES device/cuda_train_capture.c device/cuda_
         LABELS e2e gpu ARGS ${PROJECT_SOURCE_DIR})
 set_tests_properties(cuda_train_capture PROPERTIES SKIP_RETURN_CODE 77 WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 # Two ranks training on CUDA devices against one process of the same global batch, with each
-# gradient all-reduce way (dist.gpu_comm); skipped (77) without a GPU, and nccl also without 2
-# GPUs and a loadable NCCL. A probe decides before mpirun starts (cuda_train_dist.sh).
+# gradient all-reduce way (dist.gpu_comm), and a GPU rank beside a CPU rank (mixed); skipped (77)
+# without a GPU, and nccl also without 2 GPUs and a loadable NCCL. A probe decides before mpirun starts (cuda_train_dist.sh).
 add_executable(cuda_train_dist device/cuda_train_dist.c device/cuda_train_util.c)
 target_link_libraries(cuda_train_dist PRIVATE dt_testutil)
 if(MPI_C_FOUND)
-  foreach(mode host nccl)
+  foreach(mode host nccl mixed)
     add_test(NAME cuda_train_dist_${mode}
              COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/device/cuda_train_dist.sh
                      $<TARGET_FILE:cuda_train_dist> ${mode} ${PROJECT_SOURCE_DIR}

@@ -52,6 +52,13 @@ static void test_choose(void) {
     f.nccl_ok = 1; /* an explicit host is taken even where NCCL would work */
     CHECK_OK(dt_gpu_comm_choose(DT_GPU_COMM_HOST, &f, &k, note, sizeof note));
     CHECK(k == DT_GPU_COMM_HOST && has(note, "dist.gpu_comm=host"), "host: %d %s", k, note);
+    f.cpu_ranks = 1; /* GPU ranks beside CPU ranks: host, whatever NCCL could do */
+    CHECK_OK(dt_gpu_comm_choose(DT_GPU_COMM_AUTO, &f, &k, note, sizeof note));
+    CHECK(k == DT_GPU_COMM_HOST && !strcmp(note, "host (GPU and CPU ranks)"), "mixed: %d %s", k,
+          note);
+    CHECK(dt_gpu_comm_choose(DT_GPU_COMM_NCCL, &f, &k, note, sizeof note) == DT_ERR_INVALID &&
+              has(dt_last_error(), "some ranks train on the CPU device"),
+          "explicit nccl, mixed: %s", dt_last_error());
     f.cuda = 0;
     CHECK_OK(dt_gpu_comm_choose(DT_GPU_COMM_AUTO, &f, &k, note, sizeof note));
     CHECK(k == DT_GPU_COMM_HOST && has(note, "CPU device"), "cpu device: %d %s", k, note);

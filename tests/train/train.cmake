@@ -60,6 +60,14 @@ if(MPI_FOUND)
                          FIXTURES_REQUIRED fortunes_data
                          RUN_SERIAL TRUE ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000")
   endforeach()
+  # dist.gpu_comm=host on CPU ranks (the exchange of a job with GPU ranks) == 1 process
+  add_test(NAME train_staged_np2 COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root
+           --oversubscribe --bind-to none -np 2 $<TARGET_FILE:train_dist>
+           ${DT_TRAIN_DATA} ${PROJECT_SOURCE_DIR} staged)
+  set_tests_properties(train_staged_np2 PROPERTIES LABELS "dist;e2e" TIMEOUT 300
+                       WORKING_DIRECTORY ${CMAKE_BINARY_DIR}
+                       FIXTURES_REQUIRED fortunes_data
+                       RUN_SERIAL TRUE ENVIRONMENT "OMP_NUM_THREADS=1;GOMP_SPINCOUNT=1000")
   # dist.batch_shares=auto: rank 1 made 3x slower (test hook), re-balanced after step 6; == 1
   # process x the global batch; a resume after the re-balance keeps the parts, bit for bit
   add_test(NAME train_shares_auto COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root
