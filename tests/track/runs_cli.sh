@@ -34,9 +34,9 @@ args=("$repo/examples/llama-tiny-fortunes.yaml" data.train="$data/fortunes/train
 sql() { python3 -c 'import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute(sys.argv[2]).fetchone()[0])' "$db" "$1"; }
 # a value as the CLI prints it (C's %.6g)
 sqlg() { python3 -c 'import sqlite3, sys; print("%.6g" % sqlite3.connect(sys.argv[1]).execute(sys.argv[2]).fetchone()[0])' "$db" "$1"; }
-# LM log keys (1 process): loss lr grad_norm samples_per_s tokens_per_s data_wait data_wait_s;
-# eval: 3 keys
-LOG_KEYS=7 EVAL_KEYS=3
+# LM log keys (1 process): loss lr grad_norm samples_per_s tokens_per_s data_wait data_wait_s
+# device.0; eval: 3 keys
+LOG_KEYS=8 EVAL_KEYS=3
 
 case $case in
 compare)
