@@ -10,6 +10,7 @@
 #include <string.h>
 #include "dtrain/models.h"
 #include "dtrain/ops.h"
+#include "device/cuda_testutil.h"
 #include "harness.h"
 
 static const dt_device CUDA0 = {DT_DEVICE_CUDA, 0};
@@ -66,18 +67,7 @@ static void llama_measure(const char *what, const dt_llama_config *lc) {
 /* The Llama op set (and cross-entropy) has CUDA kernels, and so has its LoRA form (the frozen
  * bf16 linears, the adapters' scale/add, dropout). */
 static void test_llama_plans(void) {
-    dt_llama_config lc = {.vocab_size = 96,
-                          .hidden_size = 64,
-                          .intermediate_size = 160,
-                          .num_hidden_layers = 2,
-                          .num_attention_heads = 4,
-                          .num_key_value_heads = 2,
-                          .head_dim = 16,
-                          .rms_norm_eps = 1e-5f,
-                          .rope_theta = 10000.0f,
-                          .max_position_embeddings = 64,
-                          .tie_word_embeddings = 1,
-                          .recompute = 1};
+    dt_llama_config lc = cuda_lm_tiny(96, 1, 1); /* tied, recomputed */
     llama_measure("llama", &lc);
     lc.lora = (dt_lora_config){.rank = 4,
                                .alpha = 8.0f,
