@@ -189,6 +189,36 @@ static void mark_recompute(plan *p) {
     }
 }
 
+/* Of the roots mark_recompute chose, recomputes only those backward reads: through its own
+ * backward (DT_OPF_BWD_OUT, or an aux saved in forward), a consumer's backward (DT_OPF_BWD_IN)
+ * or a recomputed consumer that is itself needed. The rest would be computed for nothing: the
+ * last linear of a LoRA decoder layer (down_proj: its output only feeds the residual add, whose
+ * backward reads no value) is a third of the MLP's recompute. Those are not recomputed and
+ * their forward value is dropped after its last forward reader. Creation order is topological,
+ * so walking it backwards sees every consumer of a node before the node. */
+static dt_status prune_recompute(plan *p) {
+    dt_graph *g = p->g;
+    int n = p->n;
+    unsigned char *need = calloc((size_t)n + 1, 1);
+    if (!need) return dt_error_set(DT_ERR_NOMEM, "compile: out of memory");
+    for (int i = n - 1; i >= 0; i--) {
+        dt_node *nd = &g->nodes[i];
+        if (!p->live[i] || nd->kind != DT_NODE_OP || is_alias(nd)) continue;
+        if (p->gneed[i]) { /* i's backward runs */
+            unsigned f = nd->op->flags;
+            if (p->recomp[i] && (nd->aux_bytes || (f & DT_OPF_BWD_OUT))) need[i] = 1;
+            for (int j = 0; j < nd->n_in; j++)
+                if (f & DT_OPF_BWD_IN(j)) need[p->root[nd->in[j]]] = 1;
+        }
+        if (p->recomp[i] && need[i])
+            for (int j = 0; j < nd->n_in; j++) need[p->root[nd->in[j]]] = 1;
+    }
+    for (int i = 0; i < n; i++)
+        if (p->recomp[i] && !need[i]) p->recomp[i] = 0;
+    free(need);
+    return DT_OK;
+}
+
 static dt_status analyse(plan *p, int loss) {
     dt_graph *g = p->g;
     int n = p->n;
@@ -214,7 +244,7 @@ static dt_status analyse(plan *p, int loss) {
     for (int i = 0; i < n; i++)
         p->gneed[i] = !g->no_backward && p->anc[i] && g->nodes[i].requires_grad;
     mark_recompute(p);
-    return DT_OK;
+    return prune_recompute(p);
 }
 
 /* Appends an entry; returns its position. */

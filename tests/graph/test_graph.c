@@ -145,6 +145,19 @@ static void test_recompute_and_planner(void) {
     CHECK(m2.arena_bytes == m2.unplanned_bytes, "no_reuse gives every buffer its own memory");
     CHECK(m1.arena_bytes < m0.arena_bytes * 2 / 3, "recompute lowers peak (%zu vs %zu)",
           m1.arena_bytes, m0.arena_bytes);
+    /* Only what backward reads is recomputed: per block the first mul (the second's backward
+     * reads its output); the second mul, both scales and the add have no reader in backward
+     * (mul's backward needs its inputs, not its output; scale and add need neither). */
+    int nf = 0, ne = dt_graph_entry_count(g1, &nf), n_recomp = 0, all_mul = 1;
+    for (int k = nf; k < ne; k++) {
+        int ph = -1;
+        const char *op = dt_graph_entry_op(g1, k, &ph);
+        if (ph != 2) continue;
+        n_recomp++;
+        all_mul &= op && !strcmp(op, "mul");
+    }
+    CHECK(n_recomp == 8 && all_mul, "one recomputed mul per block (%d recomputed entries)",
+          n_recomp);
     /* Accumulation: a second backward with accumulate on doubles the gradient. */
     float *copy = malloc(n * 4);
     memcpy(copy, gr0, n * 4);
