@@ -114,8 +114,9 @@ static int heads(dt_graph *g, int x, int64_t B, int64_t T, int64_t H, int64_t Dh
     return dt_transpose(g, dt_reshape(g, x, 4, (int64_t[]){B, T, H, Dh}), 1, 2);
 }
 
+/* One decoder layer on x [B, T, D]; *mid gets the residual stream after attention. */
 static int layer(dt_graph *g, const dt_llama_config *c, int x, int l, const float *inv_freq,
-                 int64_t B, int64_t T) {
+                 int64_t B, int64_t T, int *mid) {
     char n[160];
     int64_t D = c->hidden_size, Dh = c->head_dim, Hq = c->num_attention_heads,
             Hkv = c->num_key_value_heads, F = c->intermediate_size;
@@ -136,6 +137,7 @@ static int layer(dt_graph *g, const dt_llama_config *c, int x, int l, const floa
     int a = dt_transpose(g, dt_attention(g, q, k, v, 1, 0.0f), 1, 2); /* [B, T, Hq, Dh] */
     a = dt_reshape(g, a, 3, (int64_t[]){B, T, Hq * Dh});
     x = dt_add(g, x, proj(g, c, a, po, DT_LORA_O, D, Hq * Dh));
+    *mid = x;
     h = dt_rmsnorm(
         g, x, norm_weight(g, c, P("post_attention_layernorm.weight"), D, DT_LORA_SAVE_POST_NORM),
         c->rms_norm_eps);
@@ -170,10 +172,16 @@ int dt_llama_build(dt_graph *g, const dt_llama_config *c, int ids) {
     if (st != DT_OK) return -1;
     int emb = weight(g, c, "model.embed_tokens.weight", c->vocab_size, D, DT_LORA_SAVE_EMBED);
     int x = dt_embedding(g, ids, emb);
+    /* With recompute a layer is two segments, attention and MLP, and the residual stream
+     * between them ([B, T, D] f32, as much as the layer's input) is kept: the MLP's recomputed
+     * forward starts from it, so o_proj's base GEMM and the add are never recomputed (backward
+     * reads neither value; the compiler recomputes only what backward reads). */
     for (int l = 0; l < c->num_hidden_layers; l++) {
-        int before = dt_graph_node_count(g) - 1;
-        x = layer(g, c, x, l, inv_freq, B, T);
-        if (c->recompute && x >= 0 && dt_graph_recompute(g, before, x) != DT_OK) return -1;
+        int before = dt_graph_node_count(g) - 1, mid = -1;
+        x = layer(g, c, x, l, inv_freq, B, T, &mid);
+        if (c->recompute && x >= 0 &&
+            (dt_graph_recompute(g, before, mid) != DT_OK || dt_graph_recompute(g, mid, x) != DT_OK))
+            return -1;
     }
     x = dt_rmsnorm(g, x, norm_weight(g, c, "model.norm.weight", D, DT_LORA_SAVE_FINAL_NORM),
                    c->rms_norm_eps);

@@ -328,7 +328,8 @@ static void test_llama8b(void) {
           (long long)p.params_trainable, (long long)lora);
     CHECK(p.params_total == 8030261248LL + lora, "total params");
     /* Activations with recompute, frozen bf16 head: the peak is the lm_head's backward: the
-     * L + 1 layer boundaries [N, D] f32 kept for recomputation, the logits [N, V] (kept: the
+     * 2L + 1 segment boundaries [N, D] f32 kept for recomputation (each layer's input and its
+     * residual stream after attention, and the last layer's output), the logits [N, V] (kept: the
      * trainer reads them) and their gradient, f32, and the bf16 copy of that gradient the
      * bf16 GEMM computing dx reads (its scratch, [N, V] bf16). */
     /* Without bf16 matmul kernels (an AVX2-only CPU: oneDNN's ISA lacks avx512_core_bf16) the
@@ -336,7 +337,7 @@ static void test_llama8b(void) {
      * bf16 copy. */
     const int bf16_kernels = (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core_bf16) ==
                              dnnl_cpu_isa_avx512_core_bf16;
-    double act = (double)(L8 + 1) * N * D * 4 + 2.0 * N * V * 4 + (bf16_kernels ? 2.0 * N * V : 0);
+    double act = (double)(2 * L8 + 1) * N * D * 4 + 2.0 * N * V * 4 + (bf16_kernels ? 2.0 * N * V : 0);
     double mine[] = {4.0 * lora, 4.0 * lora, 8.0 * lora, 2.0 * 8030261248LL, act};
     double theirs[] = {(double)p.param_bytes, (double)p.grad_bytes, (double)p.optim_bytes,
                        (double)p.frozen_bytes, (double)p.activation_bytes};
@@ -359,9 +360,9 @@ static void test_llama8b(void) {
     dt_plan_print(stdout, &p, 0);
     int64_t P = llama8b_params(), shard = (P + 15) / 16;
     CHECK(p.params_total == P && p.params_trainable == P && p.params_frozen == 0, "full params");
-    /* Recompute: boundaries, the final norm's output (the trainable lm_head's input), logits
-     * and their gradient. */
-    act = (double)(L8 + 1) * N * D * 4 + (double)N * D * 4 + 2.0 * N * V * 4;
+    /* Recompute: the 2L + 1 boundaries, the final norm's output (the trainable lm_head's
+     * input), logits and their gradient. */
+    act = (double)(2 * L8 + 1) * N * D * 4 + (double)N * D * 4 + 2.0 * N * V * 4;
     double mine2[] = {4.0 * shard, 4.0 * shard, 8.0 * shard, act};
     double theirs2[] = {(double)p.param_bytes, (double)p.grad_bytes, (double)p.optim_bytes,
                         (double)p.activation_bytes};
