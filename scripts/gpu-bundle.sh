@@ -25,7 +25,7 @@ dir=$(cd "$dir" && pwd)
 dev=(
   libopenblas-openmp-dev libdnnl-dev libcjson-dev libpcre2-dev libxxhash-dev libyaml-dev
   zlib1g-dev libcurl4-openssl-dev libssl-dev libsqlite3-dev libmicrohttpd-dev
-  libturbojpeg0-dev libpng-dev libwebp-dev
+  libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev
   pkgconf pkgconf-bin libpkgconf3
 )
 # Present on any glibc image with a C compiler (the GPU machine's own, which is newer than

@@ -21,7 +21,7 @@ demo=(
   libsqlite3-dev # the experiment store (src/track/)
   libmicrohttpd-dev # build: the monitoring server (src/serve/: /metrics, dashboard)
   libcairo2-dev # build: `dtrain runs plot` charts (src/cli/plot_axes.c)
-  libturbojpeg0-dev libpng-dev libwebp-dev # encoded-image datasets (src/data/image_codec.c)
+  libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev # encoded-image datasets (src/data/image_codec.c)
   dataset-fashion-mnist # the demo's data
 )
 test=(

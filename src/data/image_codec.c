@@ -63,7 +63,7 @@ static int tiff_orientation(const uint8_t *t, size_t n) {
 
 /* Walks the JPEG markers up to the first scan; the first APP1 Exif segment counts (Pillow's
  * choice). Every length is checked against the buffer. */
-static int jpeg_orientation(const uint8_t *b, size_t n) {
+int dt_image_jpeg_orientation(const uint8_t *b, size_t n) {
     size_t p = 2;
     while (p + 4 <= n) {
         if (b[p] != 0xFF) return 1;
@@ -149,7 +149,7 @@ dt_status dt_image_probe(const uint8_t *buf, size_t len, dt_image_info *out) {
         tjDestroy(tj);
         if (st) return st;
         out->format = f;
-        out->orientation = jpeg_orientation(buf, len);
+        out->orientation = dt_image_jpeg_orientation(buf, len);
         out->width = out->orientation >= 5 ? h : w;
         out->height = out->orientation >= 5 ? w : h;
         out->channels = cs == TJCS_GRAY ? 1 : cs == TJCS_CMYK || cs == TJCS_YCCK ? 4 : 3;
@@ -205,7 +205,7 @@ static dt_status decode_jpeg(const uint8_t *buf, size_t len, int d, uint8_t *rgb
     dt_status st = jpeg_header(tj, buf, len, &w, &h, &cs);
     tjscalingfactor sf = {1, d};
     int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
-    int o = st ? 1 : jpeg_orientation(buf, len), cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
+    int o = st ? 1 : dt_image_jpeg_orientation(buf, len), cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
     size_t n = (size_t)sw * sh;
     uint8_t *tmp = NULL, *raw = NULL;
     if (!st && n * 3 > cap)

@@ -54,6 +54,27 @@ void dt_image_decoded_size(const dt_image_info *info, int scale_denom, int32_t *
 dt_status dt_image_decode(const uint8_t *buf, size_t len, int scale_denom, uint8_t *rgb, size_t cap,
                           int32_t *w, int32_t *h);
 
+/* EXIF orientation 1-8 of a JPEG (1 when it has none). */
+int dt_image_jpeg_orientation(const uint8_t *buf, size_t len);
+
+/* What dt_image_decode_jpeg_box decoded: rows [y, y + h) and columns [x, x + w) of the image at
+ * its scale (full_w x full_h, as dt_image_decode gives it), into rgb [h, w, 3]. decoded = 0: the
+ * file is not one this path takes (not a JPEG, an EXIF orientation other than 1, CMYK): decode
+ * it whole. */
+typedef struct dt_image_part {
+    int decoded;
+    int32_t full_w, full_h;
+    int32_t x, y, w, h;
+} dt_image_part;
+
+/* Decodes the part of a JPEG at 1/scale_denom that covers the box of w x h pixels at (x, y) --
+ * coordinates in the scaled image -- with pixels equal to the whole decode's there
+ * (image_jpeg_box.c: the rows above are skipped, only the box's columns and a small margin are
+ * decoded, and decoding stops below the box). rgb: cap bytes. */
+dt_status dt_image_decode_jpeg_box(const uint8_t *buf, size_t len, int scale_denom, int32_t x,
+                                   int32_t y, int32_t w, int32_t h, uint8_t *rgb, size_t cap,
+                                   dt_image_part *out);
+
 /* Encodes RGB8 HWC [h, w, 3] as a baseline JPEG, 4:2:0, at `quality` (1-100) into a malloc'd
  * buffer. */
 dt_status dt_image_encode_jpeg(const uint8_t *rgb, int32_t w, int32_t h, int quality, uint8_t **out,

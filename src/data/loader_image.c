@@ -66,10 +66,23 @@ dt_status dt_enc_sample(const dt_dataset *d, const dt_transform_cfg *tc, int dct
     if ((st = grow((void **)&s->rgb, &s->rgb_cap, (size_t)ew * eh * 3)) ||
         (st = grow(&s->tx, &s->tx_cap, dt_transform_plan_scratch(tc, &p))))
         return st;
-    st = dt_image_decode(bytes, len, denom, s->rgb, s->rgb_cap, &dw, &dh);
+    /* A training crop smaller than the image: only the part of a JPEG it covers is decoded
+     * (the same pixels, image_jpeg_box.c), and the box is moved into that part. */
+    dt_image_part part = {0};
+    if (tc->train && (p.box.width < ew || p.box.height < eh)) {
+        st = dt_image_decode_jpeg_box(bytes, len, denom, p.box.left, p.box.top, p.box.width,
+                                      p.box.height, s->rgb, s->rgb_cap, &part);
+        if (st == DT_OK && part.decoded) {
+            dw = part.full_w, dh = part.full_h;
+            p.box.left -= part.x, p.box.top -= part.y;
+        }
+    }
+    if (st == DT_OK && !part.decoded)
+        st = dt_image_decode(bytes, len, denom, s->rgb, s->rgb_cap, &dw, &dh);
     if (st == DT_OK && (dw != ew || dh != eh))
         st = dt_error_set(DT_ERR_FORMAT, "decoded %dx%d, the manifest says %dx%d (at 1/%d)", dw, dh,
                           ew, eh, denom);
+    if (st == DT_OK && part.decoded) dw = part.w, dh = part.h;
     if (st == DT_OK)
         st = dt_transform_run(tc, &p, s->rgb, dw, dh, dw * 3, seed, (uint64_t)epoch, (uint64_t)id,
                               out, s->tx, s->tx_cap);

@@ -65,6 +65,10 @@ dt_test(NAME test_image_codec SOURCES data/test_image_codec.c LABELS parity data
              ${CMAKE_CURRENT_BINARY_DIR} TIMEOUT 120)
 set_tests_properties(test_image_codec PROPERTIES SKIP_RETURN_CODE 77)
 dt_test(NAME test_data_encoded SOURCES data/test_data_encoded.c LABELS unit data TIMEOUT 60)
+# A crop's part of a JPEG decoded alone (image_jpeg_box.c) against the whole decode; the test
+# writes its JPEGs with TurboJPEG.
+dt_test(NAME test_image_box SOURCES data/test_image_box.c LABELS unit data TIMEOUT 120)
+target_link_libraries(test_image_box PRIVATE PkgConfig::IMGCODEC)
 # `dtrain data import images` against torchvision's ImageFolder (the venv's; skipped without it).
 add_test(NAME data_import_images COMMAND ${PROJECT_SOURCE_DIR}/tests/data/import_images.sh
          $<TARGET_FILE:dtrain> ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR})
